@@ -1,0 +1,1 @@
+"""The fastgrad benchmark suite (run it with `fastgrad bench`)."""

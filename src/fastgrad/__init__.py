@@ -1,0 +1,29 @@
+"""fastgrad: JIT-compiled CPU reverse-mode autodiff for NumPy-style Python.
+
+>>> import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+>>> @fg.jit
+... def loss(w, x):
+...     return fnp.sum(fnp.tanh(x @ w) ** 2)
+>>> fg.grad(loss)(np.zeros(3), np.ones((2, 3)))
+array([0., 0., 0.])
+"""
+
+from fastgrad import numpy, testing
+from fastgrad.api import grad, jit, make_graph, stop_gradient, value_and_grad, vjp
+from fastgrad.ir import Graph
+from fastgrad.tracing import TracerError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Graph",
+    "TracerError",
+    "grad",
+    "jit",
+    "make_graph",
+    "numpy",
+    "stop_gradient",
+    "testing",
+    "value_and_grad",
+    "vjp",
+]

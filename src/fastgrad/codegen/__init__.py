@@ -1,0 +1,1 @@
+"""Code generation: fused loops as Numba source, and the math they call."""

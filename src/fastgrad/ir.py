@@ -1,0 +1,234 @@
+"""The IR: a small typed graph of primitive nodes.
+
+An `Aval` is a shape, a dtype and a weak-type flag; a `Var` carries one; a `Node` applies
+a `Primitive` to input vars and defines one output var; a `Graph` lists its inputs, its
+nodes in a valid order, and its outputs. `Graph.verify` type-checks a graph and `str(graph)`
+prints it so that it reads like the code it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SUPPORTED_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        "bool", "int8", "int16", "int32", "int64",
+        "uint8", "uint16", "uint32", "uint64", "float32", "float64",
+    )
+)  # fmt: skip
+
+_SHORT = {
+    "bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float16": "f16", "float32": "f32", "float64": "f64",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Aval:
+    """The abstract value of an array: what tracing knows about it.
+
+    `weak` marks a value that came from a Python scalar: in arithmetic it takes the dtype
+    of the other operand (so ``x * 2.0`` keeps a float32 ``x`` float32), as in JAX.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    weak: bool = False
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.kind == "f"
+
+    def __str__(self) -> str:
+        name = _SHORT.get(self.dtype.name, self.dtype.name)
+        return f"{name}[{','.join(map(str, self.shape))}]" + ("~" if self.weak else "")
+
+
+def aval_of_array(x: np.ndarray | np.generic) -> Aval:
+    return Aval(tuple(x.shape), x.dtype)
+
+
+class Var:
+    """A value in a graph; identity is the object itself. `hint` names it when printed."""
+
+    __slots__ = ("aval", "hint")
+
+    def __init__(self, aval: Aval, hint: str | None = None):
+        self.aval = aval
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"Var({self.hint or hex(id(self))}: {self.aval})"
+
+
+@dataclass(eq=False)
+class Primitive:
+    """One op, defined in one place: its type rule, NumPy reference and VJP rule.
+
+    - `abstract_eval(*avals, **params) -> Aval` checks inputs and gives the output type.
+    - `impl(*arrays, **params) -> ndarray` is the NumPy reference implementation.
+    - `vjp(g, out, *inputs, **params)` returns one cotangent (or None for "no gradient")
+      per input; it is written with ops, so the backward pass is itself a graph. `vjp=None`
+      means the op has no gradient at all (integer or boolean results).
+    - `kind` is "elementwise", "reduction", "structural" or "other": fusion reads it.
+    - `domain` names, per input, the range tests sample from ("real" where empty; see
+      fastgrad.testing.strategies).
+    """
+
+    name: str
+    abstract_eval: Callable[..., Aval]
+    impl: Callable[..., Any]
+    vjp: Callable[..., Sequence[Any]] | None
+    kind: str = "other"
+    domain: tuple[str, ...] = ()
+    format: Callable[[list[str], dict[str, Any]], str] | None = None
+    # Elementwise ops: the NumPy ufunc the op mirrors, used for dtype rules and scalar code.
+    ufunc: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+class Node:
+    """`out = op(*inputs, **params)`. Params are hashable Python values."""
+
+    __slots__ = ("op", "inputs", "params", "out")
+
+    def __init__(self, op: Primitive, inputs: Sequence[Var], params: dict[str, Any], out: Var):
+        self.op = op
+        self.inputs = tuple(inputs)
+        self.params = params
+        self.out = out
+
+    def __repr__(self) -> str:
+        return f"Node({self.op.name}, {self.inputs}, {self.params})"
+
+
+class Graph:
+    """Inputs, nodes in dependency order, outputs. Constants are nodes of op `const`."""
+
+    def __init__(self, inputs: Sequence[Var], nodes: Sequence[Node], outputs: Sequence[Var]):
+        self.inputs = list(inputs)
+        self.nodes = list(nodes)
+        self.outputs = list(outputs)
+
+    def verify(self) -> Graph:
+        """Check that every var is defined once before use and every node's type holds."""
+        defined: set[int] = set()
+        for v in self.inputs:
+            if id(v) in defined:
+                raise ValueError(f"graph input {v!r} is listed twice")
+            defined.add(id(v))
+        for node in self.nodes:
+            for v in node.inputs:
+                if id(v) not in defined:
+                    raise ValueError(f"{node!r} uses {v!r} before it is defined")
+            if id(node.out) in defined:
+                raise ValueError(f"{node.out!r} is defined twice")
+            expected = node.op.abstract_eval(*(v.aval for v in node.inputs), **node.params)
+            if expected != node.out.aval:
+                raise TypeError(
+                    f"{node.op.name} should give {expected}, but its output is typed "
+                    f"{node.out.aval}"
+                )
+            defined.add(id(node.out))
+        for v in self.outputs:
+            if id(v) not in defined:
+                raise ValueError(f"graph output {v!r} is not defined")
+        return self
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+    __repr__ = __str__
+
+
+def consumers(graph: Graph) -> dict[int, list[Node]]:
+    """Map id(var) to the nodes that read it."""
+    users: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            users.setdefault(id(v), []).append(node)
+    return users
+
+
+def live_nodes(nodes: Iterable[Node], outputs: Iterable[Var]) -> list[Node]:
+    """The nodes that some output depends on, in their original order (dead-code elimination)."""
+    nodes = list(nodes)
+    needed = {id(v) for v in outputs}
+    keep = []
+    for node in reversed(nodes):
+        if id(node.out) in needed:
+            keep.append(node)
+            needed.update(id(v) for v in node.inputs)
+    keep.reverse()
+    return keep
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _scalar_text(value: np.ndarray) -> str:
+    return str(value[()])  # NumPy's shortest round-trip text for the value's own dtype
+
+
+def format_graph(graph: Graph, title: str = "graph") -> str:
+    """Render a graph as readable pseudo-code, one node a line."""
+    names: dict[int, str] = {}
+    used: set[str] = set()
+
+    def fresh(hint: str | None) -> str:
+        base = hint or "t"
+        name = base if base not in used and not base[-1].isdigit() else f"{base}{len(used)}"
+        while name in used:
+            name = f"{base}_{len(used)}"
+        used.add(name)
+        return name
+
+    letters = iter(
+        [chr(c) for c in range(ord("a"), ord("z") + 1)]
+        + [a + chr(c) for a in "abcdefghijklmnopqrstuvwxyz" for c in range(ord("a"), ord("z") + 1)]
+    )
+
+    def auto_name() -> str:
+        for cand in letters:
+            if cand not in used:
+                used.add(cand)
+                return cand
+        return fresh(None)
+
+    for v in graph.inputs:
+        names[id(v)] = fresh(v.hint or "x")
+    inline: dict[int, str] = {}
+    lines = []
+    for node in graph.nodes:
+        if node.op.name == "const" and node.out.aval.ndim == 0:
+            inline[id(node.out)] = _scalar_text(node.params["value"])
+            continue
+        args = [inline.get(id(v)) or names[id(v)] for v in node.inputs]
+        if node.op.format is not None:
+            rhs = node.op.format(args, node.params)
+        else:
+            shown = {k: v for k, v in node.params.items() if not k.startswith("_")}
+            rhs = f"{node.op.name}({', '.join(args + [f'{k}={v!r}' for k, v in shown.items()])})"
+        names[id(node.out)] = auto_name()
+        lines.append(f"    {names[id(node.out)]}: {node.out.aval} = {rhs}")
+    head_args = ", ".join(f"{names[id(v)]}: {v.aval}" for v in graph.inputs)
+    outs = [inline.get(id(v)) or names[id(v)] for v in graph.outputs]
+    ret = ", ".join(outs) + ("," if len(outs) == 1 else "")
+    return "\n".join([f"{title}({head_args}):", *lines, f"    return ({ret})"])

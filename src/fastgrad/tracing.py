@@ -1,0 +1,395 @@
+"""Tracing: record calls on `Tracer` values as nodes of a graph.
+
+`bind(op, *args)` is the single entry point for applying a primitive. Inside a `Trace`,
+when any argument is a tracer, it appends a node and returns a new tracer; otherwise it
+runs the op's NumPy reference at once. Traces nest (grad inside jit inside grad): a
+tracer of an enclosing trace that reaches an inner one is captured as an extra input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastgrad.ir import SUPPORTED_DTYPES, Aval, Graph, Node, Primitive, Var, live_nodes
+
+_trace_stack: list[Trace] = []
+
+
+class TracerError(TypeError):
+    """A traced value was used where a concrete one is needed."""
+
+
+def _describe(tracer: Tracer) -> str:
+    hint = f"`{tracer.var.hint}` " if tracer.var.hint else ""
+    return f"the traced value {hint}({tracer.aval})"
+
+
+class Tracer:
+    """A stand-in for an array while a function is traced; operations on it build the graph."""
+
+    __slots__ = ("trace", "var")
+    __array_priority__ = 1000
+
+    def __init__(self, trace: Trace, var: Var):
+        self.trace = trace
+        self.var = var
+
+    # ---- array attributes
+    @property
+    def aval(self) -> Aval:
+        return self.var.aval
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.var.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.var.aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.var.aval.ndim
+
+    @property
+    def size(self) -> int:
+        return self.var.aval.size
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced array")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tracer<{self.aval}>"
+
+    # ---- conversions that need a concrete value
+    def _concrete_error(self, what: str) -> TracerError:
+        return TracerError(
+            f"{what} needs a concrete value, but {_describe(self)} is traced. Python control "
+            "flow cannot depend on traced values: mark the argument static with "
+            "fg.jit(..., static_argnums=...) / static_argnames=..., or compute both branches "
+            "and choose with fnp.where(cond, a, b)."
+        )
+
+    def __bool__(self) -> bool:
+        raise self._concrete_error("bool() (an `if`, `while`, `and`/`or` or `not`)")
+
+    def __float__(self) -> float:
+        raise self._concrete_error("float()")
+
+    def __int__(self) -> int:
+        raise self._concrete_error("int()")
+
+    def __index__(self) -> int:
+        raise self._concrete_error("using it as a Python index")
+
+    def __complex__(self) -> complex:
+        raise self._concrete_error("complex()")
+
+    def item(self) -> Any:
+        raise self._concrete_error(".item()")
+
+    def tolist(self) -> Any:
+        raise self._concrete_error(".tolist()")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise TracerError(
+            f"NumPy cannot convert {_describe(self)} to an array. Inside a traced function "
+            "use fastgrad.numpy (import fastgrad.numpy as fnp) instead of numpy functions."
+        )
+
+    def __iter__(self) -> Any:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d traced array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # ---- NumPy interop: ufuncs called on tracers dispatch to fastgrad.numpy
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from fastgrad import numpy as fnp
+
+        fn = getattr(fnp, ufunc.__name__, None)
+        if method != "__call__" or kwargs or fn is None:
+            raise TracerError(
+                f"numpy.{ufunc.__name__}.{method} is not supported on traced values; "
+                "use the function of the same name in fastgrad.numpy"
+            )
+        return fn(*inputs)
+
+    # ---- operators
+    def __add__(self, other: Any) -> Any:
+        return _fnp().add(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _fnp().add(other, self)
+
+    def __sub__(self, other: Any) -> Any:
+        return _fnp().subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return _fnp().subtract(other, self)
+
+    def __mul__(self, other: Any) -> Any:
+        return _fnp().multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return _fnp().multiply(other, self)
+
+    def __truediv__(self, other: Any) -> Any:
+        return _fnp().divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return _fnp().divide(other, self)
+
+    def __pow__(self, other: Any) -> Any:
+        return _fnp().power(self, other)
+
+    def __rpow__(self, other: Any) -> Any:
+        return _fnp().power(other, self)
+
+    def __matmul__(self, other: Any) -> Any:
+        return _fnp().matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return _fnp().matmul(other, self)
+
+    def __neg__(self) -> Any:
+        return _fnp().negative(self)
+
+    def __pos__(self) -> Any:
+        return self
+
+    def __abs__(self) -> Any:
+        return _fnp().abs(self)
+
+    def __lt__(self, other: Any) -> Any:
+        return _fnp().less(self, other)
+
+    def __le__(self, other: Any) -> Any:
+        return _fnp().less_equal(self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        return _fnp().greater(self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        return _fnp().greater_equal(self, other)
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return _fnp().equal(self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return _fnp().not_equal(self, other)
+
+    def __and__(self, other: Any) -> Any:
+        return _fnp().logical_and(self, other)
+
+    def __rand__(self, other: Any) -> Any:
+        return _fnp().logical_and(other, self)
+
+    def __or__(self, other: Any) -> Any:
+        return _fnp().logical_or(self, other)
+
+    def __ror__(self, other: Any) -> Any:
+        return _fnp().logical_or(other, self)
+
+    def __invert__(self) -> Any:
+        if self.dtype != np.bool_:
+            raise TypeError(f"~ is supported on boolean arrays only, not {self.aval}")
+        return _fnp().logical_not(self)
+
+    def __getitem__(self, index: Any) -> Any:
+        return _fnp().getitem(self, index)
+
+    # ---- array methods
+    @property
+    def T(self) -> Any:
+        return _fnp().transpose(self)
+
+    def transpose(self, *axes: Any) -> Any:
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], tuple | list)):
+            return _fnp().transpose(self, axes[0])
+        return _fnp().transpose(self, axes or None)
+
+    def reshape(self, *shape: Any) -> Any:
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        return _fnp().reshape(self, shape)
+
+    def astype(self, dtype: Any) -> Any:
+        return _fnp().astype(self, dtype)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return _fnp().sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return _fnp().mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return _fnp().max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return _fnp().min(self, axis=axis, keepdims=keepdims)
+
+    def prod(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return _fnp().prod(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis: Any = None) -> Any:
+        return _fnp().argmax(self, axis=axis)
+
+    def argmin(self, axis: Any = None) -> Any:
+        return _fnp().argmin(self, axis=axis)
+
+    def squeeze(self, axis: Any = None) -> Any:
+        return _fnp().squeeze(self, axis=axis)
+
+    def ravel(self) -> Any:
+        return _fnp().reshape(self, (-1,))
+
+    flatten = ravel
+
+
+def _fnp() -> Any:
+    # fastgrad.numpy builds on this module, so it is looked up when an operator runs.
+    from fastgrad import numpy as fnp
+
+    return fnp
+
+
+class Trace:
+    """Records nodes while a function runs on tracers. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Var] = []
+        self.nodes: list[Node] = []
+        self.captured: list[Tracer] = []  # tracers of enclosing traces, in input order
+        self._captured_vars: dict[int, Var] = {}
+        self._consts: dict[int, tuple[Any, Var]] = {}
+        self._const_values: dict[int, np.ndarray] = {}
+        self.alive = True
+
+    def __enter__(self) -> Trace:
+        _trace_stack.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        popped = _trace_stack.pop()
+        assert popped is self
+        self.alive = False
+
+    def new_input(self, aval: Aval, hint: str | None = None) -> Tracer:
+        var = Var(aval, hint)
+        self.inputs.append(var)
+        return Tracer(self, var)
+
+    def to_var(self, x: Any) -> Var:
+        """The var of `x` in this trace: its own tracer, a captured outer one, or a constant."""
+        if isinstance(x, Tracer):
+            if x.trace is self:
+                return x.var
+            if not x.trace.alive:
+                raise TracerError(
+                    f"{_describe(x)} escaped from a finished trace (was it stored in a global "
+                    "or a closure and used in a later call?)"
+                )
+            var = self._captured_vars.get(id(x))
+            if var is None:
+                var = Var(x.aval, x.var.hint)
+                self._captured_vars[id(x)] = var
+                self.captured.append(x)
+            return var
+        return self.const(x, is_python_scalar(x))
+
+    def const(self, x: Any, weak: bool = False) -> Var:
+        """A constant node for the concrete value `x` (one per distinct object)."""
+        hit = self._consts.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        value = as_array(x)
+        var = Var(Aval(value.shape, value.dtype, weak))
+        self.nodes.append(Node(CONST, (), {"value": value, "weak": weak}, var))
+        self._consts[id(x)] = (x, var)  # keeps x alive so its id stays unique
+        self._const_values[id(var)] = value
+        return var
+
+    def emit(self, op: Primitive, args: Sequence[Any], params: dict[str, Any]) -> Tracer:
+        in_vars = [self.to_var(a) for a in args]
+        aval = op.abstract_eval(*(v.aval for v in in_vars), **params)
+        if aval.size <= 1 and all(id(v) in self._const_values for v in in_vars):
+            # Fold scalar arithmetic on constants (like `1 / n` in a mean's gradient).
+            with np.errstate(all="ignore"):
+                value = op.impl(*(self._const_values[id(v)] for v in in_vars), **params)
+            return Tracer(self, self.const(np.asarray(value, aval.dtype), aval.weak))
+        out = Var(aval)
+        self.nodes.append(Node(op, in_vars, params, out))
+        return Tracer(self, out)
+
+    def to_graph(self, outputs: Sequence[Any]) -> Graph:
+        """The graph from this trace's inputs (explicit, then captured) to `outputs`, pruned."""
+        out_vars = [self.to_var(o) for o in outputs]
+        inputs = self.inputs + [self._captured_vars[id(t)] for t in self.captured]
+        return Graph(inputs, live_nodes(self.nodes, out_vars), out_vars)
+
+
+def current_trace() -> Trace | None:
+    return _trace_stack[-1] if _trace_stack else None
+
+
+def is_python_scalar(x: Any) -> bool:
+    return isinstance(x, bool | int | float) and not isinstance(x, np.generic)
+
+
+def as_array(x: Any, what: str = "value") -> np.ndarray:
+    """A concrete leaf as a NumPy array, or a clear error for anything that is not one."""
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif isinstance(x, np.generic | bool | int | float):
+        arr = np.asarray(x)
+    else:
+        raise TypeError(
+            f"{what} is a {type(x).__name__}; expected a NumPy array or a Python/NumPy scalar "
+            "(pytrees may nest tuples, lists and dicts of those)"
+        )
+    if arr.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{what} has unsupported dtype {arr.dtype}; fastgrad works with float32/float64 "
+            "(differentiable) and bool/integer arrays"
+        )
+    return arr
+
+
+def aval_of(x: Any) -> Aval:
+    if isinstance(x, Tracer):
+        return x.aval
+    arr = as_array(x)
+    return Aval(arr.shape, arr.dtype, weak=is_python_scalar(x))
+
+
+def bind(op: Primitive, *args: Any, **params: Any) -> Any:
+    """Apply `op`: record it if tracing a tracer argument, else compute it with NumPy."""
+    if _trace_stack and any(isinstance(a, Tracer) for a in args):
+        return _trace_stack[-1].emit(op, args, params)
+    for a in args:
+        if isinstance(a, Tracer):
+            raise TracerError(f"{_describe(a)} was used outside of its trace")
+    with np.errstate(all="ignore"):
+        return np.asarray(op.impl(*args, **params))
+
+
+def _format_const(args: list[str], params: dict[str, Any]) -> str:
+    v = params["value"]
+    return f"const({np.array2string(v, threshold=6)})" if v.size <= 6 else f"const(<{v.shape}>)"
+
+
+def _const_abstract_eval(*, value: np.ndarray, weak: bool) -> Aval:
+    return Aval(value.shape, value.dtype, weak)
+
+
+CONST = Primitive(
+    "const", _const_abstract_eval, lambda *, value, weak: value, vjp=None, format=_format_const
+)
