@@ -18,9 +18,13 @@ import numpy as np
 
 from fastgrad import numpy as fnp
 from fastgrad.autodiff import vjp_graph
+from fastgrad.explain import explain
+from fastgrad.fusion import partition
 from fastgrad.interpreter import eval_graph, run_graph
 from fastgrad.ir import Aval, Graph
+from fastgrad.passes import simplify
 from fastgrad.pytree import TreeDef, flatten, leaf_paths, tree_map, unflatten
+from fastgrad.runtime import DEBUG, Executable
 from fastgrad.tracing import Trace, Tracer, as_array, is_python_scalar
 
 # ---------------------------------------------------------------- tracing a function
@@ -29,6 +33,18 @@ from fastgrad.tracing import Trace, Tracer, as_array, is_python_scalar
 def _identifier(path: str) -> str:
     name = re.sub(r"\W+", "_", path).strip("_")
     return name if name and not name[0].isdigit() else f"x_{name}"
+
+
+def _signature(leaf: Any) -> Any:
+    """What the trace cache keys a leaf by; arrays take the fast path."""
+    if type(leaf) is np.ndarray:
+        return leaf.shape, leaf.dtype
+    if isinstance(leaf, Tracer):
+        return leaf.aval
+    try:
+        return _leaf_aval(leaf, "argument")
+    except TypeError:
+        return ("unsupported", type(leaf))  # reported, with its name, when traced
 
 
 def _leaf_aval(leaf: Any, where: str) -> Aval:
@@ -45,6 +61,43 @@ class Traced:
     graph: Graph
     out_tree: TreeDef
     captured: list[Tracer]  # tracers of an enclosing trace that the function closed over
+    executable: Executable | None = None  # the compiled form, built on first concrete call
+
+    def compiled(self) -> Executable:
+        if self.executable is None:
+            graph = simplify(self.graph)
+            steps = partition(graph)
+            if DEBUG:
+                print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
+            self.executable = Executable(graph, steps)
+            if DEBUG:
+                print(f"# fastgrad: plan\n{explain(self.graph, self.executable)}")
+        return self.executable
+
+
+class Lowered:
+    """A function compiled for one signature: its graphs, kernels and an explanation."""
+
+    def __init__(self, traced: Traced):
+        self._traced = traced
+        self.executable = traced.compiled()
+
+    @property
+    def graph(self) -> Graph:
+        """The traced graph (forward and, under grad, backward)."""
+        return self._traced.graph
+
+    @property
+    def kernels(self) -> list[str]:
+        """The generated Numba source of every fused loop, in execution order."""
+        return [k.source for k in self.executable.kernels]
+
+    def explain(self) -> str:
+        """The kernels, the ops in each, what was recomputed, what stop_gradient pruned."""
+        return explain(self._traced.graph, self.executable)
+
+    def __repr__(self) -> str:
+        return self.explain()
 
 
 def trace_function(
@@ -118,10 +171,12 @@ class Jitted:
         fun: Callable[..., Any],
         static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (),
+        fuse: bool = True,
     ):
         if not callable(fun):
             raise TypeError(f"jit expects a function, got {type(fun).__name__}")
         self.fun = fun
+        self.fuse = fuse
         # Name and docstring only: copying __dict__ would let a wrapped Jitted's state leak in.
         functools.update_wrapper(self, fun, updated=())
         nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
@@ -144,8 +199,12 @@ class Jitted:
             positional[i] for i in nums if -len(positional) <= i < len(positional)
         }
         self._cache: dict[Any, Traced] = {}
+        # Calls with only array arguments skip pytree handling: (shapes, dtypes) -> entry.
+        self._fast: dict[Any, Traced] = {}
 
-    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, list[str]]:
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        if not self._static_nums and not kwargs:  # the common case, kept cheap
+            return (args, {}), ((), ())
         nargs = len(args)
         static_pos = {i % nargs for i in self._static_nums if -nargs <= i < nargs}
         dyn_args = tuple(None if i in static_pos else a for i, a in enumerate(args))
@@ -160,19 +219,24 @@ class Jitted:
             raise TypeError(
                 f"static arguments of {_name(self.fun)} must be hashable, got {static!r}"
             ) from None
-        names = _param_names(self.fun, nargs)
-        leaf_names = _arg_leaf_names(dyn_args, names) + [
+        return (dyn_args, dyn_kwargs), static
+
+    def _leaf_names(self, tree: Any) -> list[str]:
+        dyn_args, dyn_kwargs = tree
+        names = _param_names(self.fun, len(dyn_args))
+        return _arg_leaf_names(dyn_args, names) + [
             p for k in sorted(dyn_kwargs) for p in leaf_paths(dyn_kwargs[k], k)
         ]
-        return (dyn_args, dyn_kwargs), static, leaf_names
 
     def _trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Traced, list[Any]]:
-        tree, static, leaf_names = self._split(args, kwargs)
+        tree, static = self._split(args, kwargs)
         leaves, treedef = flatten(tree)
-        avals = tuple(_leaf_aval(x, w) for x, w in zip(leaves, leaf_names, strict=True))
-        key = (treedef, avals, static)
+        key = (treedef, tuple(map(_signature, leaves)), static)
         traced = self._cache.get(key)
         if traced is None:
+            leaf_names = self._leaf_names(tree)
+            for x, where in zip(leaves, leaf_names, strict=True):
+                _leaf_aval(x, where)  # clear errors for unsupported leaves
             static_pos = dict(static[0])
 
             def rebuild(t: Any) -> Any:
@@ -188,12 +252,43 @@ class Jitted:
         return traced, leaves
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs and self.fuse:
+            try:
+                key = tuple([(a.shape, a.dtype) for a in args if type(a) is np.ndarray])
+                fast = self._fast.get(key) if len(key) == len(args) else None
+            except TypeError:
+                fast = None
+            if fast is not None:
+                return unflatten(fast.out_tree, fast.compiled()(args))
         traced, leaves = self._trace(args, kwargs)
-        return unflatten(traced.out_tree, _run(traced.graph, [*leaves, *traced.captured]))
+        if (
+            self.fuse
+            and not kwargs
+            and not self._static_nums
+            and not traced.captured
+            and all(type(a) is np.ndarray for a in args)
+        ):
+            self._fast[tuple((a.shape, a.dtype) for a in args)] = traced
+        inputs = [*leaves, *traced.captured]
+        if self.fuse and not any(isinstance(a, Tracer) for a in inputs):
+            outs = traced.compiled()([np.asarray(a) for a in inputs])
+        else:
+            outs = _run(traced.graph, inputs)
+        return unflatten(traced.out_tree, outs)
 
     def graph(self, *args: Any, **kwargs: Any) -> Graph:
         """The traced graph for these arguments."""
         return self._trace(args, kwargs)[0].graph
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """The compiled form for these arguments: `.graph`, `.kernels`, `.explain()`.
+
+        >>> import fastgrad as fg, fastgrad.numpy as fnp
+        >>> f = fg.jit(fg.value_and_grad(lambda x: fnp.sum(fnp.sin(x) * x)))
+        >>> print(f.lower(np.ones(4)).explain().splitlines()[0])
+        1 steps: 1 fused loop(s), 0 library call(s)
+        """
+        return Lowered(self._trace(args, kwargs)[0])
 
     def __repr__(self) -> str:
         return f"jit({_name(self.fun)})"
@@ -204,12 +299,14 @@ def jit(
     *,
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
+    fuse: bool = True,
 ) -> Any:
     """Trace `fun` once per input signature and run the traced graph.
 
     Signatures are the pytree structure, shapes and dtypes of the arguments and the values
     of the static ones. Arguments named in `static_argnums`/`static_argnames` are passed as
-    plain Python values, so they may steer Python control flow.
+    plain Python values, so they may steer Python control flow. The graph is compiled into
+    fused Numba loops; `fuse=False` runs it through the NumPy reference interpreter instead.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> @fg.jit
@@ -219,8 +316,8 @@ def jit(
     array(0., dtype=float32)
     """
     if fun is None:
-        return lambda f: Jitted(f, static_argnums, static_argnames)
-    return Jitted(fun, static_argnums, static_argnames)
+        return lambda f: Jitted(f, static_argnums, static_argnames, fuse)
+    return Jitted(fun, static_argnums, static_argnames, fuse)
 
 
 def make_graph(fun: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Any:

@@ -85,6 +85,7 @@ class Primitive:
       per input; it is written with ops, so the backward pass is itself a graph. `vjp=None`
       means the op has no gradient at all (integer or boolean results).
     - `kind` is "elementwise", "reduction", "structural" or "other": fusion reads it.
+    - `loop` is an elementwise op's scalar expression inside a fused loop.
     - `domain` names, per input, the range tests sample from ("real" where empty; see
       fastgrad.testing.strategies).
     """
@@ -96,8 +97,11 @@ class Primitive:
     kind: str = "other"
     domain: tuple[str, ...] = ()
     format: Callable[[list[str], dict[str, Any]], str] | None = None
-    # Elementwise ops: the NumPy ufunc the op mirrors, used for dtype rules and scalar code.
+    # Elementwise ops: the NumPy ufunc the op mirrors (for dtype rules), and the scalar
+    # expression a fused loop computes: a template over operands {0}, {1}, ... where {T} is
+    # the output's scalar type, or "call:NAME" for a math function (see codegen.loops).
     ufunc: Any = None
+    loop: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:

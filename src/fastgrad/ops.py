@@ -76,6 +76,7 @@ def elementwise(
     vjp: Callable[..., Any] | None,
     domain: tuple[str, ...] = (),
     impl: Callable[..., Any] | None = None,
+    loop: str | None = None,
 ) -> Primitive:
     fmt = None
     if name in _INFIX:
@@ -92,6 +93,7 @@ def elementwise(
             domain=domain,
             format=fmt,
             ufunc=ufunc,
+            loop=loop or f"call:{name}",
         )
     )
 
@@ -103,7 +105,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 # Unary float functions: d/dx, written with the output `out` where that is cheaper.
-elementwise("negative", np.negative, lambda g, out, x: (-g,))
+elementwise("negative", np.negative, lambda g, out, x: (-g,), loop="-{0}")
 elementwise("exp", np.exp, lambda g, out, x: (g * out,))
 elementwise("exp2", np.exp2, lambda g, out, x: (g * out * math.log(2),))
 elementwise("expm1", np.expm1, lambda g, out, x: (g * (out + 1),))
@@ -113,8 +115,14 @@ elementwise("log10", np.log10, lambda g, out, x: (g / (x * math.log(10)),), ("po
 elementwise("log1p", np.log1p, lambda g, out, x: (g / (x + 1),), ("above_minus_one",))
 elementwise("sqrt", np.sqrt, lambda g, out, x: (g / (out * 2),), ("positive",))
 elementwise("cbrt", np.cbrt, lambda g, out, x: (g / (out * out * 3),), ("nonzero",))
-elementwise("square", np.square, lambda g, out, x: (g * x * 2,))
-elementwise("reciprocal", np.reciprocal, lambda g, out, x: (-g * out * out,), ("nonzero",))
+elementwise("square", np.square, lambda g, out, x: (g * x * 2,), loop="{0} * {0}")
+elementwise(
+    "reciprocal",
+    np.reciprocal,
+    lambda g, out, x: (-g * out * out,),
+    ("nonzero",),
+    loop="{T}(1) / {0}",
+)
 elementwise("abs", np.abs, lambda g, out, x: (g * fnp.sign(x),), ("nonzero",))
 elementwise("sin", np.sin, lambda g, out, x: (g * fnp.cos(x),))
 elementwise("cos", np.cos, lambda g, out, x: (-g * fnp.sin(x),))
@@ -132,18 +140,24 @@ elementwise("sigmoid", np.exp, lambda g, out, x: (g * out * (1 - out),), impl=_s
 
 # Piecewise-constant functions: their derivative is zero wherever it exists.
 _zero = lambda g, out, *xs: (None,) * len(xs)  # noqa: E731
-elementwise("sign", np.sign, _zero)
+elementwise("sign", np.sign, _zero, loop="{T}({0} > 0) - {T}({0} < 0) if {0} == {0} else {0}")
 elementwise("floor", np.floor, _zero)
 elementwise("ceil", np.ceil, _zero)
 elementwise("rint", np.rint, _zero)
 
 # Predicates and logic give booleans, never differentiated.
-for _name in ("isnan", "isinf", "isfinite", "logical_not"):
-    elementwise(_name, getattr(np, _name), None)
-for _name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
-    elementwise(_name, getattr(np, _name), None)
-for _name in ("logical_and", "logical_or", "logical_xor"):
-    elementwise(_name, getattr(np, _name), None)
+elementwise("isnan", np.isnan, None, loop="{0} != {0}")
+elementwise("isinf", np.isinf, None)
+elementwise("isfinite", np.isfinite, None)
+elementwise("logical_not", np.logical_not, None, loop="not {0}")
+for _name, _symbol in (
+    ("less", "<"), ("less_equal", "<="), ("greater", ">"),
+    ("greater_equal", ">="), ("equal", "=="), ("not_equal", "!="),
+):  # fmt: skip
+    elementwise(_name, getattr(np, _name), None, loop=f"{{0}} {_symbol} {{1}}")
+elementwise("logical_and", np.logical_and, None, loop="({0} != 0) & ({1} != 0)")
+elementwise("logical_or", np.logical_or, None, loop="({0} != 0) | ({1} != 0)")
+elementwise("logical_xor", np.logical_xor, None, loop="({0} != 0) != ({1} != 0)")
 
 
 def _tie_weight(a: Any, b: Any) -> Any:
@@ -160,11 +174,17 @@ def _power_vjp(g: Any, out: Any, x: Any, y: Any) -> tuple[Any, Any]:
 
 
 # Binary.
-elementwise("add", np.add, lambda g, out, x, y: (g, g))
-elementwise("subtract", np.subtract, lambda g, out, x, y: (g, -g))
-elementwise("multiply", np.multiply, lambda g, out, x, y: (g * y, g * x))
-elementwise("divide", np.divide, lambda g, out, x, y: (g / y, -g * out / y), ("real", "nonzero"))
-elementwise("power", np.power, _power_vjp, ("positive", "real"))
+elementwise("add", np.add, lambda g, out, x, y: (g, g), loop="{0} + {1}")
+elementwise("subtract", np.subtract, lambda g, out, x, y: (g, -g), loop="{0} - {1}")
+elementwise("multiply", np.multiply, lambda g, out, x, y: (g * y, g * x), loop="{0} * {1}")
+elementwise(
+    "divide",
+    np.divide,
+    lambda g, out, x, y: (g / y, -g * out / y),
+    ("real", "nonzero"),
+    loop="{0} / {1}",
+)
+elementwise("power", np.power, _power_vjp, ("positive", "real"), loop="{0} ** {1}")
 elementwise(
     "maximum",
     np.maximum,
@@ -200,6 +220,7 @@ register(
         kind="elementwise",
         domain=("bool", "real", "real"),
         ufunc=np.where,
+        loop="{1} if {0} else {2}",
     )
 )
 
@@ -220,6 +241,7 @@ register(
         _astype_vjp,
         kind="elementwise",
         format=lambda args, params: f"{args[0]}.astype({params['dtype'].name})",
+        loop="{T}({0})",
     )
 )
 
@@ -237,6 +259,7 @@ STOP_GRADIENT = register(
         lambda g, out, x, *, name=None: (None,),
         kind="elementwise",
         format=_stop_gradient_format,
+        loop="{0}",
     )
 )
 

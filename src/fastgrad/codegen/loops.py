@@ -1,0 +1,514 @@
+"""Generate the Numba source of one fused loop.
+
+The source depends on the loop's structure only (ops, dtypes, ranks, which axes are
+broadcast), never on sizes: sizes are arguments. So it doubles as the kernel's cache key,
+and a new batch size compiles nothing.
+
+Shape of a kernel: a (p)range over chunks of the first outer axis; inside, loops over
+the other outer axes; per outer index, one pass over the inner (reduced) axes per phase;
+then the row values. Full reductions keep one partial per chunk, combined in order after
+the parallel loop, so results do not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fastgrad.fusion import REDUCTIONS, Loop
+from fastgrad.ir import Node, Var
+
+_TYPE = {
+    "float64": "f64", "float32": "f32", "int64": "np.int64", "int32": "np.int32",
+    "int16": "np.int16", "int8": "np.int8", "uint64": "np.uint64", "uint32": "np.uint32",
+    "uint16": "np.uint16", "uint8": "np.uint8", "bool": "np.bool_",
+}  # fmt: skip
+# Math functions with a NumPy scalar spelling Numba understands (used when vecmath has no
+# vectorizable version for the dtype).
+_NUMPY_FALLBACK = {"abs": "np.abs"}
+
+
+def scalar_type(dtype: np.dtype) -> str:
+    return _TYPE[dtype.name]
+
+
+def literal(value: np.ndarray) -> str:
+    """A typed scalar literal, so float32 kernels stay float32."""
+    v = value.reshape(())[()]
+    t = scalar_type(value.dtype)
+    if value.dtype == np.bool_:
+        return "True" if v else "False"
+    if value.dtype.kind == "f":
+        if np.isnan(v):
+            return f"{t}(np.nan)"
+        if np.isinf(v):
+            return f"{t}({'-' if v < 0 else ''}np.inf)"
+        return f"{t}({float(v)!r})"
+    return f"{t}({int(v)})"
+
+
+def _init(reduction: str, dtype: np.dtype) -> str:
+    t = scalar_type(dtype)
+    if reduction == "sum":
+        return f"{t}(0)"
+    if reduction == "prod":
+        return f"{t}(1)"
+    if dtype.kind == "f":
+        return f"{t}({'-' if reduction == 'max' else ''}np.inf)"
+    if dtype == np.bool_:
+        return "False" if reduction == "max" else "True"
+    info = np.iinfo(dtype)
+    return f"{t}({info.min if reduction == 'max' else info.max})"
+
+
+def _combine(reduction: str, acc: str, x: str) -> str:
+    if reduction == "sum":
+        return f"radd({acc}, {x})"
+    if reduction == "prod":
+        return f"{acc} * {x}"
+    return f"{reduction}imum({acc}, {x})"
+
+
+@dataclass
+class KernelSource:
+    """A kernel's module source and how to call it."""
+
+    name: str
+    source: str
+    inputs: list[Var]
+    scalars: list[Var]  # single-element constants, passed (in this order) before the arrays
+    outputs: list[Var]
+    flat: bool  # arrays are passed raveled to 1-D (0-d ones always as shape (1,))
+    ops: list[str]
+    recomputed: list[str] = field(default_factory=list)
+    imports: set[str] = field(default_factory=set)
+    index_checks: list[Var] = field(default_factory=list)  # column indices into axis 1
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 1
+        self.opened: list[int] = []  # line count when each open block began
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def indent(self) -> None:
+        self.depth += 1
+        self.opened.append(len(self.lines))
+
+    def dedent(self, n: int = 1) -> None:
+        for _ in range(n):
+            if self.opened.pop() == len(self.lines):
+                self("pass")  # a block with nothing to do (e.g. a pass that only loads)
+            self.depth -= 1
+
+
+def _is_flat(loop: Loop) -> bool:
+    if loop.reduce_axes:
+        return False
+    operands = list(loop.inputs) + list(loop.outputs)
+    return all(v.aval.shape in (loop.shape, ()) for v in operands)
+
+
+def generate(
+    loop: Loop,
+    parallel: bool,
+    vector_math: AbstractSet[tuple[str, str]],
+    constants: dict[int, np.ndarray],
+) -> KernelSource:
+    """The Numba source for `loop`.
+
+    `vector_math` lists the (function, dtype) pairs vecmath implements; `constants` maps
+    id(var) to the value of the graph's constants: 0-d ones become typed literals.
+    """
+    return _Generator(loop, parallel, vector_math, constants).run()
+
+
+class _Generator:
+    def __init__(
+        self,
+        loop: Loop,
+        parallel: bool,
+        vector_math: AbstractSet[tuple[str, str]],
+        constants: dict[int, np.ndarray],
+    ):
+        self.loop = loop
+        # Single-element constants are passed as scalar arguments, not written as literals:
+        # their values often depend on sizes (1/n in a mean), and the source must not.
+        self.scalars = [v for v in loop.inputs if id(v) in constants and constants[id(v)].size == 1]
+        self.consts = {id(v): f"k{j}" for j, v in enumerate(self.scalars)}
+        self.arrays = [v for v in loop.inputs if id(v) not in self.consts]
+        self.parallel = parallel
+        self.vector_math = vector_math
+        self.flat = _is_flat(loop) or loop.shape == ()
+        self.shape = (int(np.prod(loop.shape)),) if self.flat else loop.shape
+        ndim = len(self.shape)
+        self.inner = [] if self.flat else list(loop.reduce_axes)
+        self.outer = [a for a in range(ndim) if a not in self.inner]
+        self.in_name = {id(v): f"a{k}" for k, v in enumerate(self.arrays)}
+        self.out_name = {id(v): f"o{k}" for k, v in enumerate(loop.outputs)}
+        self.index = {id(n.out): k for k, n in enumerate(loop.nodes)}
+        self.imports: set[str] = set()
+        self.recomputed: list[str] = []
+        # While recomputing an elem value at another point (a row pick), index variables
+        # are substituted and value names suffixed.
+        self.subst: dict[int, str] = {}
+        self.suffix = ""
+        self.index_checks: list[Var] = []
+
+    # ---- addressing
+    def _row_map(self, shape: tuple[int, ...]) -> list[int]:
+        """S axes addressed by the dims of a value of `shape` at row level."""
+        keep, _ = self.loop.row_shapes()
+        return list(range(len(self.loop.shape))) if shape == keep else self.outer
+
+    def address(self, v: Var, target: tuple[int, ...], level: str) -> str:
+        """`array[index]` reading or writing `v` (an array of its own shape) at a point of a
+        value of shape `target` at `level` (NumPy broadcasting from v's shape)."""
+        name = self.in_name.get(id(v)) or self.out_name[id(v)]
+        shape = v.aval.shape
+        if shape == () or level == "scalar":
+            return f"{name}[0]"
+        if self.flat:
+            return f"{name}[i0]"
+        if level == "elem":
+            target = self.loop.shape
+        axes = list(range(len(self.loop.shape))) if level == "elem" else self._row_map(target)
+        lead = len(target) - len(shape)
+        idx = [
+            "0" if d == 1 else self.subst.get(axes[lead + j], f"i{axes[lead + j]}")
+            for j, d in enumerate(shape)
+        ]
+        return f"{name}[{', '.join(idx)}]"
+
+    def value(self, v: Var, node: Node, level: str, target: tuple[int, ...] | None = None) -> str:
+        """The expression for operand `v` of `node` evaluated at `level` (at a point of a
+        value of shape `target`, by default the node's output)."""
+        k = self.index.get(id(v))
+        if k is not None:
+            return f"v{k}{self.suffix if self.loop.level[id(v)] == 'elem' else ''}"
+        if id(v) in self.consts:
+            return self.consts[id(v)]
+        return self.address(v, target or node.out.aval.shape, level)
+
+    # ---- expressions
+    def expression(self, node: Node, level: str) -> str:
+        op = node.op
+        if op.name in ("broadcast_to", "reshape") or op.name in REDUCTIONS:  # no-op here
+            return self.value(node.inputs[0], node, level)
+        out_dtype = node.out.aval.dtype
+        if op.name == "scatter_add":  # the row pick's VJP: g[i] in column labels[i]
+            g = self.value(node.inputs[0], node, "row", node.inputs[0].aval.shape)
+            col = self.column(node.inputs[2], node.params["shape"][1])
+            return f"({g} if {col} == i1 else {scalar_type(out_dtype)}(0))"
+        args = [self.value(v, node, level) for v in node.inputs]
+        template = op.loop
+        assert template is not None, op.name
+        if template.startswith("call:"):
+            fn = template[5:]
+            if out_dtype.kind == "f" and any(v.aval.dtype != out_dtype for v in node.inputs):
+                args = [f"{scalar_type(out_dtype)}({a})" for a in args]
+            return f"{self.function(fn, out_dtype)}({', '.join(args)})"
+        return "(" + template.format(*args, T=scalar_type(out_dtype)) + ")"
+
+    def column(self, labels: Var, k: int) -> str:
+        """The column a row pick reads: labels[i0], wrapped like a NumPy index."""
+        j = self.address(labels, labels.aval.shape, "row")
+        if labels not in self.index_checks:
+            self.index_checks.append(labels)  # the runtime checks bounds before the call
+        return f"({j} + n1 if {j} < 0 else {j})"
+
+    def pick(self, w: _Writer, node: Node, level: dict[int, str]) -> str:
+        """Emit code computing `x[i0, labels[i0]]` for a row-pick gather; its expression."""
+        x = node.inputs[0]
+        k = self.index[id(node.out)]
+        w(f"j{k} = {self.column(node.inputs[2], x.aval.shape[1])}")
+        saved = self.subst, self.suffix
+        self.subst, self.suffix = {1: f"j{k}"}, f"_at{k}"
+        try:
+            if id(x) not in level:
+                return self.address(x, self.loop.shape, "elem")
+            needed = _closure([self.by_id[id(x)]], self.loop.nodes, level)
+            for n in self.loop.nodes:
+                if id(n.out) in needed:
+                    self.recomputed.append(f"{n.op.name} (at the picked column)")
+                    w(f"v{self.index[id(n.out)]}{self.suffix} = {self.expression(n, 'elem')}")
+            return f"v{self.index[id(x)]}{self.suffix}"
+        finally:
+            self.subst, self.suffix = saved
+
+    def function(self, fn: str, dtype: np.dtype) -> str:
+        if (fn, dtype.name) in self.vector_math:
+            name = f"{fn}_{scalar_type(dtype)}"
+            self.imports.add(name)
+            return name
+        if fn in ("maximum", "minimum"):
+            return fn
+        return _NUMPY_FALLBACK.get(fn, f"np.{fn}")
+
+    # ---- schedule
+    def run(self) -> KernelSource:
+        loop = self.loop
+        nodes = loop.nodes
+        level = {id(n.out): loop.level[id(n.out)] for n in nodes}
+        self.by_id = {id(n.out): n for n in nodes}
+        phase: dict[int, int] = {}
+        avail: dict[int, int] = {}
+        for n in nodes:
+            lv = level[id(n.out)]
+            inside = [v for v in n.inputs if id(v) in level]
+            if lv == "elem":
+                phase[id(n.out)] = max(
+                    [phase[id(v)] if level[id(v)] == "elem" else avail[id(v)] for v in inside],
+                    default=0,
+                )
+            elif lv == "row":
+                x = n.inputs[0]
+                if n.op.name in REDUCTIONS and (
+                    level.get(id(x)) == "elem"
+                    or (id(x) not in level and x.aval.shape == loop.shape)
+                ):
+                    avail[id(n.out)] = phase.get(id(x), 0) + 1
+                elif n.op.name == "gather":  # needs what x needs, then reads it anywhere
+                    avail[id(n.out)] = phase.get(id(x), 0)
+                else:
+                    avail[id(n.out)] = max((avail[id(v)] for v in inside), default=0)
+        outputs = {id(v) for v in loop.outputs}
+        reduce_phase: dict[int, int] = {}  # reduction node id(out) -> phase it accumulates in
+        for n in nodes:
+            if n.op.name in REDUCTIONS and n.params["axis"] and level[id(n.out)] == "row":
+                x = n.inputs[0]
+                if level.get(id(x), "elem" if x.aval.shape == loop.shape else "row") == "elem":
+                    reduce_phase[id(n.out)] = phase.get(id(x), 0)
+        scalar_reductions = [
+            n
+            for n in nodes
+            if level[id(n.out)] == "scalar" and n.op.name in REDUCTIONS and n.params["axis"]
+        ]
+        # A reduction of an input read straight from memory accumulates in phase 0.
+        accumulate_phases = list(reduce_phase.values()) + [
+            phase.get(id(n.inputs[0]), 0) for n in scalar_reductions if self._elem_input(n, level)
+        ]
+        n_phases = max([*phase.values(), *accumulate_phases], default=-1) + 1
+
+        w = _Writer()
+        sizes = [f"n{a}" for a in range(len(self.shape))]
+        args = sizes + ["nchunks"] + list(self.consts.values())
+        args += [self.in_name[id(v)] for v in self.arrays]
+        args += [self.out_name[id(v)] for v in loop.outputs]
+        for k, n in enumerate(scalar_reductions):
+            w(f"p{k} = np.empty(nchunks, {scalar_type(n.out.aval.dtype)})")
+        first = self.outer[0] if self.outer else None
+        w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
+        w.indent()
+        for k, n in enumerate(scalar_reductions):
+            w(f"s{k} = {_init(n.op.name, n.out.aval.dtype)}")
+        scratch_at, scratch_depth = len(w.lines), w.depth  # row buffers, once per chunk
+        if first is not None:
+            w(f"for i{first} in range((c * n{first}) // nchunks, ((c + 1) * n{first}) // nchunks):")
+            w.indent()
+            for a in self.outer[1:]:
+                w(f"for i{a} in range(n{a}):")
+                w.indent()
+        done: set[int] = set()
+        scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
+
+        def emit_rows(up_to: int) -> None:
+            for n in nodes:
+                if level[id(n.out)] != "row" or id(n.out) in done or avail[id(n.out)] > up_to:
+                    continue
+                if id(n.out) in reduce_phase:
+                    continue  # assigned after its phase loop
+                done.add(id(n.out))
+                if n.op.name == "gather":
+                    expr = self.pick(w, n, level)
+                else:
+                    expr = self.row_expression(n)
+                w(f"v{self.index[id(n.out)]} = {expr}")
+                self.after_value(w, n, "row", outputs, scalar_index)
+
+        # What each pass computes: the elem values its outputs and reductions need.
+        plan = []
+        for p in range(n_phases):
+            sinks = [
+                n
+                for n in nodes
+                if level[id(n.out)] == "elem" and phase[id(n.out)] == p and id(n.out) in outputs
+            ]
+            reducers = [
+                n
+                for n in nodes
+                if (id(n.out) in reduce_phase and reduce_phase[id(n.out)] == p)
+                or (
+                    id(n.out) in scalar_index
+                    and self._elem_input(n, level)
+                    and phase.get(id(n.inputs[0]), 0) == p
+                )
+            ]
+            plan.append((sinks, reducers, _closure([*sinks, *reducers], nodes, level)))
+        # An expensive value that a later pass needs again is kept in a row-sized scratch
+        # buffer (it stays in cache) instead of being recomputed: exp in a softmax.
+        stored: set[int] = set()
+        if len(self.inner) == 1:
+            for n in nodes:
+                q = phase.get(id(n.out))
+                if (
+                    q is not None
+                    and _expensive(n)
+                    and id(n.out) in plan[q][2]
+                    and any(id(n.out) in plan[p][2] for p in range(q + 1, n_phases))
+                ):
+                    stored.add(id(n.out))
+        for p in range(n_phases):
+            sinks, reducers, _ = plan[p]
+            cut = {k for k in stored if phase[k] < p}
+            plan[p] = (sinks, reducers, _closure([*sinks, *reducers], nodes, level, cut))
+        w.lines[scratch_at:scratch_at] = [
+            "    " * scratch_depth
+            + f"t{k} = np.empty(n{self.inner[0]}, {scalar_type(nodes[k].out.aval.dtype)})"
+            for k in sorted(self.index[i] for i in stored)
+        ]
+
+        for p in range(n_phases):
+            emit_rows(p)
+            sinks, reducers, needed = plan[p]
+            for n in reducers:
+                if id(n.out) in reduce_phase:
+                    w(f"r{self.index[id(n.out)]} = {_init(n.op.name, n.out.aval.dtype)}")
+            for a in self.inner:
+                w(f"for i{a} in range(n{a}):")
+                w.indent()
+            for n in nodes:
+                if id(n.out) not in needed:
+                    continue
+                k = self.index[id(n.out)]
+                if id(n.out) in stored and phase[id(n.out)] < p:
+                    w(f"v{k} = t{k}[i{self.inner[0]}]")
+                    continue
+                if phase[id(n.out)] < p:
+                    self.recomputed.append(f"{n.op.name} (phase {p})")
+                w(f"v{k} = {self.expression(n, 'elem')}")
+                if id(n.out) in stored:
+                    w(f"t{k}[i{self.inner[0]}] = v{k}")
+                if id(n.out) in outputs and phase[id(n.out)] == p:
+                    w(f"{self.address(n.out, loop.shape, 'elem')} = v{self.index[id(n.out)]}")
+            for n in reducers:
+                operand = self.value(n.inputs[0], n, "elem")
+                t = scalar_type(n.out.aval.dtype)
+                if n.inputs[0].aval.dtype != n.out.aval.dtype:
+                    operand = f"{t}({operand})"
+                if id(n.out) in reduce_phase:
+                    acc = f"r{self.index[id(n.out)]}"
+                else:
+                    acc = f"s{scalar_index[id(n.out)]}"
+                w(f"{acc} = {_combine(n.op.name, acc, operand)}")
+            w.dedent(len(self.inner))
+            for n in reducers:
+                if id(n.out) in reduce_phase:
+                    done.add(id(n.out))
+                    w(f"v{self.index[id(n.out)]} = r{self.index[id(n.out)]}")
+                    self.after_value(w, n, "row", outputs, scalar_index)
+        emit_rows(n_phases + 1)
+        if first is not None:
+            w.dedent(len(self.outer))
+        for k in range(len(scalar_reductions)):
+            w(f"p{k}[c] = s{k}")
+        w.dedent()
+        for k, n in enumerate(scalar_reductions):
+            t = _init(n.op.name, n.out.aval.dtype)
+            w(f"v{self.index[id(n.out)]} = {t}")
+            w("for c in range(nchunks):")
+            acc = f"v{self.index[id(n.out)]}"
+            w(f"    {acc} = {_combine(n.op.name, acc, f'p{k}[c]')}")
+        for n in nodes:
+            if level[id(n.out)] == "scalar" and id(n.out) not in scalar_index:
+                w(f"v{self.index[id(n.out)]} = {self.expression(n, 'scalar')}")
+        for n in nodes:
+            if level[id(n.out)] == "scalar" and id(n.out) in outputs:
+                w(f"{self.out_name[id(n.out)]}[0] = v{self.index[id(n.out)]}")
+
+        name = "kernel"
+        header = [
+            '"""Generated by fastgrad: one fused loop."""',
+            "import numpy as np",
+            "from numba import njit, prange",
+            "from fastgrad.codegen.support import f32, f64, maximum, minimum, radd",
+        ]
+        if self.imports:
+            header.append(f"from fastgrad.codegen.vecmath import {', '.join(sorted(self.imports))}")
+        flags = f"parallel={self.parallel}, error_model='numpy', cache=True, nogil=True"
+        body = [
+            "",
+            "",
+            f"@njit({flags})",
+            f"def {name}({', '.join(args)}):",
+            *w.lines,
+        ]
+        return KernelSource(
+            name=name,
+            source="\n".join(header + body) + "\n",
+            inputs=self.arrays,
+            scalars=self.scalars,
+            outputs=list(loop.outputs),
+            flat=self.flat,
+            ops=[n.op.name for n in nodes],
+            recomputed=self.recomputed,
+            imports=self.imports,
+            index_checks=self.index_checks,
+        )
+
+    def _elem_input(self, n: Node, level: dict[int, str]) -> bool:
+        x = n.inputs[0]
+        return level.get(id(x), "elem" if x.aval.shape == self.loop.shape else "row") == "elem"
+
+    def row_expression(self, n: Node) -> str:
+        return self.expression(n, "row")
+
+    def after_value(
+        self, w: _Writer, n: Node, level: str, outputs: set[int], scalar_index: dict[int, int]
+    ) -> None:
+        k = self.index[id(n.out)]
+        if id(n.out) in outputs:
+            w(f"{self.address(n.out, n.out.aval.shape, level)} = v{k}")
+        for s in self.loop.nodes:
+            if id(s.out) in scalar_index and s.inputs[0] is n.out:
+                acc = f"s{scalar_index[id(s.out)]}"
+                w(f"{acc} = {_combine(s.op.name, acc, f'v{k}')}")
+
+
+_CHEAP_CALLS = frozenset({"abs", "maximum", "minimum", "sqrt", "floor", "ceil", "rint",
+                          "isinf", "isfinite"})  # fmt: skip
+
+
+def _expensive(node: Node) -> bool:
+    loop = node.op.loop or ""
+    return loop.startswith("call:") and loop[5:] not in _CHEAP_CALLS
+
+
+def _closure(
+    sinks: list[Node], nodes: list[Node], level: dict[int, str], cut: AbstractSet[int] = frozenset()
+) -> set[int]:
+    """Ids of the elem values needed to compute `sinks` (their own included when elem);
+    values in `cut` are needed but not their inputs (they come from a scratch buffer)."""
+    by_id = {id(n.out): n for n in nodes}
+    needed: set[int] = set()
+    stack = [s for s in sinks]
+    while stack:
+        n = stack.pop()
+        targets = [n] if level[id(n.out)] == "elem" else []
+        if level[id(n.out)] != "elem":
+            targets = [by_id[id(v)] for v in n.inputs if id(v) in by_id and level[id(v)] == "elem"]
+        for t in targets:
+            if id(t.out) in needed:
+                continue
+            needed.add(id(t.out))
+            if id(t.out) in cut:
+                continue
+            stack.extend(
+                by_id[id(v)] for v in t.inputs if id(v) in by_id and level[id(v)] == "elem"
+            )
+    return needed

@@ -1,0 +1,263 @@
+"""Fusion: partition a graph into fused loops and library calls.
+
+A `Loop` runs over an iteration shape S. Its reductions all reduce the same axes R (the
+"inner" axes; the others are "outer"), or reduce everything to a scalar. So each value in
+a loop has a level:
+  - "elem": shape S, computed inside the inner loops;
+  - "row": S with the R axes reduced (kept as 1 or dropped), one value per outer index;
+  - "scalar": a full reduction, or arithmetic on those, accumulated across the whole loop.
+Elem values may read row values (a softmax divides by its row sum): the loop then makes
+several passes over each row, recomputing elem values a later pass needs rather than
+storing them. Scalars cannot feed back into the loop that makes them.
+
+Convexity rule: a node joins a loop only if every input it takes from outside the loop is
+produced by a step that runs before the loop. So no path leaves a loop and comes back into
+it, and the steps stay in a valid order (pinned by test_fusion.py::test_convexity).
+
+One indexing pattern fuses: picking one element per row, `z[arange(n), labels]` (a row
+value read at column labels[i]), and its VJP, the scatter of a row value into that column
+(an elem value: g[i] where j == labels[i], else 0). Everything else (matmul, other gathers,
+slices, concatenation, general reshapes) is a `Call` of the op's NumPy implementation:
+BLAS for matmul, views for reshape and transpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fastgrad.ir import Graph, Node, Var, consumers
+
+REDUCTIONS = frozenset({"sum", "max", "min", "prod"})
+
+
+def row_keep(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if a in axes else d for a, d in enumerate(shape))
+
+
+def row_drop(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for a, d in enumerate(shape) if a not in axes)
+
+
+@dataclass(eq=False)
+class Loop:
+    """A fused loop: nodes in order, the level of each value, and what it reads and writes."""
+
+    shape: tuple[int, ...]
+    position: int
+    reduce_axes: tuple[int, ...] = ()
+    nodes: list[Node] = field(default_factory=list)
+    level: dict[int, str] = field(default_factory=dict)
+    inputs: list[Var] = field(default_factory=list)
+    outputs: list[Var] = field(default_factory=list)
+
+    def row_shapes(self) -> tuple[tuple[int, ...], ...]:
+        if not self.reduce_axes:
+            return ()
+        return (row_keep(self.shape, self.reduce_axes), row_drop(self.shape, self.reduce_axes))
+
+    def level_of_shape(self, shape: tuple[int, ...]) -> str | None:
+        if shape == self.shape:
+            return "elem"
+        if shape in self.row_shapes():
+            return "row"
+        if shape == ():
+            return "scalar"
+        return None
+
+    def has_row_values(self) -> bool:
+        return "row" in self.level.values()
+
+
+@dataclass(eq=False)
+class Call:
+    """One node run by its op's NumPy implementation."""
+
+    node: Node
+    position: int
+
+
+Step = Loop | Call
+
+
+def is_fusible(node: Node, constants: dict[int, np.ndarray]) -> bool:
+    kind = node.op.kind
+    return (
+        (kind == "elementwise" and node.op.name != "const")
+        or node.op.name in REDUCTIONS
+        or node.op.name in ("broadcast_to", "reshape")
+        or is_row_pick(node, constants)
+    )
+
+
+def is_row_pick(node: Node, constants: dict[int, np.ndarray]) -> bool:
+    """`x[arange(n), labels]` on a 2-D x (gather), or its VJP (scatter_add)."""
+    if node.op.name not in ("gather", "scatter_add") or len(node.inputs) != 3:
+        return False
+    if node.params["index"] != (("array", 0), ("array", 1)):
+        return False
+    full = node.inputs[0].aval.shape if node.op.name == "gather" else node.params["shape"]
+    rows, cols = node.inputs[1], node.inputs[2]
+    n = full[0] if len(full) == 2 else -1
+    first = constants.get(id(rows))
+    return (
+        first is not None
+        and first.shape == (n,)
+        and bool(np.array_equal(first, np.arange(n)))
+        and cols.aval.shape == (n,)
+        and cols.aval.dtype.kind in "iu"
+    )
+
+
+def _placement(
+    loop: Loop, node: Node, position_of: dict[int, int]
+) -> tuple[str, tuple[int, ...]] | None:
+    """(level, reduce axes) that `node` would have in `loop`, or None if it cannot join."""
+    levels = [loop.level.get(id(v)) for v in node.inputs]
+    for v, lv in zip(node.inputs, levels, strict=True):
+        if lv is None and position_of.get(id(v), -1) > loop.position:
+            return None  # the convexity rule
+    out_shape = node.out.aval.shape
+    name = node.op.name
+    axes = loop.reduce_axes
+    if name in ("gather", "scatter_add"):
+        # A row pick: the loop must run over the full (n, k) array with the columns inner.
+        full = node.inputs[0].aval.shape if name == "gather" else node.params["shape"]
+        if loop.shape != full or levels[2] is not None:
+            return None
+        if axes != (1,) and (axes or loop.has_row_values()):
+            return None
+        source = levels[0] or (
+            "elem" if name == "gather" and node.inputs[0].aval.shape == full else "row"
+        )
+        if (name == "gather") != (source == "elem"):
+            return None
+        return ("row" if name == "gather" else "elem"), (1,)
+    if name in REDUCTIONS:
+        x = node.inputs[0]
+        reduced = node.params["axis"]
+        # An input from outside is read at elem level: it must span the whole loop.
+        lv = levels[0] or ("elem" if x.aval.shape == loop.shape else None)
+        if not reduced:
+            return (lv, axes) if lv and lv == loop.level_of_shape(out_shape) else None
+        if lv == "elem":
+            if len(reduced) == x.aval.ndim:
+                return "scalar", axes
+            if reduced == axes:
+                return "row", axes
+            if not axes and not loop.has_row_values():
+                return "row", reduced
+            return None
+        if lv == "row" and len(reduced) == x.aval.ndim:
+            return "scalar", axes
+        return None
+    if name == "broadcast_to":
+        lv = levels[0]
+        if lv is None:
+            target = loop.level_of_shape(out_shape)
+            return (target, axes) if target in ("elem", "row") else None
+        if (
+            lv == "row"
+            and out_shape == loop.shape
+            and node.inputs[0].aval.shape == loop.row_shapes()[0]
+        ):
+            return "elem", axes
+        return None
+    if name == "reshape":
+        lv = levels[0]
+        rows = loop.row_shapes()
+        if lv == "row" and node.inputs[0].aval.shape in rows and out_shape in rows:
+            return "row", axes
+        return None
+    # Elementwise: operands have the output's shape, so the level follows from it.
+    internal = {lv for lv in levels if lv is not None}
+    target = internal.pop() if len(internal) == 1 else None
+    if len(internal) > 0:
+        return None
+    if target is None:
+        target = loop.level_of_shape(out_shape)
+    if target is None:
+        return None
+    if target == "elem" and out_shape != loop.shape:
+        return None
+    if target == "row" and out_shape not in loop.row_shapes():
+        return None
+    if target == "scalar" and out_shape != ():
+        return None
+    return target, axes
+
+
+def _new_loop(node: Node, position: int) -> Loop:
+    if node.op.name in REDUCTIONS or node.op.name == "gather":
+        return Loop(node.inputs[0].aval.shape, position)
+    if node.op.name == "scatter_add":
+        return Loop(tuple(node.params["shape"]), position)
+    return Loop(node.out.aval.shape, position)
+
+
+def partition(graph: Graph) -> list[Step]:
+    """Split `graph` (after passes.simplify) into loops and calls, in execution order."""
+    steps: list[Step] = []
+    constants = {id(n.out): n.params["value"] for n in graph.nodes if n.op.name == "const"}
+    position_of: dict[int, int] = {}  # var id -> position of the step that makes it
+    loop_of: dict[int, Loop] = {}  # var id -> loop that makes it
+    for node in graph.nodes:
+        if node.op.name == "const":
+            continue
+        if not is_fusible(node, constants):
+            steps.append(Call(node, len(steps)))
+            position_of[id(node.out)] = len(steps) - 1
+            continue
+        # Producers' loops first (vertical fusion), then any other loop (siblings that read
+        # the same inputs), latest first.
+        producers = {id(loop_of[id(v)]) for v in node.inputs if id(v) in loop_of}
+        candidates = sorted(
+            (s for s in steps if isinstance(s, Loop)),
+            key=lambda lp: (id(lp) not in producers, -lp.position),
+        )
+        chosen = None
+        for loop in candidates:
+            placed = _placement(loop, node, position_of)
+            if placed is not None:
+                chosen = loop, placed
+                break
+        if chosen is None:
+            loop = _new_loop(node, len(steps))
+            placed = _placement(loop, node, position_of)
+            if placed is None:  # e.g. a reshape that is not a unit-axis change
+                steps.append(Call(node, len(steps)))
+                position_of[id(node.out)] = len(steps) - 1
+                continue
+            steps.append(loop)
+            chosen = loop, placed
+        loop, (level, axes) = chosen
+        loop.reduce_axes = axes
+        loop.nodes.append(node)
+        loop.level[id(node.out)] = level
+        loop_of[id(node.out)] = loop
+        position_of[id(node.out)] = loop.position
+    _connect(graph, steps)
+    return steps
+
+
+def _connect(graph: Graph, steps: list[Step]) -> None:
+    """Fill each loop's inputs (read from outside) and outputs (read outside, or returned)."""
+    users = consumers(graph)
+    returned = {id(v) for v in graph.outputs}
+    for step in steps:
+        if not isinstance(step, Loop):
+            continue
+        inside = {id(n.out) for n in step.nodes}
+        seen: set[int] = set()
+        for node in step.nodes:
+            for v in node.inputs:
+                if id(v) not in inside and id(v) not in seen:
+                    seen.add(id(v))
+                    step.inputs.append(v)
+        step.outputs = [
+            n.out
+            for n in step.nodes
+            if id(n.out) in returned
+            or any(id(u.out) not in inside for u in users.get(id(n.out), []))
+        ]

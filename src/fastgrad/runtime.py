@@ -1,0 +1,187 @@
+"""Run a partitioned graph: fused kernels and library calls over a flat list of buffers.
+
+Every value has a slot; graph inputs and constants are filled in first, then each step
+reads its slots and fills its own. Kernel outputs are allocated with NumPy (which asks for
+huge pages) and passed in. A loop's kernel is generated, and compiled, on its first run:
+the serial variant for small sizes, the parallel one (prange) above a threshold.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numba
+import numpy as np
+
+from fastgrad.codegen.compiler import first_call, load_kernel
+from fastgrad.codegen.loops import KernelSource, generate
+from fastgrad.codegen.vecmath import FUNCTIONS
+from fastgrad.fusion import Call, Loop, Step
+from fastgrad.ir import Graph
+
+# Below this many iterations a parallel loop costs more than it saves (thread wake-up).
+PARALLEL_THRESHOLD = 1 << 15
+# Full reductions keep one partial per chunk: a fixed count makes results independent of
+# the thread count and of the serial/parallel choice.
+MAX_CHUNKS = 64
+VECTOR_MATH = frozenset(FUNCTIONS)
+DEBUG = bool(os.environ.get("FASTGRAD_DEBUG"))
+
+
+@dataclass
+class _KernelStep:
+    loop: Loop
+    ins: list[int]
+    outs: list[int]
+    out_shapes: list[tuple[int, ...]]
+    out_dtypes: list[np.dtype]
+    sizes: tuple[int, ...]
+    nchunks: int
+    parallel: bool
+    flat: bool
+    source: KernelSource
+    kernel: Any = None
+
+    def __post_init__(self) -> None:
+        # Which operands the kernel sees in another shape: 0-d as (1,), and all raveled in a
+        # flat loop. Decided once here, so a call does no more than it must.
+        self._reshape_in = [
+            len(shape) == 0 or (self.flat and len(shape) > 1)
+            for shape in (self.loop_input_shapes or [])
+        ]
+        self._kernel_shapes = [
+            (int(np.prod(s)),) if (self.flat or not s) and len(s) != 1 else s
+            for s in self.out_shapes
+        ]
+        self._views = [
+            None if shape == k else shape
+            for shape, k in zip(self.out_shapes, self._kernel_shapes, strict=True)
+        ]
+        self._any_reshape = any(self._reshape_in)
+        self._allocations = list(zip(self._kernel_shapes, self.out_dtypes, strict=True))
+
+    loop_input_shapes: list[tuple[int, ...]] | None = None
+    scalars: tuple[Any, ...] = ()
+    checks: tuple[int, ...] = ()
+
+    def run(self, env: list[Any]) -> None:
+        for slot in self.checks:  # kernels do not bounds-check; NumPy would raise here
+            columns = env[slot]
+            k = self.sizes[1]
+            if columns.size and (columns.min() < -k or columns.max() >= k):
+                bad = columns[(columns < -k) | (columns >= k)][0]
+                raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
+        kernel = self.kernel
+        if kernel is None:
+            loaded = load_kernel(self.source.source, self.source.name)
+            kernel = partial(first_call, loaded, self.source.source)
+        if self._any_reshape:
+            args = [
+                np.ascontiguousarray(env[slot]).reshape(-1) if reshape else env[slot]
+                for slot, reshape in zip(self.ins, self._reshape_in, strict=False)
+            ]
+        else:
+            args = [env[slot] for slot in self.ins]
+        outs = [np.empty(s, d) for s, d in self._allocations]
+        kernel(*self.sizes, self.nchunks, *self.scalars, *args, *outs)
+        if self.kernel is None:
+            self.kernel = loaded
+        for slot, buf, view in zip(self.outs, outs, self._views, strict=False):
+            env[slot] = buf if view is None else buf.reshape(view)
+
+
+@dataclass
+class _CallStep:
+    impl: Any
+    params: dict[str, Any]
+    ins: list[int]
+    out: int
+    dtype: np.dtype
+
+    def run(self, env: list[Any]) -> None:
+        with np.errstate(all="ignore"):
+            value = self.impl(*(env[i] for i in self.ins), **self.params)
+        env[self.out] = np.asarray(value, dtype=self.dtype)
+
+
+class Executable:
+    """A graph ready to run: call it with the graph's input arrays."""
+
+    def __init__(self, graph: Graph, steps: Sequence[Step]):
+        self.graph = graph
+        self.steps = list(steps)
+        slot: dict[int, int] = {}
+
+        def slot_of(v: Any) -> int:
+            if id(v) not in slot:
+                slot[id(v)] = len(slot)
+            return slot[id(v)]
+
+        for v in graph.inputs:
+            slot_of(v)
+        constants: dict[int, np.ndarray] = {}
+        for node in graph.nodes:
+            if node.op.name == "const":
+                constants[id(node.out)] = node.params["value"]
+        self.constants = constants
+        self.plan: list[_KernelStep | _CallStep] = []
+        for step in self.steps:
+            if isinstance(step, Call):
+                n = step.node
+                self.plan.append(
+                    _CallStep(
+                        n.op.impl,
+                        n.params,
+                        [slot_of(v) for v in n.inputs],
+                        slot_of(n.out),
+                        n.out.aval.dtype,
+                    )
+                )
+            else:
+                self.plan.append(self._kernel_step(step, slot_of))
+        self.outputs = [slot_of(v) for v in graph.outputs]
+        self.template: list[Any] = [None] * len(slot)
+        for key, value in constants.items():
+            if key in slot:
+                self.template[slot[key]] = value
+
+    def _kernel_step(self, loop: Loop, slot_of: Any) -> _KernelStep:
+        size = int(np.prod(loop.shape))
+        parallel = size >= PARALLEL_THRESHOLD and numba.config.NUMBA_NUM_THREADS > 1  # type: ignore[attr-defined]
+        source = generate(loop, parallel, VECTOR_MATH, self.constants)
+        if DEBUG:
+            print(f"# fastgrad: kernel for loop over {loop.shape}\n{source.source}")
+        sizes = (size,) if source.flat else tuple(loop.shape)
+        outer = [a for a in range(len(sizes)) if source.flat or a not in loop.reduce_axes]
+        first = sizes[outer[0]] if outer else 1
+        return _KernelStep(
+            loop=loop,
+            ins=[slot_of(v) for v in source.inputs],
+            outs=[slot_of(v) for v in source.outputs],
+            out_shapes=[v.aval.shape for v in source.outputs],
+            out_dtypes=[v.aval.dtype for v in source.outputs],
+            sizes=sizes,
+            nchunks=max(1, min(first, MAX_CHUNKS)),
+            parallel=parallel,
+            flat=source.flat,
+            source=source,
+            loop_input_shapes=[v.aval.shape for v in source.inputs],
+            # NumPy scalars, so Numba types each by its dtype (float32 stays float32).
+            scalars=tuple(self.constants[id(v)].reshape(())[()] for v in source.scalars),
+            checks=tuple(slot_of(v) for v in source.index_checks),
+        )
+
+    def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
+        env = self.template.copy()
+        env[: len(args)] = args
+        for step in self.plan:
+            step.run(env)
+        return [env[i] for i in self.outputs]
+
+    @property
+    def kernels(self) -> list[KernelSource]:
+        return [s.source for s in self.plan if isinstance(s, _KernelStep)]
