@@ -25,7 +25,7 @@ def info() -> int:
         ("numba", numba.__version__),
         ("llvmlite", llvmlite.__version__),
         ("threads", f"{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS)"),  # type: ignore[attr-defined]
-        ("cpu", _cpu_name()),
+        ("cpu", cpu_model()),
         ("cache", f"{path} ({files} files, {size / 2**20:.1f} MiB)"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -34,7 +34,8 @@ def info() -> int:
     return 0
 
 
-def _cpu_name() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

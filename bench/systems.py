@@ -1,0 +1,322 @@
+"""The systems a workload runs on: fastgrad, hand-written NumPy and Numba, and peers.
+
+Each system says which modules it needs, how to turn NumPy inputs into its own arrays,
+how to build a value-and-gradient function for a workload, and how to wait for and read
+back a result. All imports happen inside methods: only the child process that runs a
+system imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .workloads import Workload
+
+# Comma-separated module names to treat as not installed. It exists so that tests can
+# exercise the "peer not installed" path without uninstalling anything.
+HIDE_ENV = "FASTGRAD_BENCH_HIDE"
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The handful of array functions the workload losses call."""
+
+    sum: Any
+    mean: Any
+    max: Any  # max(x, axis=, keepdims=)
+    logsumexp: Any  # logsumexp(x, axis=)
+    tanh: Any
+    sin: Any
+    exp: Any
+    stop_gradient: Any
+    arange: Any
+
+
+class NotApplicable(Exception):
+    """The system has no version of this workload (reported as skipped)."""
+
+
+def bind(workload: Workload, ops: Ops):
+    """The workload's loss with `ops` filled in, keeping a real signature and name."""
+    loss = functools.partial(workload.loss, ops)
+    loss.__name__ = workload.loss.__name__
+    return loss
+
+
+class System:
+    name = ""
+    title = ""
+    modules: tuple[str, ...] = ()  # needed to run; checked before spawning a child
+    install = ""  # how a user gets it
+    peer = True  # False only for fastgrad itself
+
+    def setup(self, threads: int) -> dict:
+        """Import and configure; return {"version": ..., "threads": ...}."""
+        raise NotImplementedError
+
+    def build(self, workload: Workload):
+        """Return fn(*inputs) -> (value, gradients) for the workload's argnums."""
+        raise NotImplementedError
+
+    def convert(self, workload: Workload, inputs: tuple) -> tuple:
+        return inputs
+
+    def sync(self, out) -> None:
+        """Wait until `out` is computed (for systems that run asynchronously)."""
+
+    def to_numpy(self, out) -> tuple[float, list[np.ndarray]]:
+        value, grads = out
+        return float(value), [np.asarray(g) for g in grads]
+
+
+class Fastgrad(System):
+    name, title, peer = "fastgrad", "fastgrad jit(value_and_grad)", False
+    modules = ("fastgrad",)
+    install = "pip install fastgrad"
+
+    def setup(self, threads):
+        import fastgrad as fg
+        import fastgrad.numpy as fnp
+
+        self.fg = fg
+        self.ops = Ops(
+            sum=fnp.sum,
+            mean=fnp.mean,
+            max=fnp.max,
+            logsumexp=fnp.logsumexp,
+            tanh=fnp.tanh,
+            sin=fnp.sin,
+            exp=fnp.exp,
+            stop_gradient=fg.stop_gradient,
+            arange=np.arange,
+        )
+        return {"version": _dist_version("fastgrad"), "threads": threads}
+
+    def build(self, workload):
+        fg = self.fg
+        return fg.jit(fg.value_and_grad(bind(workload, self.ops), argnums=workload.argnums))
+
+
+class HandNumpy(System):
+    name, title = "numpy", "hand-written NumPy forward + backward"
+    modules = ("numpy",)
+    install = "pip install numpy"
+
+    def setup(self, threads):
+        return {"version": np.__version__, "threads": None}
+
+    def build(self, workload):
+        from . import hand_numpy
+
+        return hand_numpy.IMPLEMENTATIONS[workload.key]
+
+
+class HandNumba(System):
+    name, title = "numba", "hand-fused Numba prange loop"
+    modules = ("numba",)
+    install = "pip install numba"
+
+    def setup(self, threads):
+        import numba
+
+        return {"version": numba.__version__, "threads": numba.config.NUMBA_NUM_THREADS}
+
+    def build(self, workload):
+        from . import hand_numba
+
+        if workload.key in hand_numba.NOT_APPLICABLE:
+            raise NotApplicable(hand_numba.NOT_APPLICABLE[workload.key])
+        return hand_numba.IMPLEMENTATIONS[workload.key]
+
+
+class Autograd(System):
+    name, title = "autograd", "HIPS autograd value_and_grad"
+    modules = ("autograd",)
+    install = "pip install autograd"
+
+    def setup(self, threads):
+        import autograd
+        import autograd.numpy as anp
+        from autograd.tracer import getval
+
+        try:  # autograd's logsumexp lives in its scipy wrappers
+            from autograd.scipy.special import logsumexp
+        except ImportError:  # no scipy: the usual stable formula does the same
+
+            def logsumexp(x, axis=None):
+                m = getval(anp.max(x, axis=axis, keepdims=True))
+                return anp.log(anp.sum(anp.exp(x - m), axis=axis)) + anp.squeeze(m, axis)
+
+        self.autograd = autograd
+        self.ops = Ops(
+            sum=anp.sum,
+            mean=anp.mean,
+            max=anp.max,
+            logsumexp=logsumexp,
+            tanh=anp.tanh,
+            sin=anp.sin,
+            exp=anp.exp,
+            stop_gradient=getval,  # the raw value carries no gradient
+            arange=np.arange,
+        )
+        return {"version": _dist_version("autograd"), "threads": None}
+
+    def build(self, workload):
+        return self.autograd.value_and_grad(bind(workload, self.ops), argnum=workload.argnums)
+
+
+class Jax(System):
+    name, title = "jax", "JAX jit(value_and_grad)"
+    modules = ("jax", "jaxlib")
+    install = "pip install jax"
+
+    def setup(self, threads):
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)  # else float64 silently becomes float32
+        self.jax = jax
+        self.ops = Ops(
+            sum=jnp.sum,
+            mean=jnp.mean,
+            max=jnp.max,
+            logsumexp=jax.nn.logsumexp,
+            tanh=jnp.tanh,
+            sin=jnp.sin,
+            exp=jnp.exp,
+            stop_gradient=jax.lax.stop_gradient,
+            arange=jnp.arange,
+        )
+        # XLA's CPU backend picks its own thread pool size.
+        return {"version": jax.__version__, "threads": None}
+
+    def convert(self, workload, inputs):
+        return tuple(self.jax.block_until_ready(self.jax.device_put(a)) for a in inputs)
+
+    def build(self, workload):
+        jax = self.jax
+        return jax.jit(jax.value_and_grad(bind(workload, self.ops), argnums=workload.argnums))
+
+    def sync(self, out):
+        self.jax.block_until_ready(out)
+
+
+class TorchEager(System):
+    name, title = "torch", "PyTorch eager, autograd.grad"
+    modules = ("torch",)
+    install = "pip install torch"
+
+    def setup(self, threads):
+        import torch
+
+        torch.set_num_threads(threads)  # the same thread count as the Numba systems
+        self.torch = torch
+        self.ops = Ops(
+            sum=_torch_reduction(torch.sum),
+            mean=_torch_reduction(torch.mean),
+            max=_torch_reduction(torch.amax),
+            logsumexp=lambda x, axis: torch.logsumexp(x, dim=axis),
+            tanh=torch.tanh,
+            sin=torch.sin,
+            exp=torch.exp,
+            stop_gradient=lambda x: x.detach(),
+            arange=torch.arange,
+        )
+        return {"version": torch.__version__, "threads": torch.get_num_threads()}
+
+    def convert(self, workload, inputs):
+        # from_numpy shares memory; only the differentiated inputs require grad
+        tensors = tuple(self.torch.from_numpy(a) for a in inputs)
+        for i in workload.argnums:
+            tensors[i].requires_grad_(True)
+        return tensors
+
+    def forward(self, workload):
+        return bind(workload, self.ops)
+
+    def build(self, workload):
+        forward = self.forward(workload)
+        grad = self.torch.autograd.grad
+
+        def value_and_grad(*args):
+            value = forward(*args)
+            grads = grad(value, [args[i] for i in workload.argnums])
+            return value.detach(), grads
+
+        return value_and_grad
+
+    def to_numpy(self, out):
+        value, grads = out
+        return float(value), [g.detach().numpy() for g in grads]
+
+
+class TorchCompile(TorchEager):
+    name, title = "torch-compile", "PyTorch torch.compile forward, compiled backward"
+
+    def forward(self, workload):
+        # The compiled forward also compiles its backward (AOTAutograd) on first call.
+        return self.torch.compile(bind(workload, self.ops))
+
+
+def _torch_reduction(fn):
+    def reduce(x, axis=None, keepdims=False):
+        return fn(x) if axis is None else fn(x, dim=axis, keepdim=keepdims)
+
+    return reduce
+
+
+def _dist_version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s
+    for s in (Fastgrad(), HandNumpy(), HandNumba(), Autograd(), Jax(), TorchEager(), TorchCompile())
+}
+PEERS = tuple(name for name, s in SYSTEMS.items() if s.peer)
+
+
+# ---------------------------------------------------------------- availability
+
+
+def hidden_modules() -> set[str]:
+    return {m.strip() for m in os.environ.get(HIDE_ENV, "").split(",") if m.strip()}
+
+
+def missing_module(modules: tuple[str, ...]) -> str | None:
+    """The first of `modules` that cannot be imported, found without importing it."""
+    hidden = hidden_modules()
+    for module in modules:
+        if module in hidden or importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+class _HideFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, hidden: set[str]):
+        self.hidden = hidden
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.split(".")[0] in self.hidden:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+def hide_modules() -> None:
+    """Make the modules named in FASTGRAD_BENCH_HIDE fail to import in this process."""
+    hidden = hidden_modules()
+    if hidden:
+        sys.meta_path.insert(0, _HideFinder(hidden))
