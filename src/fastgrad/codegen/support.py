@@ -2,15 +2,18 @@
 
 `radd` is an addition that LLVM may reassociate: only reduction accumulators use it, so
 their loops vectorize (with several partial sums), while every other operation keeps
-strict IEEE semantics. maximum/minimum propagate NaN as NumPy's do, with selects rather
-than branches.
+strict IEEE semantics. rmax/rmin are the same for max/min reductions, whose callers track
+NaNs on the side. maximum/minimum propagate NaN as NumPy's do, with selects rather than
+branches.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 f32 = np.float32
@@ -36,6 +39,31 @@ def radd(typingctx, a, b):  # type: ignore[no-untyped-def]
 
         return a(a, b), codegen_int
     return None
+
+
+def _ordered(llvm_name: str):  # type: ignore[no-untyped-def]
+    @intrinsic
+    def ordered(typingctx, a, b):  # type: ignore[no-untyped-def]
+        if a != b or a not in (types.float64, types.float32):
+            return None
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            ty = args[0].type
+            suffix = "f64" if ty == ir.DoubleType() else "f32"
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ty, [ty, ty]), f"{llvm_name}.{suffix}"
+            )
+            # No-NaN and no-signed-zero flags let LLVM vectorize the reduction; callers
+            # track NaNs separately and discard the result when one was seen.
+            return builder.call(fn, args, fastmath=("nnan", "nsz"))
+
+        return a(a, b), codegen
+
+    return ordered
+
+
+rmax = _ordered("llvm.maxnum")
+rmin = _ordered("llvm.minnum")
 
 
 @_inline
