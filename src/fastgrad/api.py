@@ -23,7 +23,7 @@ from fastgrad.fusion import partition
 from fastgrad.interpreter import eval_graph, run_graph
 from fastgrad.ir import Aval, Graph
 from fastgrad.passes import simplify
-from fastgrad.pytree import TreeDef, flatten, leaf_paths, tree_map, unflatten
+from fastgrad.pytree import TreeDef, builder, flatten, leaf_paths, tree_map, unflatten
 from fastgrad.runtime import DEBUG, Executable
 from fastgrad.tracing import Trace, Tracer, as_array, is_python_scalar
 
@@ -259,7 +259,7 @@ class Jitted:
             except TypeError:
                 fast = None
             if fast is not None:
-                return unflatten(fast.out_tree, fast.compiled()(args))
+                return builder(fast.out_tree)(fast.compiled()(args))
         traced, leaves = self._trace(args, kwargs)
         if (
             self.fuse

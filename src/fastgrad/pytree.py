@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 
@@ -111,6 +112,34 @@ def _unflatten(t: TreeDef, it: Iterator[Any]) -> Any:
     if t.kind == "dict":
         return dict(zip(t.aux, children, strict=True))
     return t.aux(*children)
+
+
+@functools.lru_cache(maxsize=256)
+def builder(treedef: TreeDef) -> Callable[[Sequence[Any]], Any]:
+    """A fast `unflatten` for one structure: jitted functions call it on every result.
+
+    Nested tuples, lists and None are written out as one expression; other structures
+    fall back to `unflatten`.
+    """
+    counter = iter(range(treedef.num_leaves))
+
+    def expr(t: TreeDef) -> str | None:
+        if t.kind == "leaf":
+            return f"o[{next(counter)}]"
+        if t.kind == "none":
+            return "None"
+        if t.kind not in ("tuple", "list"):
+            return None
+        parts = [expr(c) for c in t.children]
+        if any(p is None for p in parts):
+            return None
+        inner = ", ".join(parts) + ("," if t.kind == "tuple" and len(parts) == 1 else "")  # type: ignore[arg-type]
+        return f"({inner})" if t.kind == "tuple" else f"[{inner}]"
+
+    text = expr(treedef)
+    if text is None:
+        return lambda leaves: unflatten(treedef, leaves)
+    return eval(f"lambda o: {text}")  # noqa: S307  built from the structure alone
 
 
 def leaf_paths(tree: Any, prefix: str = "") -> list[str]:
