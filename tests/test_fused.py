@@ -237,3 +237,23 @@ def test_row_pick_fuses_and_checks_bounds():
         fg.jit(f)(z, np.where(labels == 2, 4, labels))
     with pytest.raises(IndexError):
         fg.jit(f, fuse=False)(z, np.where(labels == 2, 4, labels))
+
+
+def test_cheap_backward_values_are_recomputed_not_stored():
+    # tanh's VJP needs 1 - h*h; the forward loop stores h (the matmuls need it) and the
+    # backward loop recomputes 1 - h*h from h instead of reading a second stored array.
+    def loss(w1, w2, x):
+        h = fnp.tanh(x @ w1)
+        return fnp.sum((h @ w2) ** 2)
+
+    w1, w2, x = (
+        rng.standard_normal((5, 6)),
+        rng.standard_normal((6, 3)),
+        rng.standard_normal((4, 5)),
+    )
+    f = fg.value_and_grad(loss, argnums=(0, 1))
+    loops, _ = loops_of(f, w1, w2, x)
+    forward = next(lp for lp in loops if "tanh" in [n.op.name for n in lp.nodes])
+    assert len(forward.outputs) == 1
+    assert any("subtract" in [n.op.name for n in lp.nodes] for lp in loops if lp is not forward)
+    assert_fused_matches_reference(f, w1, w2, x)

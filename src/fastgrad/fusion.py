@@ -238,7 +238,78 @@ def partition(graph: Graph) -> list[Step]:
         loop_of[id(node.out)] = loop
         position_of[id(node.out)] = loop.position
     _connect(graph, steps)
-    return steps
+    while _sink_one(graph, steps, position_of):
+        _connect(graph, steps)
+    return [s for s in steps if not isinstance(s, Loop) or s.nodes]
+
+
+def _sink_one(graph: Graph, steps: list[Step], position_of: dict[int, int]) -> bool:
+    """Move cheap elementwise work that a loop stores only for one later loop into that
+    loop, when this moves fewer bytes (the stored array is written and read once; the
+    later loop then reads at most one array it did not read before). So a backward loop
+    recomputes `1 - h*h` from `h` rather than reading it back from memory."""
+    users = consumers(graph)
+    returned = {id(v) for v in graph.outputs}
+    step_of: dict[int, Step] = {}
+    for step in steps:
+        for n in step.nodes if isinstance(step, Loop) else [step.node]:
+            step_of[id(n.out)] = step
+    for loop in (s for s in steps if isinstance(s, Loop)):
+        made_here = {id(n.out): n for n in loop.nodes}
+        kept = {id(v) for v in loop.outputs}
+        for v in loop.outputs:
+            if id(v) in returned or loop.level[id(v)] != "elem":
+                continue
+            targets = {id(step_of[id(u.out)]): step_of[id(u.out)] for u in users[id(v)]}
+            if len(targets) != 1:
+                continue
+            (target,) = targets.values()
+            if not isinstance(target, Loop) or target.position <= loop.position:
+                continue
+            if target.shape != loop.shape:
+                continue
+            # The values to move: v and what it alone needs from this loop.
+            cone: list[Node] = []
+            stack = [made_here[id(v)]]
+            while stack:
+                n = stack.pop()
+                if n in cone:
+                    continue
+                load = n.op.name == "broadcast_to" and id(n.inputs[0]) not in made_here
+                cheap = n.op.kind == "elementwise" and not (n.op.loop or "").startswith("call:")
+                if not (load or cheap) or n.out.aval.shape != target.shape:
+                    cone = []
+                    break
+                cone.append(n)
+                stack.extend(
+                    made_here[id(u)] for u in n.inputs if id(u) in made_here and id(u) not in kept
+                )
+            if not cone:
+                continue
+            members = {id(n.out) for n in cone}
+            if any(
+                id(u.out) not in members and step_of[id(u.out)] is not target
+                for n in cone
+                for u in users.get(id(n.out), [])
+            ):
+                continue
+            reads = {id(u) for n in cone for u in n.inputs if id(u) not in members}
+            already = {id(u) for u in target.inputs} | {id(n.out) for n in target.nodes}
+            if len(reads - already - _scalar_consts(graph)) > 1:
+                continue
+            cone.sort(key=lambda n: loop.nodes.index(n))
+            for n in cone:
+                loop.nodes.remove(n)
+                del loop.level[id(n.out)]
+                target.level[id(n.out)] = "elem"
+                position_of[id(n.out)] = target.position
+            target.nodes[0:0] = cone
+            return True
+    return False
+
+
+def _scalar_consts(graph: Graph) -> set[int]:
+    return {id(n.out) for n in graph.nodes if n.op.name == "const" and n.params["value"].size == 1}
 
 
 def _connect(graph: Graph, steps: list[Step]) -> None:
@@ -249,6 +320,7 @@ def _connect(graph: Graph, steps: list[Step]) -> None:
         if not isinstance(step, Loop):
             continue
         inside = {id(n.out) for n in step.nodes}
+        step.inputs = []
         seen: set[int] = set()
         for node in step.nodes:
             for v in node.inputs:
