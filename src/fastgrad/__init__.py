@@ -1,4 +1,4 @@
-"""fastgrad: JIT-compiled CPU reverse-mode autodiff for NumPy-style Python.
+"""fastgrad: JIT-compiled CPU autodiff (reverse and forward mode) for NumPy-style Python.
 
 >>> import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
 >>> @fg.jit
@@ -9,7 +9,17 @@ array([0., 0., 0.])
 """
 
 from fastgrad import numpy, testing
-from fastgrad.api import grad, jit, make_graph, stop_gradient, value_and_grad, vjp
+from fastgrad.api import (
+    custom_vjp,
+    grad,
+    hessian,
+    jit,
+    jvp,
+    make_graph,
+    stop_gradient,
+    value_and_grad,
+    vjp,
+)
 from fastgrad.ir import Graph
 from fastgrad.tracing import TracerError
 
@@ -18,8 +28,11 @@ __version__ = "0.1.0"
 __all__ = [
     "Graph",
     "TracerError",
+    "custom_vjp",
     "grad",
+    "hessian",
     "jit",
+    "jvp",
     "make_graph",
     "numpy",
     "stop_gradient",

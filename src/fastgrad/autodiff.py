@@ -14,7 +14,7 @@ from typing import Any
 
 from fastgrad import numpy as fnp
 from fastgrad.interpreter import eval_nodes
-from fastgrad.ir import Graph, Var
+from fastgrad.ir import Graph, Node, Var
 from fastgrad.ops import STOP_GRADIENT
 from fastgrad.tracing import Trace, aval_of
 
@@ -33,18 +33,47 @@ def active_vars(graph: Graph, wrt: Sequence[Var]) -> set[int]:
     return active
 
 
+def _call_groups(graph: Graph) -> dict[int, tuple[Any, Node]]:
+    """For nodes that are outputs of one multi-output call (ops with `extra["call_vjp"]`,
+    params `call` and `index`, one node per output): id(node) -> (group key, first node)."""
+    groups: dict[int, tuple[Any, Node]] = {}
+    first: dict[Any, Node] = {}
+    for node in graph.nodes:
+        if "call_vjp" in node.op.extra:
+            key = (id(node.params["call"]), tuple(id(v) for v in node.inputs))
+            groups[id(node)] = (key, first.setdefault(key, node))
+    return groups
+
+
 def backpropagate(
     graph: Graph, env: dict[int, Any], seeds: dict[int, Any], wrt: Sequence[Var]
 ) -> list[Any]:
     """Cotangents of `wrt` (None where none flows), given cotangents `seeds` of outputs."""
     active = active_vars(graph, wrt)
     cts = {k: g for k, g in seeds.items() if k in active}
+    # A multi-output call gets one VJP for all its outputs, run at the first of its nodes:
+    # every node of the call, and every use of its outputs, comes after that one, so by
+    # then all their cotangents are complete
+    # (test_custom_vjp.py::test_a_call_with_several_outputs_runs_its_rule_once).
+    groups = _call_groups(graph)
+    pending: dict[Any, dict[int, Any]] = {}
     for node in reversed(graph.nodes):
         g = cts.pop(id(node.out), None)
-        if g is None:
+        if id(node) in groups:
+            key, head = groups[id(node)]
+            if g is not None:
+                gs = pending.setdefault(key, {})
+                k = node.params["index"]
+                gs[k] = g if k not in gs else gs[k] + g
+            if node is not head or key not in pending:
+                continue
+            ins = [env[id(v)] for v in node.inputs]
+            grads = node.op.extra["call_vjp"](pending.pop(key), *ins, call=node.params["call"])
+        elif g is None:
             continue
-        ins = [env[id(v)] for v in node.inputs]
-        grads = node.op.vjp(g, env[id(node.out)], *ins, **node.params)  # type: ignore[misc]
+        else:
+            ins = [env[id(v)] for v in node.inputs]
+            grads = node.op.vjp(g, env[id(node.out)], *ins, **node.params)  # type: ignore[misc]
         for v, gv in zip(node.inputs, grads, strict=True):
             if gv is None or id(v) not in active:
                 continue

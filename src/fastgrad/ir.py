@@ -77,13 +77,16 @@ class Var:
 
 @dataclass(eq=False)
 class Primitive:
-    """One op, defined in one place: its type rule, NumPy reference and VJP rule.
+    """One op, defined in one place: its type rule, NumPy reference, VJP and JVP rules.
 
     - `abstract_eval(*avals, **params) -> Aval` checks inputs and gives the output type.
     - `impl(*arrays, **params) -> ndarray` is the NumPy reference implementation.
     - `vjp(g, out, *inputs, **params)` returns one cotangent (or None for "no gradient")
       per input; it is written with ops, so the backward pass is itself a graph. `vjp=None`
       means the op has no gradient at all (integer or boolean results).
+    - `jvp(tangents, out, *inputs, **params)` returns the output's tangent, or None for a
+      zero one; `tangents` holds one tangent per input, None where it is zero (at least one
+      is not). Also written with ops. `jvp=None` goes with `vjp=None`: the tangent is zero.
     - `kind` is "elementwise", "reduction", "structural" or "other": fusion reads it.
     - `loop` is an elementwise op's scalar expression inside a fused loop.
     - `domain` names, per input, the range tests sample from ("real" where empty; see
@@ -94,6 +97,7 @@ class Primitive:
     abstract_eval: Callable[..., Aval]
     impl: Callable[..., Any]
     vjp: Callable[..., Sequence[Any]] | None
+    jvp: Callable[..., Any] | None = None
     kind: str = "other"
     domain: tuple[str, ...] = ()
     format: Callable[[list[str], dict[str, Any]], str] | None = None

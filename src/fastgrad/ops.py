@@ -1,10 +1,12 @@
-"""Every primitive, each defined in one place: type rule, NumPy reference, VJP rule.
+"""Every primitive, each defined in one place: type rule, NumPy reference, VJP and JVP rules.
 
 Elementwise primitives see operands of one shape and one dtype: `fastgrad.numpy` inserts
 explicit `broadcast_to` and `astype` nodes first, so no rule here handles broadcasting.
-VJP rules are written with `fastgrad.numpy` functions, so a backward pass is itself a graph
-that can be fused and differentiated again. A rule returns None for an input that gets no
-gradient; `vjp=None` marks a primitive whose output is never differentiated.
+VJP and JVP rules are written with `fastgrad.numpy` functions, so backward and tangent
+passes are themselves graphs that can be fused and differentiated again. None is the
+symbolic zero: a VJP rule returns it for an input that gets no gradient, a JVP rule gets it
+for an input with no tangent (and may return it); `vjp=None` (and `jvp=None`) marks a
+primitive whose output is never differentiated.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def elementwise(
     domain: tuple[str, ...] = (),
     impl: Callable[..., Any] | None = None,
     loop: str | None = None,
+    jvp: Callable[..., Any] | None = None,
 ) -> Primitive:
     fmt = None
     if name in _INFIX:
@@ -89,6 +92,7 @@ def elementwise(
             _elementwise_eval(name, ufunc),
             impl or ufunc,
             vjp,
+            jvp,
             kind="elementwise",
             domain=domain,
             format=fmt,
@@ -104,46 +108,83 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
-# Unary float functions: d/dx, written with the output `out` where that is cheaper.
-elementwise("negative", np.negative, lambda g, out, x: (-g,), loop="-{0}")
-elementwise("exp", np.exp, lambda g, out, x: (g * out,))
-elementwise("exp2", np.exp2, lambda g, out, x: (g * out * math.log(2),))
-elementwise("expm1", np.expm1, lambda g, out, x: (g * (out + 1),))
-elementwise("log", np.log, lambda g, out, x: (g / x,), ("positive",))
-elementwise("log2", np.log2, lambda g, out, x: (g / (x * math.log(2)),), ("positive",))
-elementwise("log10", np.log10, lambda g, out, x: (g / (x * math.log(10)),), ("positive",))
-elementwise("log1p", np.log1p, lambda g, out, x: (g / (x + 1),), ("above_minus_one",))
-elementwise("sqrt", np.sqrt, lambda g, out, x: (g / (out * 2),), ("positive",))
-elementwise("cbrt", np.cbrt, lambda g, out, x: (g / (out * out * 3),), ("nonzero",))
-elementwise("square", np.square, lambda g, out, x: (g * x * 2,), loop="{0} * {0}")
-elementwise(
-    "reciprocal",
-    np.reciprocal,
-    lambda g, out, x: (-g * out * out,),
-    ("nonzero",),
-    loop="{T}(1) / {0}",
-)
-elementwise("abs", np.abs, lambda g, out, x: (g * fnp.sign(x),), ("nonzero",))
-elementwise("sin", np.sin, lambda g, out, x: (g * fnp.cos(x),))
-elementwise("cos", np.cos, lambda g, out, x: (-g * fnp.sin(x),))
-elementwise("tan", np.tan, lambda g, out, x: (g * (out * out + 1),), ("unit",))
-elementwise("arcsin", np.arcsin, lambda g, out, x: (g / fnp.sqrt(1 - x * x),), ("unit",))
-elementwise("arccos", np.arccos, lambda g, out, x: (-g / fnp.sqrt(1 - x * x),), ("unit",))
-elementwise("arctan", np.arctan, lambda g, out, x: (g / (x * x + 1),))
-elementwise("sinh", np.sinh, lambda g, out, x: (g * fnp.cosh(x),))
-elementwise("cosh", np.cosh, lambda g, out, x: (g * fnp.sinh(x),))
-elementwise("tanh", np.tanh, lambda g, out, x: (g * (1 - out * out),))
-elementwise("arcsinh", np.arcsinh, lambda g, out, x: (g / fnp.sqrt(x * x + 1),))
-elementwise("arccosh", np.arccosh, lambda g, out, x: (g / fnp.sqrt(x * x - 1),), ("above_one",))
-elementwise("arctanh", np.arctanh, lambda g, out, x: (g / (1 - x * x),), ("unit",))
-elementwise("sigmoid", np.exp, lambda g, out, x: (g * out * (1 - out),), impl=_sigmoid)
+def _tangent_sum(tangents: Any, *parts: Callable[[Any], Any]) -> Any:
+    """The sum over inputs with a tangent t_i of parts[i](t_i): a JVP is linear in the
+    tangents, and an input without one (None) adds no term. None if no term is left."""
+    total = None
+    for t, part in zip(tangents, parts, strict=True):
+        if t is not None:
+            total = part(t) if total is None else total + part(t)
+    return total
+
+
+# Unary float functions: d/dx, written with the output `out` where that is cheaper. The VJP
+# (first line) scales the cotangent `g` by it, the JVP (second line) the tangent `t[0]`,
+# never None for an op with one input.
+# fmt: off
+elementwise("negative", np.negative, lambda g, out, x: (-g,), loop="-{0}",
+            jvp=lambda t, out, x: -t[0])
+elementwise("exp", np.exp, lambda g, out, x: (g * out,),
+            jvp=lambda t, out, x: t[0] * out)
+elementwise("exp2", np.exp2, lambda g, out, x: (g * out * math.log(2),),
+            jvp=lambda t, out, x: t[0] * out * math.log(2))
+elementwise("expm1", np.expm1, lambda g, out, x: (g * (out + 1),),
+            jvp=lambda t, out, x: t[0] * (out + 1))
+elementwise("log", np.log, lambda g, out, x: (g / x,), ("positive",),
+            jvp=lambda t, out, x: t[0] / x)
+elementwise("log2", np.log2, lambda g, out, x: (g / (x * math.log(2)),), ("positive",),
+            jvp=lambda t, out, x: t[0] / (x * math.log(2)))
+elementwise("log10", np.log10, lambda g, out, x: (g / (x * math.log(10)),), ("positive",),
+            jvp=lambda t, out, x: t[0] / (x * math.log(10)))
+elementwise("log1p", np.log1p, lambda g, out, x: (g / (x + 1),), ("above_minus_one",),
+            jvp=lambda t, out, x: t[0] / (x + 1))
+elementwise("sqrt", np.sqrt, lambda g, out, x: (g / (out * 2),), ("positive",),
+            jvp=lambda t, out, x: t[0] / (out * 2))
+elementwise("cbrt", np.cbrt, lambda g, out, x: (g / (out * out * 3),), ("nonzero",),
+            jvp=lambda t, out, x: t[0] / (out * out * 3))
+elementwise("square", np.square, lambda g, out, x: (g * x * 2,), loop="{0} * {0}",
+            jvp=lambda t, out, x: t[0] * x * 2)
+elementwise("reciprocal", np.reciprocal, lambda g, out, x: (-g * out * out,), ("nonzero",),
+            loop="{T}(1) / {0}",
+            jvp=lambda t, out, x: -t[0] * out * out)
+elementwise("abs", np.abs, lambda g, out, x: (g * fnp.sign(x),), ("nonzero",),
+            jvp=lambda t, out, x: t[0] * fnp.sign(x))
+elementwise("sin", np.sin, lambda g, out, x: (g * fnp.cos(x),),
+            jvp=lambda t, out, x: t[0] * fnp.cos(x))
+elementwise("cos", np.cos, lambda g, out, x: (-g * fnp.sin(x),),
+            jvp=lambda t, out, x: -t[0] * fnp.sin(x))
+elementwise("tan", np.tan, lambda g, out, x: (g * (out * out + 1),), ("unit",),
+            jvp=lambda t, out, x: t[0] * (out * out + 1))
+elementwise("arcsin", np.arcsin, lambda g, out, x: (g / fnp.sqrt(1 - x * x),), ("unit",),
+            jvp=lambda t, out, x: t[0] / fnp.sqrt(1 - x * x))
+elementwise("arccos", np.arccos, lambda g, out, x: (-g / fnp.sqrt(1 - x * x),), ("unit",),
+            jvp=lambda t, out, x: -t[0] / fnp.sqrt(1 - x * x))
+elementwise("arctan", np.arctan, lambda g, out, x: (g / (x * x + 1),),
+            jvp=lambda t, out, x: t[0] / (x * x + 1))
+elementwise("sinh", np.sinh, lambda g, out, x: (g * fnp.cosh(x),),
+            jvp=lambda t, out, x: t[0] * fnp.cosh(x))
+elementwise("cosh", np.cosh, lambda g, out, x: (g * fnp.sinh(x),),
+            jvp=lambda t, out, x: t[0] * fnp.sinh(x))
+elementwise("tanh", np.tanh, lambda g, out, x: (g * (1 - out * out),),
+            jvp=lambda t, out, x: t[0] * (1 - out * out))
+elementwise("arcsinh", np.arcsinh, lambda g, out, x: (g / fnp.sqrt(x * x + 1),),
+            jvp=lambda t, out, x: t[0] / fnp.sqrt(x * x + 1))
+elementwise("arccosh", np.arccosh, lambda g, out, x: (g / fnp.sqrt(x * x - 1),), ("above_one",),
+            jvp=lambda t, out, x: t[0] / fnp.sqrt(x * x - 1))
+elementwise("arctanh", np.arctanh, lambda g, out, x: (g / (1 - x * x),), ("unit",),
+            jvp=lambda t, out, x: t[0] / (1 - x * x))
+elementwise("sigmoid", np.exp, lambda g, out, x: (g * out * (1 - out),), impl=_sigmoid,
+            jvp=lambda t, out, x: t[0] * out * (1 - out))
+# fmt: on
 
 # Piecewise-constant functions: their derivative is zero wherever it exists.
 _zero = lambda g, out, *xs: (None,) * len(xs)  # noqa: E731
-elementwise("sign", np.sign, _zero, loop="{T}({0} > 0) - {T}({0} < 0) if {0} == {0} else {0}")
-elementwise("floor", np.floor, _zero)
-elementwise("ceil", np.ceil, _zero)
-elementwise("rint", np.rint, _zero)
+_zero_jvp = lambda t, out, *xs: None  # noqa: E731
+elementwise("sign", np.sign, _zero, loop="{T}({0} > 0) - {T}({0} < 0) if {0} == {0} else {0}",
+            jvp=_zero_jvp)  # fmt: skip
+elementwise("floor", np.floor, _zero, jvp=_zero_jvp)
+elementwise("ceil", np.ceil, _zero, jvp=_zero_jvp)
+elementwise("rint", np.rint, _zero, jvp=_zero_jvp)
 
 # Predicates and logic give booleans, never differentiated.
 elementwise("isnan", np.isnan, None, loop="{0} != {0}")
@@ -173,34 +214,42 @@ def _power_vjp(g: Any, out: Any, x: Any, y: Any) -> tuple[Any, Any]:
     return gx, gy
 
 
-# Binary.
-elementwise("add", np.add, lambda g, out, x, y: (g, g), loop="{0} + {1}")
-elementwise("subtract", np.subtract, lambda g, out, x, y: (g, -g), loop="{0} - {1}")
-elementwise("multiply", np.multiply, lambda g, out, x, y: (g * y, g * x), loop="{0} * {1}")
-elementwise(
-    "divide",
-    np.divide,
-    lambda g, out, x, y: (g / y, -g * out / y),
-    ("real", "nonzero"),
-    loop="{0} / {1}",
-)
-elementwise("power", np.power, _power_vjp, ("positive", "real"), loop="{0} ** {1}")
-elementwise(
-    "maximum",
-    np.maximum,
-    lambda g, out, x, y: (g * _tie_weight(x, y), g * _tie_weight(y, x)),
-)
-elementwise(
-    "minimum",
-    np.minimum,
-    lambda g, out, x, y: (g * _tie_weight(y, x), g * _tie_weight(x, y)),
-)
-elementwise(
-    "arctan2",
-    np.arctan2,
-    lambda g, out, y, x: (g * x / (x * x + y * y), -g * y / (x * x + y * y)),
-    ("real", "positive"),  # away from the branch cut along x < 0
-)
+def _power_jvp(t: Any, out: Any, x: Any, y: Any) -> Any:
+    # The same partial derivatives as _power_vjp, with the same edges.
+    return _tangent_sum(
+        t,
+        lambda tx: tx * fnp.where((x == 0) & (y == 0), 0.0, y * fnp.power(x, y - 1)),
+        lambda ty: ty * out * fnp.log(fnp.where(x == 0, 1.0, x)),
+    )
+
+
+# Binary. A JVP sums one term per input that has a tangent (see _tangent_sum).
+# fmt: off
+elementwise("add", np.add, lambda g, out, x, y: (g, g), loop="{0} + {1}",
+            jvp=lambda t, out, x, y: _tangent_sum(t, lambda tx: tx, lambda ty: ty))
+elementwise("subtract", np.subtract, lambda g, out, x, y: (g, -g), loop="{0} - {1}",
+            jvp=lambda t, out, x, y: _tangent_sum(t, lambda tx: tx, lambda ty: -ty))
+elementwise("multiply", np.multiply, lambda g, out, x, y: (g * y, g * x), loop="{0} * {1}",
+            jvp=lambda t, out, x, y: _tangent_sum(t, lambda tx: tx * y, lambda ty: x * ty))
+elementwise("divide", np.divide, lambda g, out, x, y: (g / y, -g * out / y), ("real", "nonzero"),
+            loop="{0} / {1}",
+            jvp=lambda t, out, x, y: _tangent_sum(t, lambda tx: tx / y, lambda ty: -ty * out / y))
+elementwise("power", np.power, _power_vjp, ("positive", "real"), loop="{0} ** {1}",
+            jvp=_power_jvp)
+elementwise("maximum", np.maximum,
+            lambda g, out, x, y: (g * _tie_weight(x, y), g * _tie_weight(y, x)),
+            jvp=lambda t, out, x, y: _tangent_sum(t, lambda tx: tx * _tie_weight(x, y),
+                                                  lambda ty: ty * _tie_weight(y, x)))
+elementwise("minimum", np.minimum,
+            lambda g, out, x, y: (g * _tie_weight(y, x), g * _tie_weight(x, y)),
+            jvp=lambda t, out, x, y: _tangent_sum(t, lambda tx: tx * _tie_weight(y, x),
+                                                  lambda ty: ty * _tie_weight(x, y)))
+elementwise("arctan2", np.arctan2,
+            lambda g, out, y, x: (g * x / (x * x + y * y), -g * y / (x * x + y * y)),
+            ("real", "positive"),  # away from the branch cut along x < 0
+            jvp=lambda t, out, y, x: _tangent_sum(t, lambda ty: ty * x / (x * x + y * y),
+                                                  lambda tx: -tx * y / (x * x + y * y)))
+# fmt: on
 
 
 def _where_eval(c: Aval, x: Aval, y: Aval) -> Aval:
@@ -217,6 +266,10 @@ register(
         _where_eval,
         np.where,
         lambda g, out, c, x, y: (None, fnp.where(c, g, 0.0), fnp.where(c, 0.0, g)),
+        # The condition is boolean, so only the branches carry tangents.
+        lambda t, out, c, x, y: fnp.where(
+            c, 0.0 if t[1] is None else t[1], 0.0 if t[2] is None else t[2]
+        ),
         kind="elementwise",
         domain=("bool", "real", "real"),
         ufunc=np.where,
@@ -233,12 +286,17 @@ def _astype_vjp(g: Any, out: Any, x: Any, *, dtype: np.dtype) -> tuple[Any]:
     return (fnp.astype(g, x.dtype) if x.dtype.kind == "f" else None,)
 
 
+def _astype_jvp(t: Any, out: Any, x: Any, *, dtype: np.dtype) -> Any:
+    return fnp.astype(t[0], dtype) if dtype.kind == "f" else None
+
+
 register(
     Primitive(
         "astype",
         _astype_eval,
         lambda x, *, dtype: x.astype(dtype),
         _astype_vjp,
+        _astype_jvp,
         kind="elementwise",
         format=lambda args, params: f"{args[0]}.astype({params['dtype'].name})",
         loop="{T}({0})",
@@ -257,6 +315,8 @@ STOP_GRADIENT = register(
         lambda x, *, name=None: x,
         lambda x, *, name=None: x,
         lambda g, out, x, *, name=None: (None,),
+        # No tangent either: inside fg.jvp a stop_gradient'ed value is a constant, as in JAX.
+        lambda t, out, x, *, name=None: None,
         kind="elementwise",
         format=_stop_gradient_format,
         loop="{0}",
@@ -301,6 +361,10 @@ def _sum_vjp(g: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool)
     return (_unreduce(g, x.shape, axis, keepdims),)
 
 
+def _sum_jvp(t: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
+    return fnp.sum(t[0], axis=axis, keepdims=keepdims)
+
+
 def _extremum_vjp(g: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
     # Ties share the cotangent equally, as in JAX.
     hit = (x == _unreduce(out, x.shape, axis, keepdims)).astype(x.dtype)
@@ -308,40 +372,60 @@ def _extremum_vjp(g: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: 
     return (hit * _unreduce(g, x.shape, axis, keepdims) / fnp.broadcast_to(count, x.shape),)
 
 
-def _prod_vjp(g: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
-    # out / x fails where x has zeros. The product of the other elements is: out / x with no
-    # zero in the slice; the product of the nonzeros at the single zero; 0 otherwise. Exact
-    # to first order everywhere; its own derivative is exact away from zeros only
-    # (test_reductions_on_random_shapes_and_axes).
+def _extremum_jvp(t: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
+    # The mean of the tangents at the tied extrema: the transpose of _extremum_vjp.
+    hit = (x == _unreduce(out, x.shape, axis, keepdims)).astype(x.dtype)
+    count = fnp.sum(hit, axis=axis, keepdims=keepdims)
+    return fnp.sum(hit * t[0], axis=axis, keepdims=keepdims) / count
+
+
+def _prod_others(x: Any, axis: tuple[int, ...]) -> Any:
+    """For each element of `x`, the product of the other elements of its slice along `axis`.
+
+    out / x fails where x has zeros. The product of the other elements is: out / x with no
+    zero in the slice; the product of the nonzeros at the single zero; 0 otherwise. Exact to
+    first order everywhere; its own derivative is exact away from zeros only
+    (test_reductions_on_random_shapes_and_axes).
+    """
     is_zero = x == 0
     zeros = _unreduce(fnp.sum(is_zero, axis=axis, keepdims=True), x.shape, axis, True)
     nonzero_prod = fnp.prod(fnp.where(is_zero, 1.0, x), axis=axis, keepdims=True)
     nonzero_prod = _unreduce(nonzero_prod, x.shape, axis, True)
-    others = fnp.where(
+    return fnp.where(
         zeros == 0,
         nonzero_prod / fnp.where(is_zero, 1.0, x),
         fnp.where((zeros == 1) & is_zero, nonzero_prod, 0.0),
     )
-    return (_unreduce(g, x.shape, axis, keepdims) * others,)
 
 
-def reduction(name: str, impl: Callable[..., Any], vjp: Callable[..., Any]) -> Primitive:
+def _prod_vjp(g: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
+    return (_unreduce(g, x.shape, axis, keepdims) * _prod_others(x, axis),)
+
+
+def _prod_jvp(t: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
+    return fnp.sum(t[0] * _prod_others(x, axis), axis=axis, keepdims=keepdims)
+
+
+def reduction(
+    name: str, impl: Callable[..., Any], vjp: Callable[..., Any], jvp: Callable[..., Any]
+) -> Primitive:
     return register(
         Primitive(
             name,
             _reduce_eval(name),
             lambda x, *, axis, keepdims: impl(x, axis=axis, keepdims=keepdims),
             vjp,
+            jvp,
             kind="reduction",
             format=_reduce_format(name),
         )
     )
 
 
-reduction("sum", np.sum, _sum_vjp)
-reduction("max", np.max, _extremum_vjp)
-reduction("min", np.min, _extremum_vjp)
-reduction("prod", np.prod, _prod_vjp)
+reduction("sum", np.sum, _sum_vjp, _sum_jvp)
+reduction("max", np.max, _extremum_vjp, _extremum_jvp)
+reduction("min", np.min, _extremum_vjp, _extremum_jvp)
+reduction("prod", np.prod, _prod_vjp, _prod_jvp)
 
 
 def _arg_eval(x: Aval, *, axis: int | None) -> Aval:
@@ -390,6 +474,7 @@ register(
         _broadcast_eval,
         lambda x, *, shape: np.broadcast_to(x, shape),
         _broadcast_vjp,
+        lambda t, out, x, *, shape: fnp.broadcast_to(t[0], shape),
         kind="structural",
     )
 )
@@ -407,6 +492,7 @@ register(
         _reshape_eval,
         lambda x, *, shape: np.reshape(x, shape),
         lambda g, out, x, *, shape: (fnp.reshape(g, x.shape),),
+        lambda t, out, x, *, shape: fnp.reshape(t[0], shape),
         kind="structural",
     )
 )
@@ -424,6 +510,7 @@ register(
         _transpose_eval,
         lambda x, *, axes: np.transpose(x, axes),
         lambda g, out, x, *, axes: (fnp.transpose(g, tuple(np.argsort(axes).tolist())),),
+        lambda t, out, x, *, axes: fnp.transpose(t[0], axes),
         kind="structural",
     )
 )
@@ -467,6 +554,7 @@ SLICE = register(
         _slice_eval,
         lambda x, *, index: x[_as_slices(index)],
         lambda g, out, x, *, index: (fnp.slice_scatter(g, x.shape, index),),
+        lambda t, out, x, *, index: fnp.slice_array(t[0], index),
         kind="structural",
         format=lambda args, params: (
             f"{args[0]}[{', '.join(format_slice(*t) for t in params['index'])}]"
@@ -479,6 +567,7 @@ register(
         _slice_scatter_eval,
         _slice_scatter_impl,
         lambda g, out, x, *, shape, index: (fnp.slice_array(g, index),),
+        lambda t, out, x, *, shape, index: fnp.slice_scatter(t[0], shape, index),
         kind="structural",
     )
 )
@@ -552,6 +641,8 @@ register(
             fnp.scatter_add(g, idx, x.shape, index),
             *(None for _ in idx),
         ),
+        # Index arrays are integers: only the gathered operand has a tangent.
+        lambda t, out, x, *idx, index: fnp.gather(t[0], idx, index),
         kind="other",
         format=_format_gather,
     )
@@ -565,6 +656,7 @@ register(
             fnp.gather(g, idx, index),
             *(None for _ in idx),
         ),
+        lambda t, out, x, *idx, shape, index: fnp.scatter_add(t[0], idx, shape, index),
         kind="other",
     )
 )
@@ -595,12 +687,20 @@ def _concat_vjp(g: Any, out: Any, *xs: Any, axis: int) -> tuple[Any, ...]:
     return tuple(grads)
 
 
+def _concat_jvp(t: Any, out: Any, *xs: Any, axis: int) -> Any:
+    # A zero tangent must take its place here: the pieces that have one sit beside it.
+    return fnp.concatenate(
+        [fnp.zeros_like(x) if tx is None else tx for tx, x in zip(t, xs, strict=True)], axis
+    )
+
+
 register(
     Primitive(
         "concatenate",
         _concat_eval,
         lambda *xs, axis: np.concatenate(xs, axis=axis),
         _concat_vjp,
+        _concat_jvp,
         kind="structural",
     )
 )
@@ -625,6 +725,9 @@ register(
         _matmul_eval,
         np.matmul,
         lambda g, out, a, b: (fnp.matmul(g, _swap_last(b)), fnp.matmul(_swap_last(a), g)),
+        lambda t, out, a, b: _tangent_sum(
+            t, lambda ta: fnp.matmul(ta, b), lambda tb: fnp.matmul(a, tb)
+        ),
         kind="other",
         format=_format_infix("@"),
     )

@@ -1,8 +1,9 @@
-"""Gradient checks: reverse-mode VJPs against central finite differences.
+"""Derivative checks: VJPs and JVPs against central finite differences, and each other.
 
-`check_grads` compares <u, J v> computed two ways along random directions u, v, in float64:
-a cheap test that any wrong entry of the Jacobian fails with high probability. Hypothesis
-strategies for shapes, arrays and random programs live in `fastgrad.testing.strategies`.
+`check_grads` compares J v (forward mode) or <u, J v> (reverse mode) computed two ways
+along random directions u, v, in float64: a cheap test that any wrong entry of the Jacobian
+fails with high probability. Hypothesis strategies for shapes, arrays and random programs
+live in `fastgrad.testing.strategies`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.api import vjp
+from fastgrad.api import jvp, vjp
 from fastgrad.pytree import flatten, unflatten
 
-__all__ = ["check_grads", "check_vjp"]
+__all__ = ["check_grads", "check_jvp", "check_vjp"]
+
+MODES = ("fwd", "rev")
 
 
 def _is_float(x: Any) -> bool:
@@ -103,6 +106,99 @@ def check_vjp(
         )
 
 
+def _directional_difference(
+    flat_fun: Callable[..., Any], xs: list[np.ndarray], v: list[np.ndarray], eps: float
+) -> list[np.ndarray]:
+    """(f(x + eps v) - f(x - eps v)) / 2 eps, per output leaf, in float64."""
+
+    def at(t: float) -> list[Any]:
+        return flatten(flat_fun(*[x + t * d for x, d in zip(xs, v, strict=True)]))[0]
+
+    return [
+        (np.asarray(p, np.float64) - np.asarray(m, np.float64)) / (2 * eps)
+        for p, m in zip(at(eps), at(-eps), strict=True)
+    ]
+
+
+def check_jvp(
+    fun: Callable[..., Any],
+    args: Sequence[Any],
+    eps: float = 1e-6,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    rng: np.random.Generator | None = None,
+) -> None:
+    """Check `fun`'s JVP at `args` along one random direction, output by output and element
+    by element; raise on mismatch."""
+    rng = rng or np.random.default_rng(0)
+    xs, rebuild = _split(args)
+    if not xs:
+        raise ValueError("check_grads needs at least one float argument")
+
+    def flat_fun(*floats: Any) -> Any:
+        return fun(*rebuild(floats))
+
+    v = [rng.standard_normal(x.shape) for x in xs]
+    out, tangent = jvp(flat_fun, tuple(xs), tuple(v))
+    out_leaves = flatten(out)[0]
+    tangent_leaves = flatten(tangent)[0]
+    numeric = _directional_difference(flat_fun, xs, v, eps)
+    for k, (o, t, n) in enumerate(zip(out_leaves, tangent_leaves, numeric, strict=True)):
+        if np.shape(t) != np.shape(o) or np.asarray(t).dtype != np.asarray(o).dtype:
+            raise AssertionError(
+                f"the tangent of output leaf {k} is {np.asarray(t).dtype}{list(np.shape(t))}, "
+                f"the output {np.asarray(o).dtype}{list(np.shape(o))}"
+            )
+        if not _is_float(o):
+            continue
+        t = np.asarray(t, np.float64)
+        bad = ~(np.abs(t - n) <= atol + rtol * np.maximum(np.abs(t), np.abs(n)))
+        if np.any(bad):
+            i = np.unravel_index(np.argmax(bad), np.shape(bad)) if np.ndim(bad) else ()
+            raise AssertionError(
+                "JVP does not match finite differences along a random direction v:\n"
+                f"  output leaf {k}, element {tuple(int(j) for j in i)}:\n"
+                f"  jvp(v)                    = {t[i]!r}\n"
+                f"  (f(x+ev) - f(x-ev)) / 2e  = {n[i]!r}\n"
+                f"  {int(np.sum(bad))} of {np.size(bad)} element(s) differ by more than atol "
+                f"{atol:g} + rtol {rtol:g} * scale (eps={eps:g})"
+            )
+
+
+def check_jvp_vjp(
+    fun: Callable[..., Any],
+    args: Sequence[Any],
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    rng: np.random.Generator | None = None,
+) -> None:
+    """Check that forward and reverse mode agree: <u, jvp(v)> == <vjp(u), v>."""
+    rng = rng or np.random.default_rng(0)
+    xs, rebuild = _split(args)
+
+    def flat_fun(*floats: Any) -> Any:
+        return fun(*rebuild(floats))
+
+    v = [rng.standard_normal(x.shape) for x in xs]
+    out, vjp_fn = vjp(flat_fun, *xs)
+    out_leaves, out_tree = flatten(out)
+    u = [
+        rng.standard_normal(np.shape(o)) if _is_float(o) else np.zeros(np.shape(o))
+        for o in out_leaves
+    ]
+    cts = unflatten(
+        out_tree, [np.asarray(c, np.asarray(o).dtype) for c, o in zip(u, out_leaves, strict=True)]
+    )
+    reverse = _inner(vjp_fn(cts), v)
+    forward = _inner(u, flatten(jvp(flat_fun, tuple(xs), tuple(v))[1])[0])
+    if not abs(reverse - forward) <= atol + rtol * max(abs(reverse), abs(forward)):
+        raise AssertionError(
+            "forward and reverse mode disagree along random directions u, v:\n"
+            f"  <u, jvp(v)> = {forward!r}\n"
+            f"  <vjp(u), v> = {reverse!r}"
+        )
+
+
 def check_grads(
     fun: Callable[..., Any],
     args: Sequence[Any],
@@ -115,27 +211,38 @@ def check_grads(
 ) -> None:
     """Check derivatives of `fun` at `args` up to `order` against finite differences.
 
-    Float arguments are checked in float64 (converted); integer and boolean arguments are
-    passed through unchanged. Order 2 checks the derivative of a VJP, and so on. Raises
-    AssertionError showing both sides when they disagree.
+    `modes` names what is checked: "rev" the VJP (<u, J v>), "fwd" the JVP (J v, element by
+    element); with both, also that the two agree. Float arguments are checked in float64
+    (converted); integer and boolean arguments are passed through unchanged. Order 2 checks
+    the derivatives of the VJP (for "rev") and of the JVP (for "fwd") in every mode, and so
+    on. Raises AssertionError showing both sides when they disagree.
 
     >>> import fastgrad.numpy as fnp
     >>> check_grads(lambda x: fnp.sum(fnp.sin(x) ** 2), (np.linspace(0, 1, 5),), order=2)
+    >>> check_grads(lambda x: fnp.tanh(x) * x, (np.linspace(0, 1, 5),), modes=("fwd", "rev"))
     """
+    modes = tuple(modes) if not isinstance(modes, str) else (modes,)
     for mode in modes:
-        if mode != "rev":
+        if mode not in MODES:
             raise ValueError(
-                f"modes: {mode!r} is not available; fastgrad checks reverse mode ('rev') only "
-                "(forward mode is not implemented yet)"
+                f"modes: {mode!r} is not a mode; use 'fwd' (forward mode, JVPs) and/or 'rev' "
+                "(reverse mode, VJPs)"
             )
+    if not modes:
+        raise ValueError("modes must name at least one of 'fwd' and 'rev'")
     if order < 1:
         raise ValueError(f"order must be at least 1, got {order}")
     rng = np.random.default_rng(seed)
     eps = 1e-6 if eps is None else eps
     atol = 1e-6 if atol is None else atol
     rtol = 1e-5 if rtol is None else rtol
-    check_vjp(fun, args, eps, atol, rtol, rng)
-    if order > 1:
+    if "rev" in modes:
+        check_vjp(fun, args, eps, atol, rtol, rng)
+    if "fwd" in modes:
+        if "rev" in modes:  # first, so that a disagreement is reported as one
+            check_jvp_vjp(fun, args, atol, rtol, rng)
+        check_jvp(fun, args, eps, atol, rtol, rng)
+    if order > 1 and "rev" in modes:
         xs, rebuild = _split(args)
         out = fun(*rebuild(xs))
         out_leaves, out_tree = flatten(out)
@@ -148,3 +255,11 @@ def check_grads(
             return vjp(lambda *f: fun(*rebuild(f)), *floats)[1](u)
 
         check_grads(vjp_at, xs, order - 1, modes, eps, atol, rtol, seed + 1)
+    if order > 1 and "fwd" in modes:
+        xs, rebuild = _split(args)
+        v = tuple(rng.standard_normal(x.shape) for x in xs)
+
+        def jvp_at(*floats: Any) -> Any:
+            return jvp(lambda *f: fun(*rebuild(f)), floats, v)[1]
+
+        check_grads(jvp_at, xs, order - 1, modes, eps, atol, rtol, seed + 2)
