@@ -476,15 +476,26 @@ def _build(F):  # noqa: C901 - one closure scope per precision keeps constants t
         return r, tail, n
 
     @_jit
+    def expm1_combine(r, tail, n):
+        """2^n (r + tail) + (2^n - 1) as an unevaluated pair, for n <= BIAS - 1.
+
+        r*2^n is exact, and so is 2^n - 1 for n <= MANT+1; those two are summed exactly,
+        leaving one final rounding. For larger n the -1 moves to the low part of that sum,
+        which is then an integer and absorbs it exactly.
+        """
+        _always_inline()
+        s = pow2(n)
+        big_n = n > MANT + 1
+        hi, lo = _two_sum(_select(big_n, s, s - ONE), r * s)
+        lo = _select(big_n, lo - ONE, lo)
+        return _fast_two_sum(hi, _mad(tail, s, lo))
+
+    @_jit
     def expm1_pair(x):
         """expm1(x) as an unevaluated pair, for x in [EXPM1_LO, (BIAS-1)*ln2]."""
         _always_inline()
         r, tail, n = expm1_reduce(x)
-        s = pow2(n)
-        # 2^n (r + tail) + (2^n - 1): r*2^n is exact and 2^n - 1 is exact for n <= MANT+1,
-        # so summing those two exactly leaves a single final rounding
-        hi, lo = _two_sum(s - ONE, r * s)
-        return _fast_two_sum(hi, _mad(tail, s, lo))
+        return expm1_combine(r, tail, n)
 
     @_jit
     def expm1(x_in):
@@ -494,9 +505,8 @@ def _build(F):  # noqa: C901 - one closure scope per precision keeps constants t
         xc = _select(x > EXP_HI, EXP_HI, x)
         xc = _select(xc < EXPM1_LO, EXPM1_LO, xc)
         r, tail, n = expm1_reduce(xc)
-        s = pow2(n)
-        hi, lo = _two_sum(s - ONE, r * s)
-        small = hi + _mad(tail, s, lo)
+        hi, lo = expm1_combine(r, tail, n)
+        small = hi + lo
         # near overflow 2^n itself is not finite: the -1 is irrelevant there, use scale2
         big = scale2(ONE + (r + tail), n)
         res = _select(n > BIAS - 1, big, small)
