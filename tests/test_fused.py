@@ -273,3 +273,29 @@ def test_huge_trig_arguments(dtype):
     assert_fused_matches_reference(
         fg.grad(lambda x: f(x)[0]), x, rtol=1e-4 if dtype == np.float32 else 1e-11
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_reductions(dtype):
+    # Reductions over a leading axis run row-major with one accumulator per column.
+    x = rng.standard_normal((37, 11)).astype(dtype)
+    x[5, 3] = np.nan
+
+    def f(x):
+        e = fnp.exp(x) * 2.0
+        return (
+            e,
+            fnp.sum(e, axis=0),
+            fnp.max(x, axis=0, keepdims=True),
+            fnp.min(x * x, axis=0) + 1.0,
+            fnp.prod(x[:, :3] * 0.5 + 1.0, axis=0),
+            fnp.sum(x),
+        )
+
+    assert_fused_matches_reference(f, x, rtol=3e-6 if dtype == np.float32 else 1e-12)
+    lowered = fg.jit(f).lower(x)
+    assert any("for i1 in range(lo, hi)" in k for k in lowered.kernels)
+    big = rng.standard_normal((300, 1000)).astype(dtype)  # the parallel variant
+    assert_fused_matches_reference(
+        lambda x: fnp.sum(x * x, axis=0), big, rtol=1e-5 if dtype == np.float32 else 1e-12
+    )

@@ -70,17 +70,18 @@ def _tracks_nan(node: Node) -> bool:
     return node.op.name in ("max", "min") and node.out.aval.dtype.kind == "f"
 
 
-def _accumulate(node: Node, acc: str, x: str) -> list[str]:
-    """Statements folding `x` into `acc` inside an inner loop."""
+def _accumulate(node: Node, acc: str, x: str, flag: str | None = None) -> list[str]:
+    """Statements folding `x` into `acc` (NaN flag `flag`) inside an inner loop."""
+    flag = flag or f"{acc}n"
     if _tracks_nan(node):
-        return [f"{acc} = r{node.op.name}({acc}, {x})", f"{acc}n = {acc}n | ({x} != {x})"]
+        return [f"{acc} = r{node.op.name}({acc}, {x})", f"{flag} = {flag} | ({x} != {x})"]
     return [f"{acc} = {_combine(node.op.name, acc, x)}"]
 
 
-def _settle(node: Node, acc: str) -> str:
+def _settle(node: Node, acc: str, flag: str | None = None) -> str:
     """The accumulated value, NaN if a NaN was seen."""
     if _tracks_nan(node):
-        return f"({acc} if not {acc}n else {scalar_type(node.out.aval.dtype)}(np.nan))"
+        return f"({acc} if not {flag or acc + 'n'} else {scalar_type(node.out.aval.dtype)}(np.nan))"
     return acc
 
 
@@ -382,6 +383,22 @@ class _Generator:
         for k, n in enumerate(scalar_reductions):
             w(f"p{k} = np.empty(nchunks, {scalar_type(n.out.aval.dtype)})")
         first = self.outer[0] if self.outer else None
+        # Reducing leading axes (column sums, a bias gradient): read along rows instead of
+        # down columns, with one accumulator per column of the chunk.
+        column = (
+            n_phases == 1
+            and len(self.outer) == 1
+            and bool(self.inner)
+            and max(self.inner) < self.outer[0]
+            and not any(
+                level.get(id(v)) == "row"
+                for n in nodes
+                if level[id(n.out)] == "elem"
+                for v in n.inputs
+            )
+        )
+        if column:
+            return self._column_run(w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
         w.indent()
         self.in_chunk = True
@@ -503,6 +520,20 @@ class _Generator:
             w.dedent(len(self.outer))
         self.body = (body_begin, len(w.lines))
         self.in_chunk = False
+        return self._finish(w, args, nodes, level, outputs, scalar_reductions)
+
+    def _finish(
+        self,
+        w: _Writer,
+        args: list[str],
+        nodes: list[Node],
+        level: dict[int, str],
+        outputs: set[int],
+        scalar_reductions: list[Node],
+    ) -> KernelSource:
+        """Close the chunk loop: combine the partials, then the scalar-level work."""
+        loop = self.loop
+        scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
         for k, n in enumerate(scalar_reductions):
             w(f"p{k}[c] = {_settle(n, f's{k}')}")
         w.dedent()
@@ -534,6 +565,82 @@ class _Generator:
             imports=self.imports,
             index_checks=self.index_checks,
         )
+
+    def _column_run(
+        self,
+        w: _Writer,
+        args: list[str],
+        nodes: list[Node],
+        level: dict[int, str],
+        outputs: set[int],
+        reduce_phase: dict[int, int],
+        scalar_reductions: list[Node],
+    ) -> KernelSource:
+        """The loop nest with the reduced (leading) axes outside the kept one."""
+        o = self.outer[0]
+        scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
+        w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
+        w.indent()
+        self.in_chunk = True
+        body_begin, self.body_depth = len(w.lines), w.depth
+        w(f"lo = (c * n{o}) // nchunks")
+        w(f"hi = ((c + 1) * n{o}) // nchunks")
+        for k, n in enumerate(scalar_reductions):
+            w(f"s{k} = {_init(n.op.name, n.out.aval.dtype)}")
+            if _tracks_nan(n):
+                w(f"s{k}n = False")
+        rows = [n for n in nodes if id(n.out) in reduce_phase]
+        for n in rows:
+            k = self.index[id(n.out)]
+            w(f"r{k} = np.full(hi - lo, {_init(n.op.name, n.out.aval.dtype)})")
+            if _tracks_nan(n):
+                w(f"r{k}n = np.zeros(hi - lo, np.bool_)")
+        for a in self.inner:
+            w(f"for i{a} in range(n{a}):")
+            w.indent()
+        w(f"for i{o} in range(lo, hi):")
+        w.indent()
+        sums = [n for n in scalar_reductions if self._elem_input(n, level)]
+        needed = _closure(
+            [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs] + rows + sums,
+            nodes,
+            level,
+        )
+        for n in nodes:
+            if id(n.out) in needed:
+                k = self.index[id(n.out)]
+                self.assign(w, f"v{k}", self.expression(n, "elem"))
+                if id(n.out) in outputs:
+                    w(f"{self.address(n.out, self.loop.shape, 'elem')} = v{k}")
+        for n in rows + sums:
+            operand = self.value(n.inputs[0], n, "elem")
+            if n.inputs[0].aval.dtype != n.out.aval.dtype:
+                operand = f"{scalar_type(n.out.aval.dtype)}({operand})"
+            if id(n.out) in reduce_phase:
+                k = self.index[id(n.out)]
+                acc, flag = f"r{k}[i{o} - lo]", f"r{k}n[i{o} - lo]"
+            else:
+                acc = f"s{scalar_index[id(n.out)]}"
+                flag = acc + "n"
+            for line in _accumulate(n, acc, operand, flag):
+                w(line)
+        w.dedent(len(self.inner) + 1)
+        w(f"for i{o} in range(lo, hi):")
+        w.indent()
+        for n in nodes:
+            if level[id(n.out)] != "row":
+                continue
+            k = self.index[id(n.out)]
+            if id(n.out) in reduce_phase:
+                expr = _settle(n, f"r{k}[i{o} - lo]", f"r{k}n[i{o} - lo]")
+            else:
+                expr = self.row_expression(n)
+            self.assign(w, f"v{k}", expr)
+            self.after_value(w, n, "row", outputs, scalar_index)
+        w.dedent()
+        self.body = (body_begin, len(w.lines))
+        self.in_chunk = False
+        return self._finish(w, args, nodes, level, outputs, scalar_reductions)
 
     def _elem_input(self, n: Node, level: dict[int, str]) -> bool:
         x = n.inputs[0]
