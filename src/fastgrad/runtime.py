@@ -37,38 +37,31 @@ DEBUG = bool(os.environ.get("FASTGRAD_DEBUG"))
 @dataclass
 class _KernelStep:
     loop: Loop
+    source: KernelSource
     ins: list[int]
     outs: list[int]
-    out_shapes: list[tuple[int, ...]]
-    out_dtypes: list[np.dtype]
     sizes: tuple[int, ...]
     nchunks: int
     parallel: bool
-    flat: bool
-    source: KernelSource
+    scalars: tuple[Any, ...] = ()
+    checks: tuple[int, ...] = ()
     kernel: Any = None
 
     def __post_init__(self) -> None:
         # Which operands the kernel sees in another shape: 0-d as (1,), and all raveled in a
         # flat loop. Decided once here, so a call does no more than it must.
+        flat = self.source.flat
         self._reshape_in = [
-            len(shape) == 0 or (self.flat and len(shape) > 1)
-            for shape in (self.loop_input_shapes or [])
-        ]
-        self._kernel_shapes = [
-            (int(np.prod(s)),) if (self.flat or not s) and len(s) != 1 else s
-            for s in self.out_shapes
-        ]
-        self._views = [
-            None if shape == k else shape
-            for shape, k in zip(self.out_shapes, self._kernel_shapes, strict=True)
+            v.aval.ndim == 0 or (flat and v.aval.ndim > 1) for v in self.source.inputs
         ]
         self._any_reshape = any(self._reshape_in)
-        self._allocations = list(zip(self._kernel_shapes, self.out_dtypes, strict=True))
-
-    loop_input_shapes: list[tuple[int, ...]] | None = None
-    scalars: tuple[Any, ...] = ()
-    checks: tuple[int, ...] = ()
+        self._allocations = []
+        self._views: list[tuple[int, ...] | None] = []
+        for v in self.source.outputs:
+            shape = v.aval.shape
+            kernel_shape = (v.aval.size,) if (flat or not shape) and len(shape) != 1 else shape
+            self._allocations.append((kernel_shape, v.aval.dtype))
+            self._views.append(None if kernel_shape == shape else shape)
 
     def run(self, env: list[Any]) -> None:
         for slot in self.checks:  # kernels do not bounds-check; NumPy would raise here
@@ -162,16 +155,12 @@ class Executable:
         first = sizes[outer[0]] if outer else 1
         return _KernelStep(
             loop=loop,
+            source=source,
             ins=[slot_of(v) for v in source.inputs],
             outs=[slot_of(v) for v in source.outputs],
-            out_shapes=[v.aval.shape for v in source.outputs],
-            out_dtypes=[v.aval.dtype for v in source.outputs],
             sizes=sizes,
             nchunks=max(1, min(first, MAX_CHUNKS)),
             parallel=parallel,
-            flat=source.flat,
-            source=source,
-            loop_input_shapes=[v.aval.shape for v in source.inputs],
             # NumPy scalars, so Numba types each by its dtype (float32 stays float32).
             scalars=tuple(self.constants[id(v)].reshape(())[()] for v in source.scalars),
             checks=tuple(slot_of(v) for v in source.index_checks),

@@ -35,21 +35,6 @@ def scalar_type(dtype: np.dtype) -> str:
     return _TYPE[dtype.name]
 
 
-def literal(value: np.ndarray) -> str:
-    """A typed scalar literal, so float32 kernels stay float32."""
-    v = value.reshape(())[()]
-    t = scalar_type(value.dtype)
-    if value.dtype == np.bool_:
-        return "True" if v else "False"
-    if value.dtype.kind == "f":
-        if np.isnan(v):
-            return f"{t}(np.nan)"
-        if np.isinf(v):
-            return f"{t}({'-' if v < 0 else ''}np.inf)"
-        return f"{t}({float(v)!r})"
-    return f"{t}({int(v)})"
-
-
 def _init(reduction: str, dtype: np.dtype) -> str:
     t = scalar_type(dtype)
     if reduction == "sum":
@@ -83,6 +68,14 @@ def _settle(node: Node, acc: str, flag: str | None = None) -> str:
     if _tracks_nan(node):
         return f"({acc} if not {flag or acc + 'n'} else {scalar_type(node.out.aval.dtype)}(np.nan))"
     return acc
+
+
+def _init_scalars(w: _Writer, scalar_reductions: list[Node]) -> None:
+    """Per-chunk accumulators (and NaN flags) of the full reductions."""
+    for k, n in enumerate(scalar_reductions):
+        w(f"s{k} = {_init(n.op.name, n.out.aval.dtype)}")
+        if _tracks_nan(n):
+            w(f"s{k}n = False")
 
 
 def _combine(reduction: str, acc: str, x: str) -> str:
@@ -145,7 +138,8 @@ def generate(
     """The Numba source for `loop`.
 
     `vector_math` lists the (function, dtype) pairs vecmath implements; `constants` maps
-    id(var) to the value of the graph's constants: 0-d ones become typed literals.
+    id(var) to the value of the graph's constants: one-element ones are passed as typed
+    scalar arguments.
     """
     fast = _Generator(loop, parallel, vector_math, constants, bounded_trig=True)
     source = fast.run()
@@ -403,10 +397,7 @@ class _Generator:
         w.indent()
         self.in_chunk = True
         body_begin, self.body_depth = len(w.lines), w.depth
-        for k, n in enumerate(scalar_reductions):
-            w(f"s{k} = {_init(n.op.name, n.out.aval.dtype)}")
-            if _tracks_nan(n):
-                w(f"s{k}n = False")
+        _init_scalars(w, scalar_reductions)
         scratch_at, scratch_depth = len(w.lines), w.depth  # row buffers, once per chunk
         if first is not None:
             w(f"for i{first} in range((c * n{first}) // nchunks, ((c + 1) * n{first}) // nchunks):")
@@ -427,7 +418,7 @@ class _Generator:
                 if n.op.name == "gather":
                     expr = self.pick(w, n, level)
                 else:
-                    expr = self.row_expression(n)
+                    expr = self.expression(n, "row")
                 self.assign(w, f"v{self.index[id(n.out)]}", expr)
                 self.after_value(w, n, "row", outputs, scalar_index)
 
@@ -499,10 +490,7 @@ class _Generator:
                 if id(n.out) in outputs and phase[id(n.out)] == p:
                     w(f"{self.address(n.out, loop.shape, 'elem')} = v{self.index[id(n.out)]}")
             for n in reducers:
-                operand = self.value(n.inputs[0], n, "elem")
-                t = scalar_type(n.out.aval.dtype)
-                if n.inputs[0].aval.dtype != n.out.aval.dtype:
-                    operand = f"{t}({operand})"
+                operand = self.reduced(n)
                 if id(n.out) in reduce_phase:
                     acc = f"r{self.index[id(n.out)]}"
                 else:
@@ -585,10 +573,7 @@ class _Generator:
         body_begin, self.body_depth = len(w.lines), w.depth
         w(f"lo = (c * n{o}) // nchunks")
         w(f"hi = ((c + 1) * n{o}) // nchunks")
-        for k, n in enumerate(scalar_reductions):
-            w(f"s{k} = {_init(n.op.name, n.out.aval.dtype)}")
-            if _tracks_nan(n):
-                w(f"s{k}n = False")
+        _init_scalars(w, scalar_reductions)
         rows = [n for n in nodes if id(n.out) in reduce_phase]
         for n in rows:
             k = self.index[id(n.out)]
@@ -613,9 +598,7 @@ class _Generator:
                 if id(n.out) in outputs:
                     w(f"{self.address(n.out, self.loop.shape, 'elem')} = v{k}")
         for n in rows + sums:
-            operand = self.value(n.inputs[0], n, "elem")
-            if n.inputs[0].aval.dtype != n.out.aval.dtype:
-                operand = f"{scalar_type(n.out.aval.dtype)}({operand})"
+            operand = self.reduced(n)
             if id(n.out) in reduce_phase:
                 k = self.index[id(n.out)]
                 acc, flag = f"r{k}[i{o} - lo]", f"r{k}n[i{o} - lo]"
@@ -634,7 +617,7 @@ class _Generator:
             if id(n.out) in reduce_phase:
                 expr = _settle(n, f"r{k}[i{o} - lo]", f"r{k}n[i{o} - lo]")
             else:
-                expr = self.row_expression(n)
+                expr = self.expression(n, "row")
             self.assign(w, f"v{k}", expr)
             self.after_value(w, n, "row", outputs, scalar_index)
         w.dedent()
@@ -642,12 +625,16 @@ class _Generator:
         self.in_chunk = False
         return self._finish(w, args, nodes, level, outputs, scalar_reductions)
 
+    def reduced(self, n: Node) -> str:
+        """A reduction's operand at the current point, in the reduction's dtype."""
+        operand = self.value(n.inputs[0], n, "elem")
+        if n.inputs[0].aval.dtype != n.out.aval.dtype:
+            operand = f"{scalar_type(n.out.aval.dtype)}({operand})"
+        return operand
+
     def _elem_input(self, n: Node, level: dict[int, str]) -> bool:
         x = n.inputs[0]
         return level.get(id(x), "elem" if x.aval.shape == self.loop.shape else "row") == "elem"
-
-    def row_expression(self, n: Node) -> str:
-        return self.expression(n, "row")
 
     def after_value(
         self, w: _Writer, n: Node, level: str, outputs: set[int], scalar_index: dict[int, int]
