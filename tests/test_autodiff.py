@@ -139,7 +139,7 @@ def test_float32_end_to_end():
 
 @pytest.mark.parametrize("order", [1, 2])
 def test_check_grads_catches_a_wrong_rule(order, monkeypatch):
-    from fastgrad.ops import REGISTRY
+    from fastgrad.core.primitive import REGISTRY
 
     monkeypatch.setattr(REGISTRY["sin"], "vjp", lambda g, out, x: (g * fnp.sin(x),))
     with pytest.raises(AssertionError, match="finite differences"):

@@ -10,8 +10,8 @@ import pytest
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.fusion import Loop
-from fastgrad.passes import simplify
+from fastgrad.compiler.fusion import Loop
+from fastgrad.compiler.passes import simplify
 from fastgrad.testing import check_grads
 
 rng = np.random.default_rng(11)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.ops import REGISTRY
+from fastgrad.core.primitive import REGISTRY
 from fastgrad.testing import check_grads
 from fastgrad.testing import strategies as fst
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.fusion import Call, Loop
-from fastgrad.ops import REGISTRY
+from fastgrad.compiler.fusion import Call, Loop
+from fastgrad.core.primitive import REGISTRY
 from fastgrad.testing import check_grads
 from fastgrad.testing import strategies as fst
 from test_elementwise import BINARY, PIECEWISE_CONSTANT, UNARY, in_domain

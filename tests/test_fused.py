@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.codegen.compiler import STATS
-from fastgrad.fusion import Call, Loop, partition
-from fastgrad.ops import REGISTRY
-from fastgrad.passes import simplify
+from fastgrad.compiler.fusion import Call, Loop, partition
+from fastgrad.compiler.kernel_cache import STATS
+from fastgrad.compiler.passes import simplify
+from fastgrad.core.primitive import REGISTRY
 from fastgrad.testing import check_grads
 from fastgrad.testing import strategies as fst
 

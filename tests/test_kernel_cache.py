@@ -11,7 +11,7 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
-    from fastgrad.codegen.compiler import STATS
+    from fastgrad.compiler.kernel_cache import STATS
 
     def loss(x, y):
         return fnp.sum(fnp.tanh(x * y) * fnp.exp(-y * y))

@@ -5,8 +5,8 @@ import pytest
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.ir import Graph, Node, Var
-from fastgrad.ops import REGISTRY
+from fastgrad.core.ir import Aval, Graph, Node, Var
+from fastgrad.core.primitive import REGISTRY
 
 
 def test_traces_once_per_signature():
@@ -104,8 +104,8 @@ def test_printed_indexing():
 
 
 def test_verifier_rejects_a_mistyped_graph():
-    x = Var(fg.ir.Aval((3,), np.dtype(np.float32)))
-    wrong = Var(fg.ir.Aval((3,), np.dtype(np.float64)))
+    x = Var(Aval((3,), np.dtype(np.float32)))
+    wrong = Var(Aval((3,), np.dtype(np.float64)))
     graph = Graph([x], [Node(REGISTRY["exp"], [x], {}, wrong)], [wrong])
     with pytest.raises(TypeError, match="exp should give f32"):
         graph.verify()

@@ -1,4 +1,4 @@
-"""Accuracy, special values and vectorization of fastgrad.codegen.vecmath.
+"""Accuracy, special values and vectorization of fastgrad.compiler.codegen.vecmath.
 
 Every function is evaluated the way a generated kernel calls it: inside a jitted loop
 over an array (one loop per function and dtype, compiled once per session). Results are
@@ -18,10 +18,22 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from llvmlite import binding as llvm
 
-from fastgrad.codegen import vecmath as vm
+from fastgrad.compiler.codegen import vecmath as vm
 
-NAMES = ["exp", "expm1", "log", "log1p", "tanh", "sin", "cos", "tan", "sinh", "cosh",
-         "arctan", "sigmoid"]
+NAMES = [
+    "exp",
+    "expm1",
+    "log",
+    "log1p",
+    "tanh",
+    "sin",
+    "cos",
+    "tan",
+    "sinh",
+    "cosh",
+    "arctan",
+    "sigmoid",
+]
 DTYPES = [np.float64, np.float32]
 CASES = [(name, dt) for name in NAMES for dt in DTYPES]
 TRIG = ["sin", "cos", "tan"]
@@ -129,17 +141,30 @@ def check_against_numpy(name, x, y=None, tol=None):
     bad = np.nonzero(d > tol)[0]
     assert bad.size == 0, (
         f"{name} {x.dtype}: {bad.size} values more than {tol} ulp from NumPy, e.g. "
-        f"x={x[bad[0]]!r} got {y[bad[0]]!r} numpy {ref[bad[0]]!r} ({d[bad[0]]} ulp)")
+        f"x={x[bad[0]]!r} got {y[bad[0]]!r} numpy {ref[bad[0]]!r} ({d[bad[0]]} ulp)"
+    )
 
 
 # ------------------------------------------------------------------------ domains
 
 # Targeted ranges per function (float64 numbers, clipped to the dtype's range).
 TARGETED = {
-    "exp": [(-1.0, 1.0), (-1e-8, 1e-8), (700.0, 720.0), (-760.0, -700.0), (80.0, 100.0),
-            (-110.0, -80.0)],
-    "expm1": [(-1.0, 1.0), (-1e-8, 1e-8), (-0.4, 0.4), (700.0, 720.0), (-50.0, -15.0),
-              (80.0, 100.0)],
+    "exp": [
+        (-1.0, 1.0),
+        (-1e-8, 1e-8),
+        (700.0, 720.0),
+        (-760.0, -700.0),
+        (80.0, 100.0),
+        (-110.0, -80.0),
+    ],
+    "expm1": [
+        (-1.0, 1.0),
+        (-1e-8, 1e-8),
+        (-0.4, 0.4),
+        (700.0, 720.0),
+        (-50.0, -15.0),
+        (80.0, 100.0),
+    ],
     "log": [(0.5, 2.0), (0.999, 1.001), (0.0, 1e-300), (1e300, 1.8e308), (0.0, 1e-37)],
     "log1p": [(-1.0, 1.0), (-1e-8, 1e-8), (-1.0, -0.999), (1.0, 1e30)],
     "tanh": [(-1.0, 1.0), (-1e-5, 1e-5), (-25.0, 25.0), (-10.0, 10.0)],
@@ -191,8 +216,9 @@ def test_table_is_complete():
 
 
 @pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{ID[d]}" for n, d in CASES])
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_matches_numpy_hypothesis(name, dtype, data):
     x = data.draw(arrays(dtype, st.integers(1, 48), elements=float_strategy(name, dtype)))
@@ -217,10 +243,35 @@ def test_error_vs_high_precision(name, dtype):
 
 def _edge_inputs(dtype):
     fi = np.finfo(dtype)
-    vals = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0,
-            float(fi.max), -float(fi.max), float(fi.tiny), -float(fi.tiny),
-            float(fi.smallest_subnormal), -float(fi.smallest_subnormal), float(fi.tiny) / 3,
-            1e3, -1e3, 1e5, -1e5, 1e-3, -1e-3, np.pi / 2, np.pi, 3 * np.pi / 2]
+    vals = [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        -2.0,
+        float(fi.max),
+        -float(fi.max),
+        float(fi.tiny),
+        -float(fi.tiny),
+        float(fi.smallest_subnormal),
+        -float(fi.smallest_subnormal),
+        float(fi.tiny) / 3,
+        1e3,
+        -1e3,
+        1e5,
+        -1e5,
+        1e-3,
+        -1e-3,
+        np.pi / 2,
+        np.pi,
+        3 * np.pi / 2,
+    ]
     # thresholds: exp/expm1/sinh/cosh overflow, exp underflow, tanh saturation
     lmax = float(np.log(fi.max))
     lsub = float(np.log(fi.smallest_subnormal))
@@ -249,7 +300,11 @@ def test_edges_match_numpy(name, dtype):
         assert np.isnan(y[i]) == np.isnan(ref[i]), (name, x[i], y[i], ref[i])
         if not np.isnan(ref[i]):
             assert y[i] == ref[i] and np.signbit(y[i]) == np.signbit(ref[i]), (
-                name, x[i], y[i], ref[i])
+                name,
+                x[i],
+                y[i],
+                ref[i],
+            )
     tol = TOL_NUMPY[(name, dtype)]
     assert np.all(d <= tol), (name, x[d > tol], y[d > tol], ref[d > tol])
 
@@ -269,37 +324,131 @@ def test_special_values(dtype):
         return (np.isnan(a) and np.isnan(b)) or (a == b and np.signbit(a) == np.signbit(b))
 
     expected = {
-        "exp": [(inf, inf), (-inf, 0.0), (nan, nan), (big, inf), (-big, 0.0), (0.0, 1.0),
-                (-0.0, 1.0), (sub, 1.0), (-sub, 1.0)],
-        "expm1": [(inf, inf), (-inf, -1.0), (nan, nan), (big, inf), (-big, -1.0),
-                  (0.0, 0.0), (-0.0, -0.0), (sub, sub), (-sub, -sub)],
-        "log": [(inf, inf), (-inf, nan), (nan, nan), (0.0, -inf), (-0.0, -inf), (-1.0, nan),
-                (-sub, nan), (1.0, 0.0)],
-        "log1p": [(inf, inf), (-inf, nan), (nan, nan), (-1.0, -inf), (-2.0, nan),
-                  (0.0, 0.0), (-0.0, -0.0), (sub, sub), (-sub, -sub)],
-        "tanh": [(inf, 1.0), (-inf, -1.0), (nan, nan), (big, 1.0), (-big, -1.0), (0.0, 0.0),
-                 (-0.0, -0.0), (sub, sub), (-sub, -sub)],
-        "sin": [(inf, nan), (-inf, nan), (nan, nan), (0.0, 0.0), (-0.0, -0.0), (sub, sub),
-                (-sub, -sub)],
+        "exp": [
+            (inf, inf),
+            (-inf, 0.0),
+            (nan, nan),
+            (big, inf),
+            (-big, 0.0),
+            (0.0, 1.0),
+            (-0.0, 1.0),
+            (sub, 1.0),
+            (-sub, 1.0),
+        ],
+        "expm1": [
+            (inf, inf),
+            (-inf, -1.0),
+            (nan, nan),
+            (big, inf),
+            (-big, -1.0),
+            (0.0, 0.0),
+            (-0.0, -0.0),
+            (sub, sub),
+            (-sub, -sub),
+        ],
+        "log": [
+            (inf, inf),
+            (-inf, nan),
+            (nan, nan),
+            (0.0, -inf),
+            (-0.0, -inf),
+            (-1.0, nan),
+            (-sub, nan),
+            (1.0, 0.0),
+        ],
+        "log1p": [
+            (inf, inf),
+            (-inf, nan),
+            (nan, nan),
+            (-1.0, -inf),
+            (-2.0, nan),
+            (0.0, 0.0),
+            (-0.0, -0.0),
+            (sub, sub),
+            (-sub, -sub),
+        ],
+        "tanh": [
+            (inf, 1.0),
+            (-inf, -1.0),
+            (nan, nan),
+            (big, 1.0),
+            (-big, -1.0),
+            (0.0, 0.0),
+            (-0.0, -0.0),
+            (sub, sub),
+            (-sub, -sub),
+        ],
+        "sin": [
+            (inf, nan),
+            (-inf, nan),
+            (nan, nan),
+            (0.0, 0.0),
+            (-0.0, -0.0),
+            (sub, sub),
+            (-sub, -sub),
+        ],
         "cos": [(inf, nan), (-inf, nan), (nan, nan), (0.0, 1.0), (-0.0, 1.0), (sub, 1.0)],
-        "tan": [(inf, nan), (-inf, nan), (nan, nan), (0.0, 0.0), (-0.0, -0.0), (sub, sub),
-                (-sub, -sub)],
-        "sinh": [(inf, inf), (-inf, -inf), (nan, nan), (big, inf), (-big, -inf), (0.0, 0.0),
-                 (-0.0, -0.0), (sub, sub), (-sub, -sub)],
-        "cosh": [(inf, inf), (-inf, inf), (nan, nan), (big, inf), (-big, inf), (0.0, 1.0),
-                 (-0.0, 1.0), (sub, 1.0)],
-        "arctan": [(nan, nan), (0.0, 0.0), (-0.0, -0.0), (sub, sub), (-sub, -sub),
-                   (inf, float(dtype(np.pi / 2))), (-inf, float(dtype(-np.pi / 2)))],
-        "sigmoid": [(inf, 1.0), (-inf, 0.0), (nan, nan), (0.0, 0.5), (-0.0, 0.5),
-                    (big, 1.0), (-big, 0.0)],
+        "tan": [
+            (inf, nan),
+            (-inf, nan),
+            (nan, nan),
+            (0.0, 0.0),
+            (-0.0, -0.0),
+            (sub, sub),
+            (-sub, -sub),
+        ],
+        "sinh": [
+            (inf, inf),
+            (-inf, -inf),
+            (nan, nan),
+            (big, inf),
+            (-big, -inf),
+            (0.0, 0.0),
+            (-0.0, -0.0),
+            (sub, sub),
+            (-sub, -sub),
+        ],
+        "cosh": [
+            (inf, inf),
+            (-inf, inf),
+            (nan, nan),
+            (big, inf),
+            (-big, inf),
+            (0.0, 1.0),
+            (-0.0, 1.0),
+            (sub, 1.0),
+        ],
+        "arctan": [
+            (nan, nan),
+            (0.0, 0.0),
+            (-0.0, -0.0),
+            (sub, sub),
+            (-sub, -sub),
+            (inf, float(dtype(np.pi / 2))),
+            (-inf, float(dtype(-np.pi / 2))),
+        ],
+        "sigmoid": [
+            (inf, 1.0),
+            (-inf, 0.0),
+            (nan, nan),
+            (0.0, 0.5),
+            (-0.0, 0.5),
+            (big, 1.0),
+            (-big, 0.0),
+        ],
     }
     for name, pairs in expected.items():
         for v, want in pairs:
             got = ev(name, v)
             assert same(got, dtype(want)), f"{name}_{ID[dtype]}({v!r}) = {got!r}, want {want!r}"
     # gradual underflow: exp and sigmoid produce correctly rounded-ish subnormals
-    x = np.linspace(float(np.log(fi.smallest_subnormal)) + 0.5, float(np.log(fi.tiny)), 200,
-                    endpoint=False, dtype=dtype)
+    x = np.linspace(
+        float(np.log(fi.smallest_subnormal)) + 0.5,
+        float(np.log(fi.tiny)),
+        200,
+        endpoint=False,
+        dtype=dtype,
+    )
     for name in ("exp", "sigmoid"):
         y = evaluate(name, x)
         assert np.all((y > 0) & (y < fi.tiny)), name
@@ -316,13 +465,34 @@ def test_trig_large_and_hard_arguments(name, dtype):
     the long double reference: NumPy's own float64 cos is 8 ulp off at the hardest
     double (6381956970095103 * 2^797), so NumPy is only used where it is accurate."""
     if dtype == np.float64:
-        hard = [45.553093477052, 91.106186954104, 14461176.67027838, 182.212373908208,
-                6381956970095103.0 * 2.0**797, 1e22, 2.0**1023, 1.7976931348623157e308,
-                104348.0, 103993.0, 355.0, 2097152.0, 8.98846567431158e307]
+        hard = [
+            45.553093477052,
+            91.106186954104,
+            14461176.67027838,
+            182.212373908208,
+            6381956970095103.0 * 2.0**797,
+            1e22,
+            2.0**1023,
+            1.7976931348623157e308,
+            104348.0,
+            103993.0,
+            355.0,
+            2097152.0,
+            8.98846567431158e307,
+        ]
     else:
-        hard = [252.89820861816406, 505.7964172363281, 42781604.0, 4.71238899230957,
-                7.729178919452902e28, 21999384576.0, 1.5458357838905804e29, 3.4e38,
-                65536.0, 134217728.0]
+        hard = [
+            252.89820861816406,
+            505.7964172363281,
+            42781604.0,
+            4.71238899230957,
+            7.729178919452902e28,
+            21999384576.0,
+            1.5458357838905804e29,
+            3.4e38,
+            65536.0,
+            134217728.0,
+        ]
     x = np.array(hard, dtype=dtype)
     with np.errstate(over="ignore"):  # nextafter(max, inf) = inf is wanted here
         x = np.concatenate([x, -x, np.nextafter(x, np.inf), np.nextafter(x, 0)])
@@ -340,15 +510,19 @@ def test_trig_large_and_hard_arguments(name, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ID.get)
 @pytest.mark.parametrize("name", TRIG)
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_bounded_trig_hypothesis(name, dtype, data):
     width = 64 if dtype == np.float64 else 32
     lim = float(np.nextafter(dtype(vm.TRIG_BOUNDED_LIMIT), dtype(0)))
     small = float(dtype(1e-3))
-    elems = st.one_of(st.floats(-lim, lim, width=width), st.floats(-10.0, 10.0, width=width),
-                      st.floats(-small, small, width=width))
+    elems = st.one_of(
+        st.floats(-lim, lim, width=width),
+        st.floats(-10.0, 10.0, width=width),
+        st.floats(-small, small, width=width),
+    )
     x = data.draw(arrays(dtype, st.integers(1, 48), elements=elems))
     y = evaluate(name, x, bounded=True)
     check_against_numpy(name, x, y)
@@ -358,8 +532,7 @@ def test_bounded_trig_hypothesis(name, dtype, data):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ID.get)
 def test_bounded_trig_outside_limit_is_nan(dtype):
-    x = np.array([vm.TRIG_BOUNDED_LIMIT, -vm.TRIG_BOUNDED_LIMIT, 1e20, np.inf, np.nan],
-                 dtype=dtype)
+    x = np.array([vm.TRIG_BOUNDED_LIMIT, -vm.TRIG_BOUNDED_LIMIT, 1e20, np.inf, np.nan], dtype=dtype)
     for name in TRIG:
         assert np.all(np.isnan(evaluate(name, x, bounded=True)))
 
@@ -382,8 +555,9 @@ _PACKED = re.compile(r"\bv(?:fmadd|fnmadd|fmsub|fnmsub)\w*(p[sd])\s+[^\n]*%([yz]
 
 
 @pytest.mark.skipif(not _host_has_avx2(), reason="host CPU lacks AVX2/FMA: no packed code")
-@pytest.mark.skipif(numba.config.CPU_NAME not in (None, "host"),
-                    reason="NUMBA_CPU_NAME targets another CPU")
+@pytest.mark.skipif(
+    numba.config.CPU_NAME not in (None, "host"), reason="NUMBA_CPU_NAME targets another CPU"
+)
 @pytest.mark.parametrize("name", ["exp", "sin", "tanh", "log"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=ID.get)
 def test_loop_vectorizes(name, dtype):
@@ -404,5 +578,8 @@ def test_float32_stays_float32(name):
     x = np.linspace(0.1, 3.0, 8, dtype=np.float32)
     loop(x, np.empty_like(x))
     ir = loop.inspect_llvm(loop.signatures[0])
-    assert not re.search(r"= (?:fadd|fsub|fmul|fdiv|frem)(?: \w+)* double|fpext|"
-                         r"@llvm\.\w+\.f64\(", ir)
+    assert not re.search(
+        r"= (?:fadd|fsub|fmul|fdiv|frem)(?: \w+)* double|fpext|"
+        r"@llvm\.\w+\.f64\(",
+        ir,
+    )

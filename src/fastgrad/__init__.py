@@ -20,8 +20,9 @@ from fastgrad.api import (
     value_and_grad,
     vjp,
 )
-from fastgrad.ir import Graph
-from fastgrad.tracing import TracerError
+from fastgrad.core import pytree
+from fastgrad.core.ir import Graph
+from fastgrad.core.tracing import TracerError
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "jvp",
     "make_graph",
     "numpy",
+    "pytree",
     "stop_gradient",
     "testing",
     "value_and_grad",

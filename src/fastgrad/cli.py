@@ -14,7 +14,7 @@ def info() -> int:
     import numpy
 
     import fastgrad
-    from fastgrad.settings import cache_dir, dir_size
+    from fastgrad.core.config import cache_dir, dir_size
 
     path = cache_dir()
     files, size = dir_size(path)

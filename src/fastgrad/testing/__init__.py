@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.api import jvp, vjp
-from fastgrad.pytree import flatten, unflatten
+from fastgrad.core.pytree import flatten, unflatten
 
 __all__ = ["check_grads", "check_jvp", "check_vjp"]
 

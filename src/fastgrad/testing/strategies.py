@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fastgrad import numpy as fnp
-from fastgrad.ops import REGISTRY
+from fastgrad.core.primitive import REGISTRY
 
 # Open intervals that keep each domain away from singular points, so finite differences
 # are well conditioned.

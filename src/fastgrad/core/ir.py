@@ -1,18 +1,23 @@
 """The IR: a small typed graph of primitive nodes.
 
 An `Aval` is a shape, a dtype and a weak-type flag; a `Var` carries one; a `Node` applies
-a `Primitive` to input vars and defines one output var; a `Graph` lists its inputs, its
-nodes in a valid order, and its outputs. `Graph.verify` type-checks a graph and `str(graph)`
-prints it so that it reads like the code it came from.
+a `Primitive` (core.primitive) to input vars and defines one output var; a `Graph` lists
+its inputs, its nodes in a valid order, and its outputs. `Graph.verify` type-checks a
+graph; `str(graph)` prints it (core.printer) so that it reads like the code it came from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from fastgrad.core.printer import format_graph
+
+if TYPE_CHECKING:
+    from fastgrad.core.primitive import Primitive
 
 SUPPORTED_DTYPES = frozenset(
     np.dtype(t)
@@ -73,43 +78,6 @@ class Var:
 
     def __repr__(self) -> str:
         return f"Var({self.hint or hex(id(self))}: {self.aval})"
-
-
-@dataclass(eq=False)
-class Primitive:
-    """One op, defined in one place: its type rule, NumPy reference, VJP and JVP rules.
-
-    - `abstract_eval(*avals, **params) -> Aval` checks inputs and gives the output type.
-    - `impl(*arrays, **params) -> ndarray` is the NumPy reference implementation.
-    - `vjp(g, out, *inputs, **params)` returns one cotangent (or None for "no gradient")
-      per input; it is written with ops, so the backward pass is itself a graph. `vjp=None`
-      means the op has no gradient at all (integer or boolean results).
-    - `jvp(tangents, out, *inputs, **params)` returns the output's tangent, or None for a
-      zero one; `tangents` holds one tangent per input, None where it is zero (at least one
-      is not). Also written with ops. `jvp=None` goes with `vjp=None`: the tangent is zero.
-    - `kind` is "elementwise", "reduction", "structural" or "other": fusion reads it.
-    - `loop` is an elementwise op's scalar expression inside a fused loop.
-    - `domain` names, per input, the range tests sample from ("real" where empty; see
-      fastgrad.testing.strategies).
-    """
-
-    name: str
-    abstract_eval: Callable[..., Aval]
-    impl: Callable[..., Any]
-    vjp: Callable[..., Sequence[Any]] | None
-    jvp: Callable[..., Any] | None = None
-    kind: str = "other"
-    domain: tuple[str, ...] = ()
-    format: Callable[[list[str], dict[str, Any]], str] | None = None
-    # Elementwise ops: the NumPy ufunc the op mirrors (for dtype rules), and the scalar
-    # expression a fused loop computes: a template over operands {0}, {1}, ... where {T} is
-    # the output's scalar type, or "call:NAME" for a math function (see codegen.loops).
-    ufunc: Any = None
-    loop: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        return f"<primitive {self.name}>"
 
 
 class Node:
@@ -186,57 +154,3 @@ def live_nodes(nodes: Iterable[Node], outputs: Iterable[Var]) -> list[Node]:
             needed.update(id(v) for v in node.inputs)
     keep.reverse()
     return keep
-
-
-# ---------------------------------------------------------------- printing
-
-
-def _scalar_text(value: np.ndarray) -> str:
-    return str(value[()])  # NumPy's shortest round-trip text for the value's own dtype
-
-
-def format_graph(graph: Graph, title: str = "graph") -> str:
-    """Render a graph as readable pseudo-code, one node a line."""
-    names: dict[int, str] = {}
-    used: set[str] = set()
-
-    def fresh(hint: str | None) -> str:
-        base = hint or "t"
-        name = base if base not in used and not base[-1].isdigit() else f"{base}{len(used)}"
-        while name in used:
-            name = f"{base}_{len(used)}"
-        used.add(name)
-        return name
-
-    letters = iter(
-        [chr(c) for c in range(ord("a"), ord("z") + 1)]
-        + [a + chr(c) for a in "abcdefghijklmnopqrstuvwxyz" for c in range(ord("a"), ord("z") + 1)]
-    )
-
-    def auto_name() -> str:
-        for cand in letters:
-            if cand not in used:
-                used.add(cand)
-                return cand
-        return fresh(None)
-
-    for v in graph.inputs:
-        names[id(v)] = fresh(v.hint or "x")
-    inline: dict[int, str] = {}
-    lines = []
-    for node in graph.nodes:
-        if node.op.name == "const" and node.out.aval.ndim == 0:
-            inline[id(node.out)] = _scalar_text(node.params["value"])
-            continue
-        args = [inline.get(id(v)) or names[id(v)] for v in node.inputs]
-        if node.op.format is not None:
-            rhs = node.op.format(args, node.params)
-        else:
-            shown = {k: v for k, v in node.params.items() if not k.startswith("_")}
-            rhs = f"{node.op.name}({', '.join(args + [f'{k}={v!r}' for k, v in shown.items()])})"
-        names[id(node.out)] = auto_name()
-        lines.append(f"    {names[id(node.out)]}: {node.out.aval} = {rhs}")
-    head_args = ", ".join(f"{names[id(v)]}: {v.aval}" for v in graph.inputs)
-    outs = [inline.get(id(v)) or names[id(v)] for v in graph.outputs]
-    ret = ", ".join(outs) + ("," if len(outs) == 1 else "")
-    return "\n".join([f"{title}({head_args}):", *lines, f"    return ({ret})"])

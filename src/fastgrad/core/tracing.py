@@ -4,6 +4,8 @@
 when any argument is a tracer, it appends a node and returns a new tracer; otherwise it
 runs the op's NumPy reference at once. Traces nest (grad inside jit inside grad): a
 tracer of an enclosing trace that reaches an inner one is captured as an extra input.
+A tracer's operators and methods call the array functions that fastgrad.ops installs
+here with `install_array_functions` (ops builds on this module, so it is not imported).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.ir import SUPPORTED_DTYPES, Aval, Graph, Node, Primitive, Var, live_nodes
+from fastgrad.core.ir import SUPPORTED_DTYPES, Aval, Graph, Node, Var, live_nodes
+from fastgrad.core.primitive import Primitive, register
 
 _trace_stack: list[Trace] = []
 
@@ -112,9 +115,7 @@ class Tracer:
 
     # ---- NumPy interop: ufuncs called on tracers dispatch to fastgrad.numpy
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from fastgrad import numpy as fnp
-
-        fn = getattr(fnp, ufunc.__name__, None)
+        fn = getattr(_fn, ufunc.__name__, None)
         if method != "__call__" or kwargs or fn is None:
             raise TracerError(
                 f"numpy.{ufunc.__name__}.{method} is not supported on traced values; "
@@ -124,141 +125,154 @@ class Tracer:
 
     # ---- operators
     def __add__(self, other: Any) -> Any:
-        return _fnp().add(self, other)
+        return _fn.add(self, other)
 
     def __radd__(self, other: Any) -> Any:
-        return _fnp().add(other, self)
+        return _fn.add(other, self)
 
     def __sub__(self, other: Any) -> Any:
-        return _fnp().subtract(self, other)
+        return _fn.subtract(self, other)
 
     def __rsub__(self, other: Any) -> Any:
-        return _fnp().subtract(other, self)
+        return _fn.subtract(other, self)
 
     def __mul__(self, other: Any) -> Any:
-        return _fnp().multiply(self, other)
+        return _fn.multiply(self, other)
 
     def __rmul__(self, other: Any) -> Any:
-        return _fnp().multiply(other, self)
+        return _fn.multiply(other, self)
 
     def __truediv__(self, other: Any) -> Any:
-        return _fnp().divide(self, other)
+        return _fn.divide(self, other)
 
     def __rtruediv__(self, other: Any) -> Any:
-        return _fnp().divide(other, self)
+        return _fn.divide(other, self)
 
     def __pow__(self, other: Any) -> Any:
-        return _fnp().power(self, other)
+        return _fn.power(self, other)
 
     def __rpow__(self, other: Any) -> Any:
-        return _fnp().power(other, self)
+        return _fn.power(other, self)
 
     def __matmul__(self, other: Any) -> Any:
-        return _fnp().matmul(self, other)
+        return _fn.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Any:
-        return _fnp().matmul(other, self)
+        return _fn.matmul(other, self)
 
     def __neg__(self) -> Any:
-        return _fnp().negative(self)
+        return _fn.negative(self)
 
     def __pos__(self) -> Any:
         return self
 
     def __abs__(self) -> Any:
-        return _fnp().abs(self)
+        return _fn.abs(self)
 
     def __lt__(self, other: Any) -> Any:
-        return _fnp().less(self, other)
+        return _fn.less(self, other)
 
     def __le__(self, other: Any) -> Any:
-        return _fnp().less_equal(self, other)
+        return _fn.less_equal(self, other)
 
     def __gt__(self, other: Any) -> Any:
-        return _fnp().greater(self, other)
+        return _fn.greater(self, other)
 
     def __ge__(self, other: Any) -> Any:
-        return _fnp().greater_equal(self, other)
+        return _fn.greater_equal(self, other)
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        return _fnp().equal(self, other)
+        return _fn.equal(self, other)
 
     def __ne__(self, other: Any) -> Any:  # type: ignore[override]
-        return _fnp().not_equal(self, other)
+        return _fn.not_equal(self, other)
 
     def __and__(self, other: Any) -> Any:
-        return _fnp().logical_and(self, other)
+        return _fn.logical_and(self, other)
 
     def __rand__(self, other: Any) -> Any:
-        return _fnp().logical_and(other, self)
+        return _fn.logical_and(other, self)
 
     def __or__(self, other: Any) -> Any:
-        return _fnp().logical_or(self, other)
+        return _fn.logical_or(self, other)
 
     def __ror__(self, other: Any) -> Any:
-        return _fnp().logical_or(other, self)
+        return _fn.logical_or(other, self)
 
     def __invert__(self) -> Any:
         if self.dtype != np.bool_:
             raise TypeError(f"~ is supported on boolean arrays only, not {self.aval}")
-        return _fnp().logical_not(self)
+        return _fn.logical_not(self)
 
     def __getitem__(self, index: Any) -> Any:
-        return _fnp().getitem(self, index)
+        return _fn.getitem(self, index)
 
     # ---- array methods
     @property
     def T(self) -> Any:
-        return _fnp().transpose(self)
+        return _fn.transpose(self)
 
     def transpose(self, *axes: Any) -> Any:
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], tuple | list)):
-            return _fnp().transpose(self, axes[0])
-        return _fnp().transpose(self, axes or None)
+            return _fn.transpose(self, axes[0])
+        return _fn.transpose(self, axes or None)
 
     def reshape(self, *shape: Any) -> Any:
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
-        return _fnp().reshape(self, shape)
+        return _fn.reshape(self, shape)
 
     def astype(self, dtype: Any) -> Any:
-        return _fnp().astype(self, dtype)
+        return _fn.astype(self, dtype)
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fnp().sum(self, axis=axis, keepdims=keepdims)
+        return _fn.sum(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fnp().mean(self, axis=axis, keepdims=keepdims)
+        return _fn.mean(self, axis=axis, keepdims=keepdims)
 
     def max(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fnp().max(self, axis=axis, keepdims=keepdims)
+        return _fn.max(self, axis=axis, keepdims=keepdims)
 
     def min(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fnp().min(self, axis=axis, keepdims=keepdims)
+        return _fn.min(self, axis=axis, keepdims=keepdims)
 
     def prod(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fnp().prod(self, axis=axis, keepdims=keepdims)
+        return _fn.prod(self, axis=axis, keepdims=keepdims)
 
     def argmax(self, axis: Any = None) -> Any:
-        return _fnp().argmax(self, axis=axis)
+        return _fn.argmax(self, axis=axis)
 
     def argmin(self, axis: Any = None) -> Any:
-        return _fnp().argmin(self, axis=axis)
+        return _fn.argmin(self, axis=axis)
 
     def squeeze(self, axis: Any = None) -> Any:
-        return _fnp().squeeze(self, axis=axis)
+        return _fn.squeeze(self, axis=axis)
 
     def ravel(self) -> Any:
-        return _fnp().reshape(self, (-1,))
+        return _fn.reshape(self, (-1,))
 
     flatten = ravel
 
 
-def _fnp() -> Any:
-    # fastgrad.numpy builds on this module, so it is looked up when an operator runs.
-    from fastgrad import numpy as fnp
+class _ArrayFunctions:
+    """The array functions (add, reshape, sum, ...) behind a tracer's operators and methods.
 
-    return fnp
+    fastgrad.ops fills this in when it is imported; until then there is nothing to trace.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"array function {name!r} is not installed: import fastgrad, not only fastgrad.core"
+        )
+
+
+_fn: Any = _ArrayFunctions()
+
+
+def install_array_functions(functions: dict[str, Any]) -> None:
+    """Make `functions` (name -> function) what a tracer's operators and methods call."""
+    vars(_fn).update(functions)
 
 
 class Trace:
@@ -390,6 +404,8 @@ def _const_abstract_eval(*, value: np.ndarray, weak: bool) -> Aval:
     return Aval(value.shape, value.dtype, weak)
 
 
-CONST = Primitive(
-    "const", _const_abstract_eval, lambda *, value, weak: value, vjp=None, format=_format_const
+CONST = register(
+    Primitive(
+        "const", _const_abstract_eval, lambda *, value, weak: value, vjp=None, format=_format_const
+    )
 )

@@ -17,11 +17,11 @@ from typing import Any
 import numba
 import numpy as np
 
-from fastgrad.codegen.compiler import first_call, load_kernel
-from fastgrad.codegen.loops import KernelSource, generate
-from fastgrad.codegen.vecmath import FUNCTIONS
-from fastgrad.fusion import Call, Loop, Step
-from fastgrad.ir import Graph
+from fastgrad.compiler.codegen.loops import KernelSource, generate
+from fastgrad.compiler.codegen.vecmath import FUNCTIONS
+from fastgrad.compiler.fusion import Call, Loop, Step
+from fastgrad.compiler.kernel_cache import first_call, load_kernel
+from fastgrad.core.ir import Graph
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastgrad.ir import Graph, Node, Var, consumers
+from fastgrad.core.ir import Graph, Node, Var, consumers
 
 REDUCTIONS = frozenset({"sum", "max", "min", "prod"})
 

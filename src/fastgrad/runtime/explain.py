@@ -3,9 +3,9 @@ and what stop_gradient kept out of the backward pass."""
 
 from __future__ import annotations
 
-from fastgrad.fusion import Call, Loop
-from fastgrad.ir import Graph, consumers
-from fastgrad.runtime import Executable
+from fastgrad.compiler.fusion import Call, Loop
+from fastgrad.core.ir import Graph, consumers
+from fastgrad.runtime.executable import Executable
 
 
 def stop_gradient_cones(graph: Graph) -> list[tuple[str, list[str]]]:

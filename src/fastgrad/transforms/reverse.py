@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fastgrad import numpy as fnp
-from fastgrad.interpreter import eval_nodes
-from fastgrad.ir import Graph, Node, Var
-from fastgrad.ops import STOP_GRADIENT
-from fastgrad.tracing import Trace, aval_of
+from fastgrad.core.interpreter import eval_nodes
+from fastgrad.core.ir import Graph, Node, Var
+from fastgrad.core.tracing import Trace, aval_of
+from fastgrad.ops.base import astype
+from fastgrad.ops.elementwise import STOP_GRADIENT
+from fastgrad.ops.shape import zeros_like
 
 
 def active_vars(graph: Graph, wrt: Sequence[Var]) -> set[int]:
@@ -109,7 +110,7 @@ def vjp_graph(graph: Graph, wrt: Sequence[int], seeds: Sequence[int]) -> Graph:
         results = []
         for v, g in zip(wrt_vars, grads, strict=True):
             if g is None:
-                g = fnp.zeros_like(env[id(v)])
-            results.append(fnp.astype(g, v.aval.dtype))
+                g = zeros_like(env[id(v)])
+            results.append(astype(g, v.aval.dtype))
         outs = [env[id(v)] for v in graph.outputs] + results
     return trace.to_graph(outs)

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fastgrad.settings import cache_dir
+from fastgrad.core.config import cache_dir
 
 
 @functools.lru_cache(maxsize=1)
@@ -29,8 +29,10 @@ def environment_tag() -> str:
     import llvmlite.binding as llvm
     import numba
 
-    here = Path(__file__).parent
-    code = b"".join((here / name).read_bytes() for name in ("support.py", "vecmath.py"))
+    # The helpers every kernel imports: a change to them changes the machine code.
+    codegen = Path(__file__).parent / "codegen"
+    helpers = [codegen / "support.py", *sorted((codegen / "vecmath").glob("*.py"))]
+    code = b"".join(path.read_bytes() for path in helpers)
     parts = [
         numba.__version__,
         llvmlite.__version__,

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fastgrad import numpy as fnp
-from fastgrad.ir import Graph, Node
-from fastgrad.tracing import CONST, Trace, Tracer, aval_of, bind
+from fastgrad.core.ir import Graph, Node
+from fastgrad.core.tracing import CONST, Trace, Tracer, aval_of, bind
+from fastgrad.ops.base import astype
+from fastgrad.ops.shape import zeros_like
 
 
 def push_tangents(
@@ -91,7 +92,7 @@ def jvp_graph(graph: Graph, wrt: Sequence[int], outputs: Sequence[int] | None = 
         for v in out_vars:
             t = tenv.get(id(v))
             if t is None:
-                t = fnp.zeros_like(env[id(v)])
-            tangents_out.append(fnp.astype(t, v.aval.dtype))
+                t = zeros_like(env[id(v)])
+            tangents_out.append(astype(t, v.aval.dtype))
         outs = [env[id(v)] for v in graph.outputs] + tangents_out
     return trace.to_graph(outs)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.ir import Graph, Node, Var, live_nodes
+from fastgrad.core.ir import Graph, Node, Var, live_nodes
 
 
 def _param_key(value: Any) -> Any:

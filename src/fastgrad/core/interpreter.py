@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.ir import Graph
-from fastgrad.tracing import CONST, Tracer, bind, current_trace
+from fastgrad.core.ir import Graph
+from fastgrad.core.tracing import CONST, Tracer, bind, current_trace
 
 
 def eval_nodes(graph: Graph, args: Sequence[Any]) -> dict[int, Any]:

@@ -3,7 +3,7 @@
 A `CustomCall` holds the user's traced `fwd` graph (inputs to outputs and residuals) and
 `bwd` graph (residuals and output cotangents to input cotangents). One node per output leaf
 stands for the call: the reference interpreter runs `fwd`, reverse mode inlines `bwd`,
-forward mode inlines the transpose of `bwd`, and passes.simplify inlines `fwd` after
+forward mode inlines the transpose of `bwd`, and compiler.passes.simplify inlines `fwd` after
 differentiation, so fusion only ever sees plain primitives. fastgrad.api.custom_vjp builds it.
 """
 
@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad import numpy as fnp
-from fastgrad.autodiff import vjp_graph
-from fastgrad.interpreter import eval_graph, run_graph
-from fastgrad.ir import Aval, Graph, Primitive
-from fastgrad.tracing import Tracer, current_trace
+from fastgrad.core.interpreter import eval_graph, run_graph
+from fastgrad.core.ir import Aval, Graph
+from fastgrad.core.primitive import Primitive
+from fastgrad.core.tracing import Tracer, current_trace
+from fastgrad.ops.base import broadcast_to
+from fastgrad.transforms.reverse import vjp_graph
 
 
 @dataclass(eq=False)
@@ -70,7 +71,7 @@ def _zeros(aval: Aval) -> Any:
     trace = current_trace()
     assert trace is not None, "custom_vjp_call rules run while tracing"
     zero = Tracer(trace, trace.const(np.zeros((), aval.dtype)))
-    return fnp.broadcast_to(zero, aval.shape)
+    return broadcast_to(zero, aval.shape)
 
 
 def _residuals(call: CustomCall, xs: tuple[Any, ...]) -> list[Any]:

@@ -1,0 +1,25 @@
+"""The public entry points: jit and the user-facing transformations.
+
+Each traces the user's function into a graph (fastgrad.core.tracing), transforms it
+(fastgrad.transforms) where asked, and runs the result: on concrete arrays through the
+compiled plan (fastgrad.compiler, fastgrad.runtime), on tracers by inlining it into the
+enclosing trace, which is what lets them compose in any order. Only this layer knows the
+order of the pipeline.
+"""
+
+from fastgrad.api.custom_vjp import custom_vjp
+from fastgrad.api.forward import hessian, jvp
+from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
+from fastgrad.api.jit import jit, make_graph
+
+__all__ = [
+    "custom_vjp",
+    "grad",
+    "hessian",
+    "jit",
+    "jvp",
+    "make_graph",
+    "stop_gradient",
+    "value_and_grad",
+    "vjp",
+]

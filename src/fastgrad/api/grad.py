@@ -1,0 +1,229 @@
+"""Reverse mode for users: grad, value_and_grad, vjp, and stop_gradient on pytrees."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fastgrad.api.trace import (
+    Traced,
+    arg_leaf_names,
+    leaf_aval,
+    name_of,
+    param_names,
+    run,
+    trace_function,
+)
+from fastgrad.core.ir import Aval, Graph
+from fastgrad.core.pytree import TreeDef, flatten, tree_map, unflatten
+from fastgrad.ops.base import astype
+from fastgrad.ops.elementwise import stop_gradient as stop_gradient_leaf
+from fastgrad.transforms.reverse import vjp_graph
+
+
+def check_argnums(argnums: int | Sequence[int], nargs: int, fun: Any) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not nums:
+        raise ValueError("argnums must name at least one argument")
+    for i in nums:
+        if not isinstance(i, int):
+            raise TypeError(f"argnums must be ints, got {i!r}")
+        if not -nargs <= i < nargs:
+            raise ValueError(
+                f"argnums {i} is out of range: {name_of(fun)} was called with {nargs} positional "
+                "argument(s)"
+            )
+    nums = tuple(i % nargs for i in nums)
+    if len(set(nums)) != len(nums):
+        raise ValueError(f"argnums {argnums} repeats an argument")
+    return nums
+
+
+def _check_differentiable(aval: Aval, where: str, transform: str) -> None:
+    if not aval.is_float:
+        raise TypeError(
+            f"{transform} needs float arguments to differentiate, but {where} has dtype "
+            f"{aval.dtype}. Integer and boolean arrays can be passed in arguments that are not "
+            "in argnums; convert to float32/float64 to differentiate."
+        )
+
+
+def vjp_parts(
+    fun: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    argnums: tuple[int, ...],
+    transform: str = "grad",
+) -> tuple[Traced, list[Any], list[TreeDef]]:
+    """Trace `fun` in the arguments `argnums` (in that order); the others pass through as
+    they are, so concrete ones stay concrete (Python control flow on them works, as in JAX).
+
+    Returns the traced function, the differentiated leaves and each argument's structure.
+    """
+    names = param_names(fun, len(args))
+    diff_args = tuple(args[i] for i in argnums)
+
+    def rebuild(traced_args: tuple[Any, ...]) -> list[Any]:
+        full = list(args)
+        for i, a in zip(argnums, traced_args, strict=True):
+            full[i] = a
+        return full
+
+    leaf_names = arg_leaf_names(diff_args, [names[i] for i in argnums])
+    leaves, _ = flatten(diff_args)
+    for leaf, where in zip(leaves, leaf_names, strict=True):
+        _check_differentiable(leaf_aval(leaf, where), f"argument {where}", transform)
+    traced = trace_function(
+        lambda *a: fun(*a, **kwargs), diff_args, leaf_names, rebuild, name_of(fun)
+    )
+    return traced, leaves, [flatten(a)[1] for a in diff_args]
+
+
+def value_and_grad(
+    fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """A function returning `fun`'s value and its gradient with respect to `argnums`.
+
+    `fun` must return a float scalar, or `(scalar, aux)` with `has_aux=True`; the result is
+    then `((value, aux), grads)`. Gradients have the structure of the differentiated
+    arguments; with a tuple `argnums` they come as a tuple.
+
+    >>> import fastgrad as fg, fastgrad.numpy as fnp
+    >>> value, g = fg.value_and_grad(lambda x: fnp.sum(x * x))(np.array([1.0, 2.0]))
+    >>> float(value), g
+    (5.0, array([2., 4.]))
+    """
+
+    @functools.wraps(fun, updated=())
+    def value_and_grad_fun(*args: Any, **kwargs: Any) -> Any:
+        nums = check_argnums(argnums, len(args), fun)
+        traced, leaves, trees = vjp_parts(fun, args, kwargs, nums)
+        out_leaves = traced.graph.outputs
+        if has_aux:
+            if traced.out_tree.kind not in ("tuple", "list") or len(traced.out_tree.children) != 2:
+                raise TypeError(
+                    f"with has_aux=True, {name_of(fun)} must return a pair (value, aux), got "
+                    f"structure {traced.out_tree!r}"
+                )
+            value_tree = traced.out_tree.children[0]
+            if value_tree.kind != "leaf":
+                raise TypeError(f"the value returned by {name_of(fun)} must be a scalar array")
+        elif traced.out_tree.kind != "leaf":
+            raise TypeError(
+                f"grad needs {name_of(fun)} to return a scalar, got a pytree "
+                f"{traced.out_tree!r} (use has_aux=True to return (value, aux))"
+            )
+        value = out_leaves[0].aval
+        if value.shape != () or not value.is_float:
+            raise TypeError(
+                f"grad needs {name_of(fun)} to return a float scalar, got {value} (shape "
+                f"{value.shape}, dtype {value.dtype}); reduce it first, e.g. with fnp.sum"
+            )
+        backward = vjp_graph(traced.graph, range(len(leaves)), seeds=[0])
+        backward.verify()
+        one = np.ones((), value.dtype)
+        outs = run(backward, [*leaves, *traced.captured, one])
+        n_out = len(out_leaves)
+        result = unflatten(traced.out_tree, outs[:n_out])
+        grad_leaves = iter(outs[n_out:])
+        grads = [
+            unflatten(tree, [next(grad_leaves) for _ in range(tree.num_leaves)]) for tree in trees
+        ]
+        return result, (grads[0] if isinstance(argnums, int) else tuple(grads))
+
+    return value_and_grad_fun
+
+
+def grad(
+    fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """A function returning the gradient of scalar-valued `fun` with respect to `argnums`.
+
+    >>> import fastgrad as fg, fastgrad.numpy as fnp
+    >>> fg.grad(lambda x: fnp.sum(fnp.sin(x)))(np.zeros(2))
+    array([1., 1.])
+    >>> fg.grad(fg.grad(lambda x: x ** 3))(2.0)
+    array(12.)
+    """
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    @functools.wraps(fun, updated=())
+    def grad_fun(*args: Any, **kwargs: Any) -> Any:
+        (value, grads) = vg(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+
+    return grad_fun
+
+
+def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """`fun(*primals)` and a function mapping an output cotangent to input cotangents.
+
+    `vjp_fn(ct)` takes `ct` of the output's structure, shapes and dtypes, and returns a tuple
+    with one cotangent per primal. With `has_aux=True`, `fun` returns `(out, aux)` and the
+    result is `(out, vjp_fn, aux)`.
+
+    >>> import fastgrad as fg, fastgrad.numpy as fnp
+    >>> out, vjp_fn = fg.vjp(lambda x: x * 3.0, np.array([1.0, 2.0]))
+    >>> vjp_fn(np.array([1.0, 10.0]))
+    (array([ 3., 30.]),)
+    """
+    nums = tuple(range(len(primals)))
+    if not primals:
+        raise TypeError("vjp needs at least one primal argument")
+    traced, leaves, trees = vjp_parts(fun, primals, {}, nums)
+    outs = run(traced.graph, [*leaves, *traced.captured])
+    out_tree = traced.out_tree
+    aux = None
+    n_main = len(outs)
+    if has_aux:
+        if out_tree.kind not in ("tuple", "list") or len(out_tree.children) != 2:
+            raise TypeError(f"with has_aux=True, {name_of(fun)} must return a pair (out, aux)")
+        n_main = out_tree.children[0].num_leaves
+        aux = unflatten(out_tree.children[1], outs[n_main:])
+        out_tree = out_tree.children[0]
+    out_avals = [v.aval for v in traced.graph.outputs[:n_main]]
+    seeds = [i for i, a in enumerate(out_avals) if a.is_float]
+
+    @functools.lru_cache(maxsize=1)
+    def backward() -> Graph:
+        return vjp_graph(traced.graph, range(len(leaves)), seeds).verify()
+
+    def vjp_fn(ct: Any) -> tuple[Any, ...]:
+        ct_leaves, ct_tree = flatten(ct)
+        if ct_tree != out_tree:
+            raise ValueError(
+                f"vjp_fn: the cotangent's structure {ct_tree!r} differs from the output's "
+                f"{out_tree!r}"
+            )
+        for i, (c, a) in enumerate(zip(ct_leaves, out_avals, strict=True)):
+            ca = leaf_aval(c, f"cotangent leaf {i}")
+            if ca.shape != a.shape:
+                raise ValueError(
+                    f"vjp_fn: cotangent leaf {i} has shape {ca.shape}, the output has {a.shape}"
+                )
+        ct_args = [astype(ct_leaves[i], out_avals[i].dtype) for i in seeds]
+        res = run(backward(), [*leaves, *traced.captured, *ct_args])
+        grad_leaves = iter(res[len(traced.graph.outputs) :])
+        return tuple(unflatten(t, [next(grad_leaves) for _ in range(t.num_leaves)]) for t in trees)
+
+    out = unflatten(out_tree, outs[:n_main])
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def stop_gradient(x: Any, name: str | None = None) -> Any:
+    """The identity going forward; no gradient flows back through it (pytrees too).
+
+    Use it where a value should be treated as a constant by differentiation: the shift in a
+    numerically stable softmax, EM responsibilities, samples from a sampler, an adversarial
+    perturbation. Integer and boolean leaves pass through; plain arrays are returned as is.
+
+    >>> import fastgrad as fg, fastgrad.numpy as fnp
+    >>> fg.grad(lambda x: fnp.sum(x * x))(np.array([3.0]))
+    array([6.])
+    >>> fg.grad(lambda x: fnp.sum(x * fg.stop_gradient(x)))(np.array([3.0]))
+    array([3.])
+    """
+    return tree_map(lambda leaf: stop_gradient_leaf(leaf, name), x)

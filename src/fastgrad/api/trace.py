@@ -1,0 +1,131 @@
+"""Tracing a user's function into a graph, and running a graph.
+
+`trace_function` flattens the arguments' pytrees, traces the function on one tracer per
+leaf (named by its path, `params['w']`), and gives a `Traced`: the graph, the output's
+structure, and the outer tracers it closed over. `Traced.compiled()` runs the pipeline
+below the front end: simplify, partition, and an executable plan of fused kernels.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastgrad.compiler.fusion import partition
+from fastgrad.compiler.passes import simplify
+from fastgrad.core.interpreter import eval_graph, run_graph
+from fastgrad.core.ir import Aval, Graph
+from fastgrad.core.pytree import TreeDef, flatten, leaf_paths, unflatten
+from fastgrad.core.tracing import Trace, Tracer, as_array, is_python_scalar
+from fastgrad.runtime.executable import DEBUG, Executable
+from fastgrad.runtime.explain import explain
+
+
+def identifier(path: str) -> str:
+    name = re.sub(r"\W+", "_", path).strip("_")
+    return name if name and not name[0].isdigit() else f"x_{name}"
+
+
+def signature(leaf: Any) -> Any:
+    """What the trace cache keys a leaf by; arrays take the fast path."""
+    if type(leaf) is np.ndarray:
+        return leaf.shape, leaf.dtype
+    if isinstance(leaf, Tracer):
+        return leaf.aval
+    try:
+        return leaf_aval(leaf, "argument")
+    except TypeError:
+        return ("unsupported", type(leaf))  # reported, with its name, when traced
+
+
+def leaf_aval(leaf: Any, where: str) -> Aval:
+    if isinstance(leaf, Tracer):
+        return leaf.aval
+    arr = as_array(leaf, where)
+    return Aval(arr.shape, arr.dtype, weak=is_python_scalar(leaf))
+
+
+@dataclass
+class Traced:
+    """A function traced at one input signature."""
+
+    graph: Graph
+    out_tree: TreeDef
+    captured: list[Tracer]  # tracers of an enclosing trace that the function closed over
+    executable: Executable | None = None  # the compiled form, built on first concrete call
+
+    def compiled(self) -> Executable:
+        if self.executable is None:
+            graph = simplify(self.graph)
+            steps = partition(graph)
+            if DEBUG:
+                print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
+            self.executable = Executable(graph, steps)
+            if DEBUG:
+                print(f"# fastgrad: plan\n{explain(self.graph, self.executable)}")
+        return self.executable
+
+
+def trace_function(
+    fun: Callable[..., Any],
+    tree: Any,
+    names: Sequence[str],
+    rebuild: Callable[[Any], Any],
+    fun_name: str,
+) -> Traced:
+    """Trace `fun(*rebuild(tree'))` where tree' is `tree` with every leaf replaced by a tracer.
+
+    `names` are readable paths of the leaves, used to name graph inputs and in errors.
+    """
+    leaves, treedef = flatten(tree)
+    avals = [leaf_aval(x, where) for x, where in zip(leaves, names, strict=True)]
+    with Trace() as trace:
+        tracers = [trace.new_input(a, identifier(n)) for a, n in zip(avals, names, strict=True)]
+        out = fun(*rebuild(unflatten(treedef, tracers)))
+        out_leaves, out_tree = flatten(out)
+        for i, leaf in enumerate(out_leaves):
+            if not isinstance(leaf, Tracer):
+                leaf_aval(leaf, f"output leaf {i} of {fun_name}")
+    graph = trace.to_graph(out_leaves)
+    graph.verify()
+    return Traced(graph, out_tree, list(trace.captured))
+
+
+def name_of(fun: Any) -> str:
+    return getattr(fun, "__name__", None) or type(fun).__name__
+
+
+def run(graph: Graph, args: Sequence[Any]) -> list[Any]:
+    """Run a graph: inline it into a trace if any input is traced, else execute it."""
+    if any(isinstance(a, Tracer) for a in args):
+        return eval_graph(graph, args)
+    return run_graph(graph, [np.asarray(a) for a in args])
+
+
+def param_names(fun: Callable[..., Any], nargs: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(nargs):
+        if i < len(params) and params[i].kind in (
+            params[i].POSITIONAL_ONLY,
+            params[i].POSITIONAL_OR_KEYWORD,
+        ):
+            names.append(params[i].name)
+        else:
+            names.append(f"arg{i}")
+    return names
+
+
+def arg_leaf_names(args: Sequence[Any], names: Sequence[str]) -> list[str]:
+    out = []
+    for a, n in zip(args, names, strict=True):
+        out.extend(leaf_paths(a, n))
+    return out

@@ -1,0 +1,178 @@
+"""The argument plumbing every op family uses, and the four functions every rule needs.
+
+Broadcasting and dtype promotion are made explicit here, in one place: an elementwise
+primitive always sees operands of one shape and one dtype. `astype`, `broadcast_to`,
+`reshape` and `sum` are the functions VJP/JVP rules of every family build on; they find
+their records (in fastgrad.ops.elementwise, .shape and .reduction) in the registry by name,
+so any family can use them without importing another.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fastgrad.core.ir import Aval
+from fastgrad.core.primitive import REGISTRY
+from fastgrad.core.tracing import Tracer, aval_of, bind, current_trace
+
+# ---------------------------------------------------------------- broadcasting and dtypes
+
+
+def promote(avals: Sequence[Aval]) -> tuple[np.dtype, bool]:
+    """(dtype, whether all operands are weak): NumPy's promotion, with Python scalars weak
+    (they take the other operand's dtype)."""
+    standins = {"b": False, "i": 0, "u": 0, "f": 0.0}
+    strong = [a.dtype for a in avals if not a.weak]
+    weak = [standins[a.dtype.kind] for a in avals if a.weak]
+    return np.result_type(*strong, *weak), not strong
+
+
+def broadcast_shapes(*shapes: tuple[int, ...], what: str = "operands") -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        shown = " and ".join(str(tuple(s)) for s in shapes)
+        raise ValueError(
+            f"{what}: shapes {shown} cannot be broadcast together (NumPy rules: trailing axes "
+            "must be equal or 1)"
+        ) from None
+
+
+def lift(x: Any) -> Any:
+    # Inside a trace, a concrete operand becomes a graph constant before it is broadcast,
+    # so the graph keeps a scalar constant rather than a full-size array.
+    trace = current_trace()
+    if trace is None or isinstance(x, Tracer):
+        return x
+    return Tracer(trace, trace.to_var(x))
+
+
+def coerce(x: Any, aval: Aval, dtype: np.dtype, shape: tuple[int, ...], tracing: bool) -> Any:
+    if not isinstance(x, Tracer):
+        x = np.asarray(x, dtype=dtype)
+        if tracing:
+            x = lift(x)
+    elif aval.dtype != dtype:
+        x = bind(REGISTRY["astype"], x, dtype=dtype)
+    if tuple(x.shape) != shape:
+        x = bind(REGISTRY["broadcast_to"], x, shape=shape)
+    return x
+
+
+def apply_elementwise(name: str, *args: Any) -> Any:
+    """Apply elementwise primitive `name` after promoting and broadcasting its operands."""
+    avals = [aval_of(a) for a in args]
+    shape = broadcast_shapes(*(a.shape for a in avals), what=name)
+    dtype, weak = promote(avals)
+    tracing = any(isinstance(a, Tracer) for a in args)
+    if weak and not tracing:
+        return bind(REGISTRY[name], *(np.asarray(a) for a in args))
+    return bind(
+        REGISTRY[name],
+        *(coerce(a, v, dtype, shape, tracing) for a, v in zip(args, avals, strict=True)),
+    )
+
+
+def is_traced(*xs: Any) -> bool:
+    return any(isinstance(x, Tracer) for x in xs)
+
+
+def tangent_sum(tangents: Any, *parts: Callable[[Any], Any]) -> Any:
+    """The sum over inputs with a tangent t_i of parts[i](t_i): a JVP is linear in the
+    tangents, and an input without one (None) adds no term. None if no term is left."""
+    total = None
+    for t, part in zip(tangents, parts, strict=True):
+        if t is not None:
+            total = part(t) if total is None else total + part(t)
+    return total
+
+
+# ---------------------------------------------------------------- axes and shapes
+
+
+def normalize_axis(axis: Any, ndim: int, what: str = "axis") -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    out = []
+    for a in axes:
+        a = operator.index(a)
+        if not -ndim <= a < builtins.max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+            raise ValueError(f"{what} {a} is out of bounds for an array of {ndim} dimensions")
+        out.append(a % builtins.max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what} {axis} repeats an axis")
+    return tuple(sorted(out)) if ndim else ()
+
+
+def shape_tuple(shape: Any, what: str) -> tuple[int, ...]:
+    if isinstance(shape, int | np.integer):
+        return (int(shape),)
+    try:
+        return tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{what} must be a tuple of ints, got {shape!r}") from None
+
+
+# ---------------------------------------------------------------- the functions rules build on
+
+
+def astype(x: Any, dtype: Any) -> Any:
+    """`x` converted to `dtype` (a no-op when it already has it)."""
+    dtype = np.dtype(dtype)
+    if aval_of(x).dtype == dtype and not (isinstance(x, Tracer) and x.aval.weak):
+        return x if isinstance(x, Tracer) else np.asarray(x)
+    if not isinstance(x, Tracer):
+        return np.asarray(x).astype(dtype)
+    return bind(REGISTRY["astype"], x, dtype=dtype)
+
+
+def broadcast_to(x: Any, shape: Any) -> Any:
+    """`x` broadcast to `shape` by NumPy's rules."""
+    aval = aval_of(x)
+    shape = shape_tuple(shape, "broadcast_to shape")
+    if broadcast_shapes(aval.shape, shape, what="broadcast_to") != shape:
+        raise ValueError(f"broadcast_to: cannot broadcast shape {aval.shape} to {shape}")
+    if shape == aval.shape:
+        return x if isinstance(x, Tracer) else np.asarray(x)
+    return bind(
+        REGISTRY["broadcast_to"],
+        lift(np.asarray(x)) if not isinstance(x, Tracer) else x,
+        shape=shape,
+    )
+
+
+def reshape(x: Any, shape: Any) -> Any:
+    """`x` with a new shape of the same size; one dimension may be -1."""
+    aval = aval_of(x)
+    shape = shape_tuple(shape, "reshape shape")
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise ValueError(f"reshape: bad shape {shape} (at most one -1, no other negatives)")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or aval.size % known:
+            raise ValueError(f"cannot reshape an array of shape {aval.shape} into shape {shape}")
+        shape = tuple(aval.size // known if d == -1 else d for d in shape)
+    if math.prod(shape) != aval.size:
+        raise ValueError(f"cannot reshape an array of shape {aval.shape} into shape {shape}")
+    if shape == aval.shape:
+        return x if isinstance(x, Tracer) else np.asarray(x)
+    return bind(REGISTRY["reshape"], x if isinstance(x, Tracer) else np.asarray(x), shape=shape)
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """Sum over `axis` (an int, a tuple, or None for all).
+
+    >>> sum(np.arange(6.0).reshape(2, 3), axis=1)
+    array([ 3., 12.])
+    """
+    if not isinstance(x, Tracer):
+        x = np.asarray(x)
+    axes = normalize_axis(axis, x.ndim)
+    return bind(REGISTRY["sum"], x, axis=axes, keepdims=bool(keepdims))

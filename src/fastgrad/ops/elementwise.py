@@ -1,0 +1,432 @@
+"""Elementwise arithmetic, comparisons, logic and selection: records and functions.
+
+`elementwise(...)` builds the record of a NumPy-named elementwise op: its type rule comes
+from the NumPy ufunc it mirrors; `loop` is the scalar expression a fused loop computes
+(a template over operands {0}, {1}, ... with {T} the output's scalar type, or
+"call:NAME" for a math function; see fastgrad.compiler.codegen.loops). Transcendental
+functions are in fastgrad.ops.math, built the same way. VJP rules scale the cotangent `g`,
+JVP rules the tangents `t` (None where an input has none; see base.tangent_sum).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fastgrad.core.ir import Aval
+from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.tracing import Tracer, aval_of, bind
+from fastgrad.ops.base import (
+    apply_elementwise,
+    astype,
+    broadcast_shapes,
+    coerce,
+    promote,
+    tangent_sum,
+)
+
+__all__ = [
+    "abs", "absolute", "add", "array", "asarray", "astype", "ceil", "clip", "divide",
+    "equal", "floor", "greater", "greater_equal", "isfinite", "isinf", "isnan", "less",
+    "less_equal", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum",
+    "minimum", "multiply", "negative", "not_equal", "reciprocal", "relu", "rint", "sign",
+    "square", "stop_gradient", "subtract", "true_divide", "where",
+]  # fmt: skip
+
+# ---------------------------------------------------------------- the record builder
+
+
+@functools.cache
+def _result_dtype(ufunc: Any, dtypes: tuple[np.dtype, ...]) -> np.dtype:
+    with np.errstate(all="ignore"):
+        return np.asarray(ufunc(*(np.zeros((), d) for d in dtypes))).dtype
+
+
+def _elementwise_eval(name: str, ufunc: Any) -> Callable[..., Aval]:
+    def abstract_eval(*avals: Aval) -> Aval:
+        shape = avals[0].shape
+        if any(a.shape != shape for a in avals[1:]):
+            raise ValueError(f"{name} needs operands of one shape, got {[a.shape for a in avals]}")
+        dtype = _result_dtype(ufunc, tuple(a.dtype for a in avals))
+        return Aval(shape, dtype, weak=all(a.weak for a in avals))
+
+    return abstract_eval
+
+
+_INFIX = {
+    "add": "+", "subtract": "-", "multiply": "*", "divide": "/", "power": "**",
+    "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=",
+    "equal": "==", "not_equal": "!=", "logical_and": "&", "logical_or": "|",
+}  # fmt: skip
+
+
+def format_infix(symbol: str) -> Callable[[list[str], dict[str, Any]], str]:
+    return lambda args, params: f"{args[0]} {symbol} {args[1]}"
+
+
+def elementwise(
+    name: str,
+    ufunc: Any,
+    vjp: Callable[..., Any] | None,
+    domain: tuple[str, ...] = (),
+    impl: Callable[..., Any] | None = None,
+    loop: str | None = None,
+    jvp: Callable[..., Any] | None = None,
+) -> Primitive:
+    fmt = None
+    if name in _INFIX:
+        fmt = format_infix(_INFIX[name])
+    elif name == "negative":
+        fmt = lambda args, params: f"-{args[0]}"  # noqa: E731
+    return register(
+        Primitive(
+            name,
+            _elementwise_eval(name, ufunc),
+            impl or ufunc,
+            vjp,
+            jvp,
+            kind="elementwise",
+            domain=domain,
+            format=fmt,
+            ufunc=ufunc,
+            loop=loop or f"call:{name}",
+        )
+    )
+
+
+# ---------------------------------------------------------------- records
+
+
+# fmt: off
+elementwise("negative", np.negative, lambda g, out, x: (-g,), loop="-{0}",
+            jvp=lambda t, out, x: -t[0])
+elementwise("square", np.square, lambda g, out, x: (g * x * 2,), loop="{0} * {0}",
+            jvp=lambda t, out, x: t[0] * x * 2)
+elementwise("reciprocal", np.reciprocal, lambda g, out, x: (-g * out * out,), ("nonzero",),
+            loop="{T}(1) / {0}",
+            jvp=lambda t, out, x: -t[0] * out * out)
+elementwise("abs", np.abs, lambda g, out, x: (g * sign(x),), ("nonzero",),
+            jvp=lambda t, out, x: t[0] * sign(x))
+# fmt: on
+
+# Piecewise-constant functions: their derivative is zero wherever it exists.
+_zero = lambda g, out, *xs: (None,) * len(xs)  # noqa: E731
+_zero_jvp = lambda t, out, *xs: None  # noqa: E731
+elementwise("sign", np.sign, _zero, loop="{T}({0} > 0) - {T}({0} < 0) if {0} == {0} else {0}",
+            jvp=_zero_jvp)  # fmt: skip
+elementwise("floor", np.floor, _zero, jvp=_zero_jvp)
+elementwise("ceil", np.ceil, _zero, jvp=_zero_jvp)
+elementwise("rint", np.rint, _zero, jvp=_zero_jvp)
+
+# Predicates and logic give booleans, never differentiated.
+elementwise("isnan", np.isnan, None, loop="{0} != {0}")
+elementwise("isinf", np.isinf, None)
+elementwise("isfinite", np.isfinite, None)
+elementwise("logical_not", np.logical_not, None, loop="not {0}")
+for _name, _symbol in (
+    ("less", "<"), ("less_equal", "<="), ("greater", ">"),
+    ("greater_equal", ">="), ("equal", "=="), ("not_equal", "!="),
+):  # fmt: skip
+    elementwise(_name, getattr(np, _name), None, loop=f"{{0}} {_symbol} {{1}}")
+elementwise("logical_and", np.logical_and, None, loop="({0} != 0) & ({1} != 0)")
+elementwise("logical_or", np.logical_or, None, loop="({0} != 0) | ({1} != 0)")
+elementwise("logical_xor", np.logical_xor, None, loop="({0} != 0) != ({1} != 0)")
+
+
+def _tie_weight(a: Any, b: Any) -> Any:
+    # JAX's rule: where a == b the cotangent is split equally between the two operands.
+    return where(a > b, 1.0, where(a == b, 0.5, 0.0)).astype(a.dtype)
+
+
+# Binary. A JVP sums one term per input that has a tangent (see tangent_sum).
+# fmt: off
+elementwise("add", np.add, lambda g, out, x, y: (g, g), loop="{0} + {1}",
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx, lambda ty: ty))
+elementwise("subtract", np.subtract, lambda g, out, x, y: (g, -g), loop="{0} - {1}",
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx, lambda ty: -ty))
+elementwise("multiply", np.multiply, lambda g, out, x, y: (g * y, g * x), loop="{0} * {1}",
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * y, lambda ty: x * ty))
+elementwise("divide", np.divide, lambda g, out, x, y: (g / y, -g * out / y), ("real", "nonzero"),
+            loop="{0} / {1}",
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx / y, lambda ty: -ty * out / y))
+elementwise("maximum", np.maximum,
+            lambda g, out, x, y: (g * _tie_weight(x, y), g * _tie_weight(y, x)),
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _tie_weight(x, y),
+                                                  lambda ty: ty * _tie_weight(y, x)))
+elementwise("minimum", np.minimum,
+            lambda g, out, x, y: (g * _tie_weight(y, x), g * _tie_weight(x, y)),
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _tie_weight(y, x),
+                                                  lambda ty: ty * _tie_weight(x, y)))
+# fmt: on
+
+
+def _where_eval(c: Aval, x: Aval, y: Aval) -> Aval:
+    if not (c.shape == x.shape == y.shape):
+        raise ValueError(f"where needs operands of one shape, got {c.shape}, {x.shape}, {y.shape}")
+    if c.dtype != np.bool_ or x.dtype != y.dtype:
+        raise TypeError(f"where needs a bool condition and equal dtypes, got {c}, {x}, {y}")
+    return Aval(x.shape, x.dtype, weak=x.weak and y.weak)
+
+
+register(
+    Primitive(
+        "where",
+        _where_eval,
+        np.where,
+        lambda g, out, c, x, y: (None, where(c, g, 0.0), where(c, 0.0, g)),
+        # The condition is boolean, so only the branches carry tangents.
+        lambda t, out, c, x, y: where(
+            c, 0.0 if t[1] is None else t[1], 0.0 if t[2] is None else t[2]
+        ),
+        kind="elementwise",
+        domain=("bool", "real", "real"),
+        ufunc=np.where,
+        loop="{1} if {0} else {2}",
+    )
+)
+
+
+def _astype_eval(x: Aval, *, dtype: np.dtype) -> Aval:
+    return Aval(x.shape, dtype)
+
+
+def _astype_vjp(g: Any, out: Any, x: Any, *, dtype: np.dtype) -> tuple[Any]:
+    return (astype(g, x.dtype) if x.dtype.kind == "f" else None,)
+
+
+def _astype_jvp(t: Any, out: Any, x: Any, *, dtype: np.dtype) -> Any:
+    return astype(t[0], dtype) if dtype.kind == "f" else None
+
+
+register(
+    Primitive(
+        "astype",
+        _astype_eval,
+        lambda x, *, dtype: x.astype(dtype),
+        _astype_vjp,
+        _astype_jvp,
+        kind="elementwise",
+        format=lambda args, params: f"{args[0]}.astype({params['dtype'].name})",
+        loop="{T}({0})",
+    )
+)
+
+
+def _stop_gradient_format(args: list[str], params: dict[str, Any]) -> str:
+    name = params.get("name")
+    return f"stop_gradient({args[0]}" + (f", name={name!r})" if name else ")")
+
+
+STOP_GRADIENT = register(
+    Primitive(
+        "stop_gradient",
+        lambda x, *, name=None: x,
+        lambda x, *, name=None: x,
+        lambda g, out, x, *, name=None: (None,),
+        # No tangent either: inside fg.jvp a stop_gradient'ed value is a constant, as in JAX.
+        lambda t, out, x, *, name=None: None,
+        kind="elementwise",
+        format=_stop_gradient_format,
+        loop="{0}",
+    )
+)
+
+# ---------------------------------------------------------------- functions
+# One function per primitive, named as in NumPy.
+
+
+def negative(x: Any) -> Any:
+    """Elementwise ``numpy.negative``."""
+    return apply_elementwise("negative", x)
+
+
+def square(x: Any) -> Any:
+    """Elementwise ``numpy.square``."""
+    return apply_elementwise("square", x)
+
+
+def reciprocal(x: Any) -> Any:
+    """Elementwise ``numpy.reciprocal``."""
+    return apply_elementwise("reciprocal", x)
+
+
+def abs(x: Any) -> Any:
+    """Elementwise ``numpy.abs``."""
+    return apply_elementwise("abs", x)
+
+
+def sign(x: Any) -> Any:
+    """Elementwise ``numpy.sign``."""
+    return apply_elementwise("sign", x)
+
+
+def floor(x: Any) -> Any:
+    """Elementwise ``numpy.floor``."""
+    return apply_elementwise("floor", x)
+
+
+def ceil(x: Any) -> Any:
+    """Elementwise ``numpy.ceil``."""
+    return apply_elementwise("ceil", x)
+
+
+def rint(x: Any) -> Any:
+    """Elementwise ``numpy.rint``."""
+    return apply_elementwise("rint", x)
+
+
+def isnan(x: Any) -> Any:
+    """Elementwise ``numpy.isnan``."""
+    return apply_elementwise("isnan", x)
+
+
+def isinf(x: Any) -> Any:
+    """Elementwise ``numpy.isinf``."""
+    return apply_elementwise("isinf", x)
+
+
+def isfinite(x: Any) -> Any:
+    """Elementwise ``numpy.isfinite``."""
+    return apply_elementwise("isfinite", x)
+
+
+def logical_not(x: Any) -> Any:
+    """Elementwise ``numpy.logical_not``."""
+    return apply_elementwise("logical_not", x)
+
+
+def add(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.add``, with broadcasting."""
+    return apply_elementwise("add", x, y)
+
+
+def subtract(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.subtract``, with broadcasting."""
+    return apply_elementwise("subtract", x, y)
+
+
+def multiply(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.multiply``, with broadcasting."""
+    return apply_elementwise("multiply", x, y)
+
+
+def divide(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.divide``, with broadcasting."""
+    return apply_elementwise("divide", x, y)
+
+
+def maximum(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.maximum``, with broadcasting."""
+    return apply_elementwise("maximum", x, y)
+
+
+def minimum(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.minimum``, with broadcasting."""
+    return apply_elementwise("minimum", x, y)
+
+
+def less(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.less``, with broadcasting."""
+    return apply_elementwise("less", x, y)
+
+
+def less_equal(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.less_equal``, with broadcasting."""
+    return apply_elementwise("less_equal", x, y)
+
+
+def greater(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.greater``, with broadcasting."""
+    return apply_elementwise("greater", x, y)
+
+
+def greater_equal(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.greater_equal``, with broadcasting."""
+    return apply_elementwise("greater_equal", x, y)
+
+
+def equal(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.equal``, with broadcasting."""
+    return apply_elementwise("equal", x, y)
+
+
+def not_equal(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.not_equal``, with broadcasting."""
+    return apply_elementwise("not_equal", x, y)
+
+
+def logical_and(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.logical_and``, with broadcasting."""
+    return apply_elementwise("logical_and", x, y)
+
+
+def logical_or(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.logical_or``, with broadcasting."""
+    return apply_elementwise("logical_or", x, y)
+
+
+def logical_xor(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.logical_xor``, with broadcasting."""
+    return apply_elementwise("logical_xor", x, y)
+
+
+absolute = abs
+true_divide = divide
+
+
+def where(condition: Any, x: Any, y: Any) -> Any:
+    """Choose elementwise from `x` where `condition` holds, else from `y` (NumPy broadcasting).
+
+    >>> where(np.array([True, False]), 1.0, np.array([5.0, 6.0]))
+    array([1., 6.])
+    """
+    if aval_of(condition).dtype != np.bool_:
+        condition = not_equal(condition, 0)
+    avals = [aval_of(a) for a in (condition, x, y)]
+    shape = broadcast_shapes(*(a.shape for a in avals), what="where")
+    dtype, weak = promote(avals[1:])
+    tracing = any(isinstance(a, Tracer) for a in (condition, x, y))
+    args = [
+        coerce(condition, avals[0], np.dtype(bool), shape, tracing),
+        coerce(x, avals[1], dtype, shape, tracing),
+        coerce(y, avals[2], dtype, shape, tracing),
+    ]
+    return bind(REGISTRY["where"], *args)
+
+
+def asarray(x: Any, dtype: Any = None) -> Any:
+    """A traced value stays traced; anything else becomes a NumPy array."""
+    if isinstance(x, Tracer):
+        return x if dtype is None else astype(x, dtype)
+    return np.asarray(x, dtype=dtype)
+
+
+array = asarray
+
+
+def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Any:
+    """Limit values to [a_min, a_max]; either bound may be None. Gradient as minimum/maximum."""
+    if a_min is not None:
+        x = maximum(x, a_min)
+    if a_max is not None:
+        x = minimum(x, a_max)
+    return x
+
+
+def relu(x: Any) -> Any:
+    """max(x, 0), with gradient 0 at x == 0 as in JAX."""
+    return where(greater(x, 0), x, 0)
+
+
+def stop_gradient(x: Any, name: str | None = None) -> Any:
+    """The identity going forward; no gradient flows back through it.
+
+    Applied to a plain array it returns the array; integer and boolean values pass through.
+    See `fastgrad.stop_gradient` for pytrees.
+    """
+    if not isinstance(x, Tracer) or x.dtype.kind != "f":
+        return x
+    return bind(STOP_GRADIENT, x, name=name)

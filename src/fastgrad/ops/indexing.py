@@ -1,0 +1,235 @@
+"""Indexing: `x[...]` with slices, ints, None, Ellipsis, concrete boolean masks and integer
+arrays. Basic indexing lowers to slice and reshape (fastgrad.ops.shape); integer arrays to
+`gather`, whose VJP is `scatter_add` (duplicate indices accumulate).
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastgrad.core.ir import Aval
+from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.tracing import Tracer, aval_of, bind
+from fastgrad.ops.base import lift, reshape
+from fastgrad.ops.shape import format_slice, slice_array
+
+__all__: list[str] = []  # x[...] reaches getitem through the tracer
+
+# ---------------------------------------------------------------- records
+
+
+# Integer-array indexing: `index` holds ("slice", start, stop, step) or ("array", k) per
+# leading axis (k numbers the index-array operands); NumPy's placement rule decides where
+# the broadcast index dimensions go.
+def _index_tuple(index: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(
+        arrays[e[1]] if e[0] == "array" else slice(e[1], e[2] if e[2] >= 0 else None, e[3])
+        for e in index
+    )
+
+
+def gather_shape(x_shape: tuple[int, ...], index: Any, idx_shapes: list[tuple[int, ...]]) -> Any:
+    try:
+        bshape = np.broadcast_shapes(*idx_shapes)
+    except ValueError:
+        raise IndexError(
+            f"index arrays of shapes {idx_shapes} cannot be broadcast together"
+        ) from None
+    positions = [i for i, e in enumerate(index) if e[0] == "array"]
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    sliced = [(i, len(range(e[1], e[2], e[3]))) for i, e in enumerate(index) if e[0] == "slice"] + [
+        (i, d) for i, d in enumerate(x_shape) if i >= len(index)
+    ]
+    if adjacent:
+        before = [d for i, d in sliced if i < positions[0]]
+        after = [d for i, d in sliced if i > positions[-1]]
+        return tuple(before) + tuple(bshape) + tuple(after)
+    return tuple(bshape) + tuple(d for _, d in sliced)
+
+
+def _gather_eval(x: Aval, *idx: Aval, index: Any) -> Aval:
+    for a in idx:
+        if a.dtype.kind not in "iu":
+            raise IndexError(f"index arrays must be integers, got {a}")
+    return Aval(gather_shape(x.shape, index, [a.shape for a in idx]), x.dtype, x.weak)
+
+
+def _scatter_add_impl(g: np.ndarray, *idx: np.ndarray, shape: Any, index: Any) -> np.ndarray:
+    out = np.zeros(shape, g.dtype)
+    np.add.at(out, _index_tuple(index, idx), g)
+    return out
+
+
+def _scatter_add_eval(g: Aval, *idx: Aval, shape: Any, index: Any) -> Aval:
+    expected = gather_shape(tuple(shape), index, [a.shape for a in idx])
+    if expected != g.shape:
+        raise ValueError(f"scatter_add: cotangent {g.shape} does not match gather {expected}")
+    return Aval(tuple(shape), g.dtype, g.weak)
+
+
+def _format_gather(args: list[str], params: dict[str, Any]) -> str:
+    parts = []
+    for e in params["index"]:
+        if e[0] == "array":
+            parts.append(args[1 + e[1]])
+        else:
+            parts.append(format_slice(*e[1:]))
+    return f"{args[0]}[{', '.join(parts)}]"
+
+
+register(
+    Primitive(
+        "gather",
+        _gather_eval,
+        lambda x, *idx, index: x[_index_tuple(index, idx)],
+        lambda g, out, x, *idx, index: (
+            scatter_add(g, idx, x.shape, index),
+            *(None for _ in idx),
+        ),
+        # Index arrays are integers: only the gathered operand has a tangent.
+        lambda t, out, x, *idx, index: gather(t[0], idx, index),
+        kind="other",
+        format=_format_gather,
+    )
+)
+register(
+    Primitive(
+        "scatter_add",
+        _scatter_add_eval,
+        _scatter_add_impl,
+        lambda g, out, x, *idx, shape, index: (
+            gather(g, idx, index),
+            *(None for _ in idx),
+        ),
+        lambda t, out, x, *idx, shape, index: scatter_add(t[0], idx, shape, index),
+        kind="other",
+    )
+)
+
+
+# ---------------------------------------------------------------- functions
+
+
+def gather(x: Any, idx: Sequence[Any], index: Any) -> Any:
+    """`x[...]` with integer index arrays `idx` placed as described by `index`."""
+    return bind(REGISTRY["gather"], x, *idx, index=tuple(index))
+
+
+def scatter_add(g: Any, idx: Sequence[Any], shape: tuple[int, ...], index: Any) -> Any:
+    """Zeros of `shape` with `g` added at the gathered positions (the VJP of gather)."""
+    return bind(REGISTRY["scatter_add"], g, *idx, shape=tuple(shape), index=tuple(index))
+
+
+def _is_index_array(entry: Any) -> bool:
+    return isinstance(entry, Tracer | np.ndarray | list) or (
+        isinstance(entry, np.generic) and not isinstance(entry, np.integer | np.bool_)
+    )
+
+
+def getitem(x: Any, index: Any) -> Any:
+    """`x[index]`: basic slicing, None, Ellipsis, and integer-array indexing.
+
+    >>> getitem(np.arange(12.0).reshape(3, 4), (np.arange(3), np.array([0, 3, 1])))
+    array([0., 7., 9.])
+    """
+    if not isinstance(index, tuple):
+        index = (index,)
+    if not isinstance(x, Tracer) and not any(isinstance(entry, Tracer) for entry in index):
+        return np.asarray(x)[index]
+    shape = aval_of(x).shape
+    if builtins.sum(entry is Ellipsis for entry in index) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = builtins.sum(
+        aval_of(entry).ndim if _is_bool_mask(entry) else 1
+        for entry in index
+        if entry is not None and entry is not Ellipsis
+    )
+    if consumed > len(shape):
+        raise IndexError(f"too many indices ({consumed}) for an array of shape {shape}")
+    if Ellipsis in [entry for entry in index if not isinstance(entry, Tracer | np.ndarray)]:
+        i = next(i for i, entry in enumerate(index) if entry is Ellipsis)
+        index = index[:i] + (slice(None),) * (len(shape) - consumed) + index[i + 1 :]
+    index = tuple(_expand_mask(entry) for entry in index)
+    index = tuple(
+        i for entry in index for i in (entry if isinstance(entry, _MaskParts) else (entry,))
+    )
+    index = index + (slice(None),) * (
+        len(shape) - builtins.sum(entry is not None for entry in index)
+    )
+    if any(_is_index_array(entry) for entry in index):
+        return _advanced_index(x, index, shape)
+    return _basic_index(x, index, shape)
+
+
+class _MaskParts(tuple):  # type: ignore[type-arg]
+    """The integer arrays a concrete boolean mask stands for."""
+
+
+def _is_bool_mask(entry: Any) -> bool:
+    return isinstance(entry, Tracer | np.ndarray) and aval_of(entry).dtype == np.bool_
+
+
+def _expand_mask(entry: Any) -> Any:
+    if isinstance(entry, list):
+        entry = np.asarray(entry)
+    if _is_bool_mask(entry):
+        if isinstance(entry, Tracer):
+            raise IndexError(
+                "indexing with a traced boolean mask would give a data-dependent shape; use "
+                "where(mask, x, 0) instead, or pass the mask as a static argument"
+            )
+        return _MaskParts(np.nonzero(entry))
+    return entry
+
+
+def _check_int(i: int, n: int, axis: int) -> int:
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+    return i % n
+
+
+def _basic_index(x: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
+    spans, out_shape, axis = [], [], 0
+    for entry in index:
+        if entry is None:
+            out_shape.append(1)
+            continue
+        n = shape[axis]
+        if isinstance(entry, slice):
+            start, stop, step = entry.indices(n)
+            spans.append((start, stop, step))
+            out_shape.append(len(range(start, stop, step)))
+        else:
+            i = _check_int(operator.index(entry), n, axis)
+            spans.append((i, i + 1, 1))
+        axis += 1
+    return reshape(slice_array(x, tuple(spans)), tuple(out_shape))
+
+
+def _advanced_index(x: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
+    if any(entry is None for entry in index):
+        raise IndexError("None (newaxis) together with integer-array indexing is not supported")
+    spec: list[tuple[Any, ...]] = []
+    arrays: list[Any] = []
+    for axis, entry in enumerate(index):
+        if isinstance(entry, slice):
+            spec.append(("slice", *entry.indices(shape[axis])))
+            continue
+        if isinstance(entry, int | np.integer):
+            entry = np.asarray(_check_int(int(entry), shape[axis], axis))
+        elif not isinstance(entry, Tracer):
+            entry = np.asarray(entry)
+            if entry.dtype.kind not in "iu":
+                raise IndexError(f"index arrays must be integers, got dtype {entry.dtype}")
+            if entry.size and (entry.min() < -shape[axis] or entry.max() >= shape[axis]):
+                raise IndexError(
+                    f"index array out of bounds for axis {axis} with size {shape[axis]}"
+                )
+        spec.append(("array", len(arrays)))
+        arrays.append(lift(entry))
+    return gather(x, arrays, tuple(spec))

@@ -1,0 +1,312 @@
+"""Shape and layout: broadcast_to, reshape, transpose, basic slicing, concatenation.
+
+Records and functions. Broadcasting copies, so its VJP sums; a slice's VJP places the
+cotangent into zeros (`slice_scatter`); concatenate's VJP slices. Basic indexing
+(`x[1:, ::2]`) lowers to `slice` and `reshape` in fastgrad.ops.indexing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastgrad.core.ir import Aval
+from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.tracing import Tracer, aval_of, bind
+from fastgrad.ops.base import (
+    broadcast_to,
+    coerce,
+    lift,
+    normalize_axis,
+    promote,
+    reshape,
+    sum,
+)
+
+__all__ = [
+    "broadcast_to", "concatenate", "expand_dims", "full_like", "ones_like", "ravel",
+    "reshape", "squeeze", "stack", "swapaxes", "transpose", "zeros_like",
+]  # fmt: skip
+
+# ---------------------------------------------------------------- records
+
+
+def _broadcast_eval(x: Aval, *, shape: tuple[int, ...]) -> Aval:
+    lead = len(shape) - x.ndim
+    if lead < 0 or any(d not in (1, shape[lead + i]) for i, d in enumerate(x.shape)):
+        raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
+    return Aval(tuple(shape), x.dtype, x.weak)
+
+
+def _broadcast_vjp(g: Any, out: Any, x: Any, *, shape: tuple[int, ...]) -> tuple[Any]:
+    # Broadcasting copies; its VJP sums the copies back: over new leading axes and over axes
+    # that were stretched from 1.
+    lead = len(shape) - x.ndim
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(x.shape) if d == 1 and shape[lead + i] != 1
+    )
+    if axes:
+        g = sum(g, axis=axes, keepdims=True)
+    return (reshape(g, x.shape),)
+
+
+register(
+    Primitive(
+        "broadcast_to",
+        _broadcast_eval,
+        lambda x, *, shape: np.broadcast_to(x, shape),
+        _broadcast_vjp,
+        lambda t, out, x, *, shape: broadcast_to(t[0], shape),
+        kind="structural",
+    )
+)
+
+
+def _reshape_eval(x: Aval, *, shape: tuple[int, ...]) -> Aval:
+    if math.prod(shape) != x.size:
+        raise ValueError(f"cannot reshape an array of shape {x.shape} into shape {shape}")
+    return Aval(tuple(shape), x.dtype, x.weak)
+
+
+register(
+    Primitive(
+        "reshape",
+        _reshape_eval,
+        lambda x, *, shape: np.reshape(x, shape),
+        lambda g, out, x, *, shape: (reshape(g, x.shape),),
+        lambda t, out, x, *, shape: reshape(t[0], shape),
+        kind="structural",
+    )
+)
+
+
+def _transpose_eval(x: Aval, *, axes: tuple[int, ...]) -> Aval:
+    if sorted(axes) != list(range(x.ndim)):
+        raise ValueError(f"axes {axes} are not a permutation of the {x.ndim} axes of {x.shape}")
+    return Aval(tuple(x.shape[a] for a in axes), x.dtype, x.weak)
+
+
+register(
+    Primitive(
+        "transpose",
+        _transpose_eval,
+        lambda x, *, axes: np.transpose(x, axes),
+        lambda g, out, x, *, axes: (transpose(g, tuple(np.argsort(axes).tolist())),),
+        lambda t, out, x, *, axes: transpose(t[0], axes),
+        kind="structural",
+    )
+)
+
+
+# Basic slicing: `index` holds one (start, stop, step) per axis, normalized by slice.indices.
+def _as_slices(index: tuple[tuple[int, int, int], ...]) -> tuple[slice, ...]:
+    # A negative stop from slice.indices means "run past index 0", which a slice spells None.
+    return tuple(slice(a, b if b >= 0 else None, c) for a, b, c in index)
+
+
+def _slice_shape(index: tuple[tuple[int, int, int], ...]) -> tuple[int, ...]:
+    return tuple(len(range(a, b, c)) for a, b, c in index)
+
+
+def format_slice(a: int, b: int, c: int) -> str:
+    return f"{a}:{b if b >= 0 else ''}" + (f":{c}" if c != 1 else "")
+
+
+def _slice_eval(x: Aval, *, index: tuple[tuple[int, int, int], ...]) -> Aval:
+    if len(index) != x.ndim:
+        raise ValueError(f"slice index {index} does not match shape {x.shape}")
+    return Aval(_slice_shape(index), x.dtype, x.weak)
+
+
+def _slice_scatter_impl(g: np.ndarray, *, shape: tuple[int, ...], index: Any) -> np.ndarray:
+    out = np.zeros(shape, g.dtype)
+    out[_as_slices(index)] = g
+    return out
+
+
+def _slice_scatter_eval(g: Aval, *, shape: tuple[int, ...], index: Any) -> Aval:
+    if _slice_shape(index) != g.shape:
+        raise ValueError(f"slice_scatter: {g.shape} does not fit slice {index} of {shape}")
+    return Aval(tuple(shape), g.dtype, g.weak)
+
+
+register(
+    Primitive(
+        "slice",
+        _slice_eval,
+        lambda x, *, index: x[_as_slices(index)],
+        lambda g, out, x, *, index: (slice_scatter(g, x.shape, index),),
+        lambda t, out, x, *, index: slice_array(t[0], index),
+        kind="structural",
+        format=lambda args, params: (
+            f"{args[0]}[{', '.join(format_slice(*t) for t in params['index'])}]"
+        ),
+    )
+)
+register(
+    Primitive(
+        "slice_scatter",
+        _slice_scatter_eval,
+        _slice_scatter_impl,
+        lambda g, out, x, *, shape, index: (slice_array(g, index),),
+        lambda t, out, x, *, shape, index: slice_scatter(t[0], shape, index),
+        kind="structural",
+    )
+)
+
+
+def _concat_eval(*xs: Aval, axis: int) -> Aval:
+    first = xs[0]
+    for x in xs[1:]:
+        if x.ndim != first.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape, strict=True)) if i != axis
+        ):
+            raise ValueError(
+                f"concatenate needs equal shapes except along axis {axis}, got "
+                f"{[v.shape for v in xs]}"
+            )
+    shape = list(first.shape)
+    shape[axis] = builtins.sum(x.shape[axis] for x in xs)
+    return Aval(tuple(shape), first.dtype, all(x.weak for x in xs))
+
+
+def _concat_vjp(g: Any, out: Any, *xs: Any, axis: int) -> tuple[Any, ...]:
+    grads, start = [], 0
+    for x in xs:
+        stop = start + x.shape[axis]
+        index = tuple((start, stop, 1) if i == axis else (0, d, 1) for i, d in enumerate(x.shape))
+        grads.append(slice_array(g, index))
+        start = stop
+    return tuple(grads)
+
+
+def _concat_jvp(t: Any, out: Any, *xs: Any, axis: int) -> Any:
+    # A zero tangent must take its place here: the pieces that have one sit beside it.
+    return concatenate(
+        [zeros_like(x) if tx is None else tx for tx, x in zip(t, xs, strict=True)], axis
+    )
+
+
+register(
+    Primitive(
+        "concatenate",
+        _concat_eval,
+        lambda *xs, axis: np.concatenate(xs, axis=axis),
+        _concat_vjp,
+        _concat_jvp,
+        kind="structural",
+    )
+)
+
+
+# ---------------------------------------------------------------- functions
+
+
+def transpose(x: Any, axes: Any = None) -> Any:
+    """Permute the axes (reverse them when `axes` is None)."""
+    ndim = aval_of(x).ndim
+    axes = tuple(reversed(range(ndim))) if axes is None else tuple(operator.index(a) for a in axes)
+    if sorted(a % builtins.max(ndim, 1) for a in axes) != list(range(ndim)) or len(axes) != ndim:
+        raise ValueError(f"transpose: axes {axes} are not a permutation of {ndim} axes")
+    axes = tuple(a % ndim for a in axes)
+    if axes == tuple(range(ndim)):
+        return x if isinstance(x, Tracer) else np.asarray(x)
+    return bind(REGISTRY["transpose"], x if isinstance(x, Tracer) else np.asarray(x), axes=axes)
+
+
+def swapaxes(x: Any, axis1: int, axis2: int) -> Any:
+    ndim = aval_of(x).ndim
+    a, b = normalize_axis(axis1, ndim)[0], normalize_axis(axis2, ndim)[0]
+    axes = list(range(ndim))
+    axes[a], axes[b] = axes[b], axes[a]
+    return transpose(x, axes)
+
+
+def expand_dims(x: Any, axis: Any) -> Any:
+    shape = aval_of(x).shape
+    axes = normalize_axis(axis, len(shape) + (1 if isinstance(axis, int) else len(axis)))
+    new = list(shape)
+    for a in axes:
+        new.insert(a, 1)
+    return reshape(x, tuple(new))
+
+
+def squeeze(x: Any, axis: Any = None) -> Any:
+    shape = aval_of(x).shape
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(shape) if d == 1)
+    else:
+        axes = normalize_axis(axis, len(shape))
+        for a in axes:
+            if shape[a] != 1:
+                raise ValueError(f"squeeze: axis {a} of shape {shape} has size {shape[a]}, not 1")
+    return reshape(x, tuple(d for i, d in enumerate(shape) if i not in axes))
+
+
+def ravel(x: Any) -> Any:
+    return reshape(x, (-1,))
+
+
+def concatenate(arrays: Sequence[Any], axis: int = 0) -> Any:
+    """Join arrays along an existing axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("concatenate needs at least one array")
+    avals = [aval_of(a) for a in arrays]
+    ndim = avals[0].ndim
+    if ndim == 0:
+        raise ValueError("concatenate: zero-dimensional arrays cannot be concatenated")
+    axis = normalize_axis(axis, ndim)[0]
+    dtype, _ = promote(avals)
+    tracing = any(isinstance(a, Tracer) for a in arrays)
+    arrays = [coerce(a, v, dtype, v.shape, tracing) for a, v in zip(arrays, avals, strict=True)]
+    if len(arrays) == 1:
+        return arrays[0]
+    return bind(REGISTRY["concatenate"], *arrays, axis=axis)
+
+
+def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
+    """Join arrays along a new axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("stack needs at least one array")
+    shapes = {aval_of(a).shape for a in arrays}
+    if len(shapes) != 1:
+        raise ValueError(f"stack needs arrays of one shape, got {sorted(shapes)}")
+    axis = normalize_axis(axis, aval_of(arrays[0]).ndim + 1)[0]
+    return concatenate([expand_dims(a, axis) for a in arrays], axis)
+
+
+def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
+    """An array like `x` filled with `fill_value`; it does not depend on `x`'s values."""
+    aval = aval_of(x)
+    dtype = np.dtype(dtype) if dtype is not None else aval.dtype
+    value = np.asarray(fill_value, dtype=dtype)
+    if not isinstance(x, Tracer):
+        return np.full(aval.shape, value, dtype=dtype)
+    return broadcast_to(lift(value), aval.shape) if aval.shape else lift(value)
+
+
+def zeros_like(x: Any, dtype: Any = None) -> Any:
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x: Any, dtype: Any = None) -> Any:
+    return full_like(x, 1, dtype)
+
+
+def slice_array(x: Any, index: tuple[tuple[int, int, int], ...]) -> Any:
+    """`x[a:b:c, ...]` with one normalized (start, stop, step) per axis."""
+    if all((a, b, c) == (0, n, 1) for (a, b, c), n in zip(index, aval_of(x).shape, strict=True)):
+        return x
+    return bind(REGISTRY["slice"], x, index=tuple(index))
+
+
+def slice_scatter(g: Any, shape: tuple[int, ...], index: Any) -> Any:
+    """Zeros of `shape` with `g` placed at the slice `index` (the VJP of slicing)."""
+    return bind(REGISTRY["slice_scatter"], g, shape=tuple(shape), index=tuple(index))
