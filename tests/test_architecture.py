@@ -21,7 +21,7 @@ MAX_LINES = 600
 LAYERS = [
     ("core", ["fastgrad.core"]),
     ("ops", ["fastgrad.ops"]),
-    ("namespaces", ["fastgrad.numpy"]),
+    ("namespaces", ["fastgrad.numpy", "fastgrad.scipy"]),
     ("transforms", ["fastgrad.transforms"]),
     ("compiler", ["fastgrad.compiler"]),
     ("runtime", ["fastgrad.runtime"]),

@@ -8,7 +8,7 @@
 array([0., 0., 0.])
 """
 
-from fastgrad import numpy, testing
+from fastgrad import numpy, scipy, testing
 from fastgrad.api import (
     custom_vjp,
     grad,
@@ -37,6 +37,7 @@ __all__ = [
     "make_graph",
     "numpy",
     "pytree",
+    "scipy",
     "stop_gradient",
     "testing",
     "value_and_grad",

@@ -26,6 +26,7 @@ from numpy import (  # noqa: F401  re-exported: constants and array creation
     zeros,
 )
 
+from fastgrad.numpy import linalg  # noqa: F401  fnp.linalg
 from fastgrad.ops import FAMILIES as _FAMILIES
 from fastgrad.ops.elementwise import *  # noqa: F403
 from fastgrad.ops.indexing import *  # noqa: F403
@@ -39,4 +40,6 @@ _NUMPY_NAMES = [
     "linspace", "nan", "newaxis", "ones", "pi", "zeros",
 ]  # fmt: skip
 
-__all__ = sorted({name for family in _FAMILIES for name in family.__all__} | set(_NUMPY_NAMES))
+__all__ = sorted(
+    {name for family in _FAMILIES for name in family.__all__} | set(_NUMPY_NAMES) | {"linalg"}
+)

@@ -9,9 +9,24 @@ and installs the functions a tracer's operators call.
 
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
-from fastgrad.ops import elementwise, indexing, math, products, reduction, shape
+from fastgrad.ops import (
+    decompositions,
+    elementwise,
+    indexing,
+    linalg,
+    math,
+    matrix_functions,
+    products,
+    reduction,
+    shape,
+    special,
+    stats,
+)
 
-FAMILIES = (elementwise, math, shape, reduction, indexing, products)
+FAMILIES = (
+    elementwise, math, shape, reduction, indexing, products,
+    linalg, decompositions, matrix_functions, special, stats,
+)  # fmt: skip
 
 install_array_functions(
     {name: getattr(family, name) for family in FAMILIES for name in family.__all__}
