@@ -8,16 +8,21 @@ order of the pipeline.
 """
 
 from fastgrad.api.custom_vjp import custom_vjp
-from fastgrad.api.forward import hessian, jvp
+from fastgrad.api.forward import jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
+from fastgrad.api.jacobian import hessian, jacfwd, jacobian, jacrev, linearize
 from fastgrad.api.jit import jit, make_graph
 
 __all__ = [
     "custom_vjp",
     "grad",
     "hessian",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
     "jit",
     "jvp",
+    "linearize",
     "make_graph",
     "stop_gradient",
     "value_and_grad",
