@@ -10,6 +10,7 @@ array([0., 0., 0.])
 
 from fastgrad import numpy, scipy, testing
 from fastgrad.api import (
+    ShapeDtypeStruct,
     custom_vjp,
     grad,
     hessian,
@@ -20,6 +21,8 @@ from fastgrad.api import (
     jvp,
     linearize,
     make_graph,
+    primitive,
+    pure_callback,
     stop_gradient,
     value_and_grad,
     vjp,
@@ -32,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Graph",
+    "ShapeDtypeStruct",
     "TracerError",
     "custom_vjp",
     "grad",
@@ -44,6 +48,8 @@ __all__ = [
     "linearize",
     "make_graph",
     "numpy",
+    "primitive",
+    "pure_callback",
     "pytree",
     "scipy",
     "stop_gradient",

@@ -7,6 +7,7 @@ enclosing trace, which is what lets them compose in any order. Only this layer k
 order of the pipeline.
 """
 
+from fastgrad.api.callback import ShapeDtypeStruct, primitive, pure_callback
 from fastgrad.api.custom_vjp import custom_vjp
 from fastgrad.api.forward import jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
@@ -14,6 +15,7 @@ from fastgrad.api.jacobian import hessian, jacfwd, jacobian, jacrev, linearize
 from fastgrad.api.jit import jit, make_graph
 
 __all__ = [
+    "ShapeDtypeStruct",
     "custom_vjp",
     "grad",
     "hessian",
@@ -24,6 +26,8 @@ __all__ = [
     "jvp",
     "linearize",
     "make_graph",
+    "primitive",
+    "pure_callback",
     "stop_gradient",
     "value_and_grad",
     "vjp",
