@@ -382,3 +382,17 @@ def test_large_triangular_solves_take_lapacks_path():
             np.float64,
         )
     check_grads(lambda a, b: fsl.solve_triangular(a, b, lower=True), (a, b), modes=("fwd", "rev"))
+
+
+def test_scipy_conventions():
+    s = S[0]
+    np.testing.assert_allclose(fsl.cholesky(s), scipy.linalg.cholesky(s), rtol=1e-12)
+    np.testing.assert_allclose(fsl.cholesky(s, lower=True), np.linalg.cholesky(s), rtol=1e-12)
+    w, v = fsl.eigh(SYM[0], lower=False)
+    np.testing.assert_allclose(w, scipy.linalg.eigh(SYM[0], lower=False)[0], rtol=1e-12)
+    np.testing.assert_allclose(fsl.eigh(SYM[0], eigvals_only=True), w, rtol=1e-12)
+    check_grads(lambda a: fsl.cholesky(a), (s,), order=2, modes=("fwd", "rev"))
+    g = fg.grad(lambda a: fnp.sum(fsl.cholesky(a)))(s + np.tril(np.ones((3, 3)), -1))
+    np.testing.assert_array_equal(np.tril(g, -1), 0)  # the upper triangle is read
+    with pytest.raises(NotImplementedError, match="only the standard problem"):
+        fsl.eigh(SYM[0], np.eye(3))

@@ -348,6 +348,27 @@ def eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803  NumPy's name
     return EighResult(w, v)
 
 
+def scipy_eigh(
+    a: Any, b: Any = None, *, lower: bool = True, eigvals_only: bool = False, **options: Any
+) -> Any:
+    """SciPy's ``linalg.eigh`` for the standard problem (b=None): (eigenvalues,
+    eigenvectors), or the eigenvalues alone with `eigvals_only=True`; the `lower` triangle
+    (by default) or the upper one is read. The generalized problem and SciPy's driver and
+    subset options are not supported.
+
+    >>> scipy_eigh(np.array([[2.0, 1.0], [1.0, 2.0]]), eigvals_only=True)
+    array([1., 3.])
+    """
+    if b is not None or options:
+        raise NotImplementedError(
+            "scipy.linalg.eigh: only the standard problem (b=None) without driver or subset "
+            f"options is supported, got b={'given' if b is not None else None}, "
+            f"options {sorted(options)}"
+        )
+    uplo = "L" if lower else "U"
+    return eigvalsh(a, UPLO=uplo) if eigvals_only else tuple(eigh(a, UPLO=uplo))
+
+
 def eigvalsh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803  NumPy's name
     """Eigenvalues (ascending) of each symmetric matrix in `a` (one triangle read, as in
     `eigh`); their gradient is V diag(g) V^T.
@@ -411,10 +432,10 @@ def qr(a: Any, mode: str = "reduced") -> Any:
     where it equals 'reduced' (m <= n). Derivatives need the leading square block of `a`
     to have full rank (a zero on R's diagonal raises LinAlgError).
 
-    >>> q, r = qr(np.array([[3.0, 0.0], [4.0, 5.0]]))
-    >>> r
-    array([[-5., -4.],
-           [ 0., -3.]])
+    >>> a = np.array([[3.0, 0.0], [4.0, 5.0], [0.0, 1.0]])
+    >>> q, r = qr(a)
+    >>> q.shape, r.shape, bool(np.allclose(q @ r, a))
+    ((3, 2), (2, 2), True)
     """
     (a,) = as_float_matrices(a, fn="qr")
     check_matrices(aval_of(a), "qr")

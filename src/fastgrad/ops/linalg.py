@@ -425,7 +425,7 @@ def inv(a: Any) -> Any:
 def det(a: Any) -> Any:
     """The determinant of each square matrix in `a`; its gradient is det(a) inv(a)^T.
 
-    >>> float(det(np.array([[2.0, 1.0], [1.0, 3.0]])))
+    >>> round(float(det(np.array([[2.0, 1.0], [1.0, 3.0]]))), 12)
     5.0
     """
     (a,) = as_float_matrices(a, fn="det")
@@ -461,6 +461,24 @@ def cholesky(a: Any, upper: bool = False) -> Any:
     check_square(aval_of(a), "cholesky")
     factor = bind(CHOLESKY, from_triangle(a, lower=True))
     return mT(factor) if upper else factor
+
+
+def scipy_cholesky(
+    a: Any, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True
+) -> Any:
+    """SciPy's ``linalg.cholesky``: the upper factor U (a = U^T U) by default, the lower one
+    with `lower=True`. Only that triangle of `a` is read; `overwrite_a` and `check_finite`
+    have no effect.
+
+    >>> scipy_cholesky(np.array([[4.0, 2.0], [2.0, 5.0]]))
+    array([[2., 1.],
+           [0., 2.]])
+    """
+    if lower:
+        return cholesky(a)
+    (a,) = as_float_matrices(a, fn="cholesky")
+    check_square(aval_of(a), "cholesky")
+    return mT(bind(CHOLESKY, from_triangle(a, lower=False)))
 
 
 def solve_triangular(
