@@ -28,6 +28,7 @@ from numpy import (  # noqa: F401  re-exported: constants and array creation
 
 from fastgrad.numpy import linalg  # noqa: F401  fnp.linalg
 from fastgrad.ops import FAMILIES as _FAMILIES
+from fastgrad.ops.complex_numbers import *  # noqa: F403
 from fastgrad.ops.elementwise import *  # noqa: F403
 from fastgrad.ops.indexing import *  # noqa: F403
 from fastgrad.ops.math import *  # noqa: F403

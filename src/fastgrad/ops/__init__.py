@@ -10,6 +10,7 @@ and installs the functions a tracer's operators call.
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
 from fastgrad.ops import (
+    complex_numbers,
     decompositions,
     elementwise,
     indexing,
@@ -24,7 +25,7 @@ from fastgrad.ops import (
 )
 
 FAMILIES = (
-    elementwise, math, shape, reduction, indexing, products,
+    elementwise, math, shape, reduction, indexing, products, complex_numbers,
     linalg, decompositions, matrix_functions, special, stats,
 )  # fmt: skip
 
