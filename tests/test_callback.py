@@ -155,3 +155,18 @@ def test_pure_callback_checks_what_it_returns():
         fg.pure_callback(np.sort, spec, X)
     with pytest.raises(TypeError, match="result leaf 0 is a int"):
         fg.pure_callback(np.sort, 5, X)
+
+
+def test_the_readme_example_runs_and_its_rule_is_right():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"## The escape hatch.*?```python\n(.*?)```", text, re.S).group(1)
+    scope: dict = {}
+    exec(compile(code, "README escape hatch", "exec"), scope)  # noqa: S102
+    x, struve = scope["x"], scope["struve"]
+    np.testing.assert_allclose(scope["value"], np.sum(scipy.special.struve(1.0, x) ** 2))
+    check_grads(lambda x: struve(1.0, x), (x,), order=2, modes=("fwd", "rev"))
+    h = fg.hessian(scope["f"])(x)
+    np.testing.assert_allclose(np.diag(h), np.diag(fg.jacfwd(fg.grad(scope["f"]))(x)))
