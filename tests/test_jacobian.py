@@ -156,6 +156,9 @@ def test_linearize_inside_jit_and_grad():
     np.testing.assert_allclose(g, numeric_jacobian(lambda x: np.sum(directional(x, v)), x), 1e-6)
     with pytest.raises(ValueError, match="tangent for x has shape"):
         fg.linearize(fnp.sin, x)[1](np.ones(4))
+    out, f_jvp, aux = fg.linearize(lambda x: (fnp.sin(x), {"n": fnp.sum(x)}), x, has_aux=True)
+    np.testing.assert_allclose(aux["n"], x.sum())
+    np.testing.assert_allclose(f_jvp(v), np.cos(x) * v, rtol=1e-12)
 
 
 # ---------------------------------------------------------------- vjp and jvp of any output

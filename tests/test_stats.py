@@ -70,6 +70,17 @@ def test_log_densities_on_broadcast_shapes(data):
                  fused=False)  # fmt: skip
 
 
+def test_empty_and_unit_shapes():
+    for x in (np.zeros((0, 3)), np.zeros((1, 1)), np.zeros(())):
+        for dist in ("norm", "logistic"):
+            check_values(method(fst, dist, "logpdf"), method(ss, dist, "logpdf"),
+                         (x, np.zeros(x.shape[-1:]), 2.0), np.float64)  # fmt: skip
+    for x in (np.zeros((0, 3)), np.zeros((2, 0, 3))):
+        args = (x, MEAN, COV)
+        check_values(fst.multivariate_normal.logpdf, ss.multivariate_normal.logpdf, args,
+                     np.float64)  # fmt: skip
+
+
 def test_outside_the_support_and_invalid_parameters_match_scipy():
     x = np.array([-2.0, -0.5, 0.0, 0.5, 1.0, 3.0])
     for dist, params in [

@@ -213,11 +213,12 @@ def hessian(
     return _jacfwd(_jacrev(fun, argnums, has_aux, "hessian"), argnums, has_aux, "hessian")
 
 
-def linearize(fun: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]:
+def linearize(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     """`fun(*primals)` and a function computing its JVP at `primals`: `f_jvp(*tangents)`
     equals `fg.jvp(fun, primals, tangents)[1]`, but everything that depends on the primals
     alone is computed once here, so each call does only the linear work. Wrap `f_jvp` in
-    `fg.jit` to compile it.
+    `fg.jit` to compile it. With `has_aux=True`, `fun` returns (out, aux) and the result is
+    (out, f_jvp, aux).
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> out, f_jvp = fg.linearize(fnp.sin, np.array([0.0, np.pi]))
@@ -228,7 +229,12 @@ def linearize(fun: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[...
     traced = trace_function(
         lambda *a: fun(*a), unflatten(tree, p_leaves), paths, list, name_of(fun)
     )
-    n_out = len(traced.graph.outputs)
+    out_tree = traced.out_tree
+    if has_aux:
+        if out_tree.kind not in ("tuple", "list") or len(out_tree.children) != 2:
+            raise TypeError(f"with has_aux=True, {name_of(fun)} must return a pair (out, aux)")
+        out_tree, aux_tree = out_tree.children
+    n_all, n_out = len(traced.graph.outputs), out_tree.num_leaves
     forward = jvp_graph(traced.graph, range(len(p_leaves)), range(n_out)).verify()
     concrete = [*p_leaves, *traced.captured]
     in_avals = [leaf_aval(x, p) for x, p in zip(p_leaves, paths, strict=True)]
@@ -237,17 +243,18 @@ def linearize(fun: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[...
         outs = run(forward, [*concrete, *[np.zeros(a.shape, a.dtype) for a in in_avals]])
         linear = None
     else:
-        outs, linear = _partial_eval(forward, concrete, in_avals, n_out)
+        outs, linear = _partial_eval(forward, concrete, in_avals, n_all)
 
     def f_jvp(*tangents: Any) -> Any:
         _, _, t_leaves, _ = jvp_inputs(fun, primals, tangents)
         if linear is None:
-            result = run(forward, [*concrete, *t_leaves])[n_out:]
+            result = run(forward, [*concrete, *t_leaves])[n_all:]
         else:
             result = run(linear, t_leaves)
-        return unflatten(traced.out_tree, result)
+        return unflatten(out_tree, result)
 
-    return unflatten(traced.out_tree, outs[:n_out]), f_jvp
+    out = unflatten(out_tree, outs[:n_out])
+    return (out, f_jvp, unflatten(aux_tree, outs[n_out:n_all])) if has_aux else (out, f_jvp)
 
 
 def _partial_eval(
