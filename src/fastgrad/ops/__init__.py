@@ -2,7 +2,9 @@
 reference, VJP, JVP, loop expression, input domain) beside the functions that apply it.
 
 Adding an op touches one family module: its record, its function, and its name in the
-module's `__all__` (which fastgrad.numpy re-exports). Families build on fastgrad.ops.base
+module's `__all__` (which fastgrad.numpy re-exports; the linear-algebra and SciPy families
+keep theirs empty, their names listed by fastgrad.numpy.linalg and fastgrad.scipy
+instead). Families build on fastgrad.ops.base
 and on families listed before them here; importing this package registers every record
 and installs the functions a tracer's operators call.
 """

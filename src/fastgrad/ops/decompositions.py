@@ -24,7 +24,7 @@ from fastgrad.ops.linalg import (
     _tri_solve as tri_solve,
 )
 from fastgrad.ops.linalg import (
-    as_float_matrices,
+    as_float_arrays,
     check_matrices,
     check_square,
     diag_embed,
@@ -382,7 +382,7 @@ def eigvalsh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803  NumPy's name
 def _symmetric_input(a: Any, uplo: str, fn: str) -> Any:
     if uplo not in ("L", "U"):
         raise ValueError(f"{fn}: UPLO must be 'L' or 'U', not {uplo!r}")
-    (a,) = as_float_matrices(a, fn=fn)
+    (a,) = as_float_arrays(a, fn=fn)
     check_square(aval_of(a), fn)
     return from_triangle(a, lower=uplo == "L")
 
@@ -401,7 +401,7 @@ def svd(
     >>> svd(np.array([[3.0, 0.0], [0.0, -2.0]]), compute_uv=False)
     array([3., 2.])
     """
-    (a,) = as_float_matrices(a, fn="svd")
+    (a,) = as_float_arrays(a, fn="svd")
     check_matrices(aval_of(a), "svd")
     if hermitian:
         a = from_triangle(a, lower=True)
@@ -437,7 +437,7 @@ def qr(a: Any, mode: str = "reduced") -> Any:
     >>> q.shape, r.shape, bool(np.allclose(q @ r, a))
     ((3, 2), (2, 2), True)
     """
-    (a,) = as_float_matrices(a, fn="qr")
+    (a,) = as_float_arrays(a, fn="qr")
     check_matrices(aval_of(a), "qr")
     m, n = aval_of(a).shape[-2:]
     if mode not in ("reduced", "r", "complete") or (mode == "complete" and m > n):
@@ -458,7 +458,7 @@ def pinv(a: Any, rcond: float | None = None, hermitian: bool = False) -> Any:
     array([[0.5, 0. ],
            [0. , 0. ]])
     """
-    (a,) = as_float_matrices(a, fn="pinv")
+    (a,) = as_float_arrays(a, fn="pinv")
     check_matrices(aval_of(a), "pinv")
     if hermitian:
         a = from_triangle(a, lower=True)

@@ -41,9 +41,9 @@ SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
 # ---------------------------------------------------------------- helpers the family shares
 
 
-def as_float_matrices(*xs: Any, fn: str, names: Sequence[str] = ("a", "b")) -> list[Any]:
-    """`xs` promoted to one float dtype (integers become float64), each at least 2-D where
-    its name says a matrix; a clear error for anything else."""
+def as_float_arrays(*xs: Any, fn: str, names: Sequence[str] = ("a", "b")) -> list[Any]:
+    """`xs` (arrays, traced or not) promoted to one float dtype, integers computed in
+    float64 as NumPy's linalg does; `names` name them in errors."""
     xs = tuple(x if isinstance(x, Tracer) else np.asarray(x) for x in xs)
     avals = [aval_of(x) for x in xs]
     for aval, name in zip(avals, names, strict=False):
@@ -405,7 +405,7 @@ def solve(a: Any, b: Any) -> Any:
     >>> solve(np.array([[2.0, 0.0], [0.0, 4.0]]), np.array([1.0, 1.0]))
     array([0.5 , 0.25])
     """
-    a, b = as_float_matrices(a, b, fn="solve")
+    a, b = as_float_arrays(a, b, fn="solve")
     a, b, vector = _broadcast_rhs(a, b, "solve")
     return _drop_column(_solve(a, b), vector)
 
@@ -417,7 +417,7 @@ def inv(a: Any) -> Any:
     array([[0.5 , 0.  ],
            [0.  , 0.25]])
     """
-    (a,) = as_float_matrices(a, fn="inv")
+    (a,) = as_float_arrays(a, fn="inv")
     check_square(aval_of(a), "inv")
     return bind(INV, a)
 
@@ -428,7 +428,7 @@ def det(a: Any) -> Any:
     >>> round(float(det(np.array([[2.0, 1.0], [1.0, 3.0]]))), 12)
     5.0
     """
-    (a,) = as_float_matrices(a, fn="det")
+    (a,) = as_float_arrays(a, fn="det")
     check_square(aval_of(a), "det")
     return bind(DET, a)
 
@@ -440,7 +440,7 @@ def slogdet(a: Any) -> Any:
     >>> float(sign), round(float(logabsdet), 6)
     (-1.0, 1.791759)
     """
-    (a,) = as_float_matrices(a, fn="slogdet")
+    (a,) = as_float_arrays(a, fn="slogdet")
     check_square(aval_of(a), "slogdet")
     sign, logabsdet = unpack(bind(SLOGDET, a), aval_of(a).shape[:-2], [(), ()])
     return SlogdetResult(sign, logabsdet)
@@ -457,7 +457,7 @@ def cholesky(a: Any, upper: bool = False) -> Any:
     array([[2., 0.],
            [1., 2.]])
     """
-    (a,) = as_float_matrices(a, fn="cholesky")
+    (a,) = as_float_arrays(a, fn="cholesky")
     check_square(aval_of(a), "cholesky")
     factor = bind(CHOLESKY, from_triangle(a, lower=True))
     return mT(factor) if upper else factor
@@ -476,7 +476,7 @@ def scipy_cholesky(
     """
     if lower:
         return cholesky(a)
-    (a,) = as_float_matrices(a, fn="cholesky")
+    (a,) = as_float_arrays(a, fn="cholesky")
     check_square(aval_of(a), "cholesky")
     return mT(bind(CHOLESKY, from_triangle(a, lower=False)))
 
@@ -502,7 +502,7 @@ def solve_triangular(
     transpose = {0: False, "N": False, 1: True, "T": True, 2: True, "C": True}.get(trans)
     if transpose is None:
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', not {trans!r}")
-    a, b = as_float_matrices(a, b, fn="solve_triangular")
+    a, b = as_float_arrays(a, b, fn="solve_triangular")
     a, b, vector = _broadcast_rhs(a, b, "solve_triangular")
     return _drop_column(_tri_solve(a, b, lower, transpose, unit_diagonal), vector)
 

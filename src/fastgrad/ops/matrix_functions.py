@@ -18,7 +18,7 @@ from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import astype, normalize_axis, reshape, sum
 from fastgrad.ops.decompositions import pinv, svdvals
 from fastgrad.ops.elementwise import abs, not_equal, where
-from fastgrad.ops.linalg import as_float_matrices, check_square, eye_like, inv
+from fastgrad.ops.linalg import as_float_arrays, check_square, eye_like, inv
 from fastgrad.ops.math import power, sqrt
 from fastgrad.ops.products import matmul
 from fastgrad.ops.reduction import max, min
@@ -30,7 +30,7 @@ _INF = float("inf")
 
 
 def _float(x: Any, fn: str) -> Any:
-    (x,) = as_float_matrices(x, fn=fn, names=("x",))
+    (x,) = as_float_arrays(x, fn=fn, names=("x",))
     return x
 
 
@@ -190,7 +190,7 @@ def lstsq(a: Any, b: Any, rcond: Any = None) -> tuple[Any, Any, Any, Any]:
     >>> x, res, int(rank)
     (array([1.33333333, 2.33333333]), array([0.33333333]), 2)
     """
-    a, b = as_float_matrices(a, b, fn="lstsq")
+    a, b = as_float_arrays(a, b, fn="lstsq")
     av, bv = aval_of(a), aval_of(b)
     if av.ndim != 2 or bv.ndim not in (1, 2) or bv.shape[0] != av.shape[0]:
         raise ValueError(

@@ -27,7 +27,7 @@ from fastgrad.ops.elementwise import (
     where,
 )
 from fastgrad.ops.linalg import (
-    as_float_matrices,
+    as_float_arrays,
     cholesky,
     diag_embed,
     diagonal_of,
@@ -359,7 +359,7 @@ class MultivariateNormal(Distribution):
                 "definite covariance"
             )
         operands = [x, cov] + ([] if mean is None else [mean])
-        x, cov, *rest = as_float_matrices(*operands, fn="multivariate_normal.logpdf",
+        x, cov, *rest = as_float_arrays(*operands, fn="multivariate_normal.logpdf",
                                           names=("x", "cov", "mean"))  # fmt: skip
         d = _dimension(rest[0] if rest else None, cov)
         mean = reshape(rest[0], (d,)) if rest else np.zeros(d, aval_of(x).dtype)
