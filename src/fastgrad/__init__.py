@@ -42,3 +42,8 @@ __all__ = [
     "value_and_grad",
     "vjp",
 ]
+
+
+def __dir__() -> list[str]:
+    # The public names only: the layers (fastgrad.core, .ops, ...) are implementation.
+    return [*__all__, "__version__"]

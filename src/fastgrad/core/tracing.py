@@ -25,9 +25,20 @@ class TracerError(TypeError):
     """A traced value was used where a concrete one is needed."""
 
 
-def _describe(tracer: Tracer) -> str:
+def describe(tracer: Tracer) -> str:
+    """How errors name a traced value: its name where it has one, and its type."""
     hint = f"`{tracer.var.hint}` " if tracer.var.hint else ""
     return f"the traced value {hint}({tracer.aval})"
+
+
+def static_error(what: str, tracer: Tracer, expected: str) -> TracerError:
+    """The error for a traced value where a value known while tracing is needed (an axis,
+    a shape): say that it must be static, and how."""
+    return TracerError(
+        f"{what} must be static ({expected}), but it is {describe(tracer)}. Values that "
+        "decide shapes must be known when the function is traced: pass it as a static "
+        "argument, fg.jit(f, static_argnums=...) or static_argnames=..."
+    )
 
 
 class Tracer:
@@ -72,7 +83,7 @@ class Tracer:
     # ---- conversions that need a concrete value
     def _concrete_error(self, what: str) -> TracerError:
         return TracerError(
-            f"{what} needs a concrete value, but {_describe(self)} is traced. Python control "
+            f"{what} needs a concrete value, but {describe(self)} is traced. Python control "
             "flow cannot depend on traced values: mark the argument static with "
             "fg.jit(..., static_argnums=...) / static_argnames=..., or compute both branches "
             "and choose with fnp.where(cond, a, b)."
@@ -101,7 +112,7 @@ class Tracer:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise TracerError(
-            f"NumPy cannot convert {_describe(self)} to an array. Inside a traced function "
+            f"NumPy cannot convert {describe(self)} to an array. Inside a traced function "
             "use fastgrad.numpy (import fastgrad.numpy as fnp) instead of numpy functions."
         )
 
@@ -113,15 +124,25 @@ class Tracer:
     def __hash__(self) -> int:
         return id(self)
 
-    # ---- NumPy interop: ufuncs called on tracers dispatch to fastgrad.numpy
+    # ---- NumPy interop: NumPy's functions called on tracers run fastgrad.numpy's
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        fn = getattr(_fn, ufunc.__name__, None)
-        if method != "__call__" or kwargs or fn is None:
-            raise TracerError(
-                f"numpy.{ufunc.__name__}.{method} is not supported on traced values; "
-                "use the function of the same name in fastgrad.numpy"
-            )
-        return fn(*inputs)
+        return _fn.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return _fn.array_function(func, args, kwargs)
+
+    # ---- updates: traced arrays are immutable, `x.at[idx].set(v)` gives an updated copy
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TracerError(
+            f"{describe(self)} cannot be assigned to: traced arrays are immutable. Use "
+            "x = x.at[idx].set(v) for x[idx] = v (and .add(v) for x[idx] += v; also "
+            ".multiply, .min, .max), which gives the updated array."
+        )
+
+    @property
+    def at(self) -> Any:
+        """Functional index updates, as in JAX: `x.at[idx].set(v)`, `.add(v)`, ..."""
+        return _fn.at(self)
 
     # ---- operators
     def __add__(self, other: Any) -> Any:
@@ -308,7 +329,7 @@ class Trace:
                 return x.var
             if not x.trace.alive:
                 raise TracerError(
-                    f"{_describe(x)} escaped from a finished trace (was it stored in a global "
+                    f"{describe(x)} escaped from a finished trace (was it stored in a global "
                     "or a closure and used in a later call?)"
                 )
             var = self._captured_vars.get(id(x))
@@ -390,7 +411,7 @@ def bind(op: Primitive, *args: Any, **params: Any) -> Any:
         return _trace_stack[-1].emit(op, args, params)
     for a in args:
         if isinstance(a, Tracer):
-            raise TracerError(f"{_describe(a)} was used outside of its trace")
+            raise TracerError(f"{describe(a)} was used outside of its trace")
     with np.errstate(all="ignore"):
         return np.asarray(op.impl(*args, **params))
 
