@@ -154,6 +154,9 @@ CASES = {
             (T, A),
         ),
     ],
+    "debug_print": [
+        (lambda x: (fg.debug.print("sum {:.2f}", fnp.sum(x)), x * 2)[1], lambda x: x * 2, (A,)),
+    ],
     "concatenate": [
         (
             lambda x, y: fnp.concatenate([x, y, x], axis=1),

@@ -8,7 +8,7 @@
 array([0., 0., 0.])
 """
 
-from fastgrad import numpy, testing
+from fastgrad import debug, numpy, testing
 from fastgrad.api import (
     custom_vjp,
     grad,
@@ -30,6 +30,7 @@ __all__ = [
     "Graph",
     "TracerError",
     "custom_vjp",
+    "debug",
     "grad",
     "hessian",
     "jit",

@@ -306,6 +306,7 @@ class Trace:
         self._captured_vars: dict[int, Var] = {}
         self._consts: dict[int, tuple[Any, Var]] = {}
         self._const_values: dict[int, np.ndarray] = {}
+        self._effect_token: Var | None = None  # the output of the last effect, if any
         self.alive = True
 
     def __enter__(self) -> Trace:
@@ -353,8 +354,19 @@ class Trace:
         return var
 
     def emit(self, op: Primitive, args: Sequence[Any], params: dict[str, Any]) -> Tracer:
-        in_vars = [self.to_var(a) for a in args]
+        if op.effect:
+            # An effect's first input is the token of the effect before it in this trace,
+            # whatever it was where the node came from: effects run in program order.
+            token = self._effect_token or self.const(np.True_)
+            in_vars = [token, *(self.to_var(a) for a in args[1:])]
+        else:
+            in_vars = [self.to_var(a) for a in args]
         aval = op.abstract_eval(*(v.aval for v in in_vars), **params)
+        if op.effect:
+            out = Var(aval)
+            self.nodes.append(Node(op, in_vars, params, out))
+            self._effect_token = out
+            return Tracer(self, out)
         if aval.size <= 1 and all(id(v) in self._const_values for v in in_vars):
             # Fold scalar arithmetic on constants (like `1 / n` in a mean's gradient).
             with np.errstate(all="ignore"):

@@ -12,6 +12,7 @@ import functools
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
 from fastgrad.ops import (
+    debug,
     elementwise,
     indexing,
     math,
@@ -22,7 +23,7 @@ from fastgrad.ops import (
     shape,
 )
 
-FAMILIES = (elementwise, math, shape, reduction, indexing, scatter, products)
+FAMILIES = (elementwise, math, shape, reduction, indexing, scatter, products, debug)
 
 _FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}
 install_array_functions(
