@@ -21,6 +21,7 @@ from fastgrad.api import (
     vjp,
 )
 from fastgrad.core import pytree
+from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
 from fastgrad.core.tracing import TracerError
 
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Graph",
     "TracerError",
+    "config",
     "custom_vjp",
     "debug",
     "grad",

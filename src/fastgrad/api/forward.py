@@ -1,4 +1,7 @@
-"""Forward mode for users: jvp, and hessian (forward over reverse)."""
+"""Forward mode for users: jvp, and hessian (forward over reverse).
+
+As in fastgrad.api.grad, a jitted function's jvp and hessian are jitted too.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.api.grad import check_argnums, grad, vjp_parts
+from fastgrad.api.grad import argnums_key, check_argnums, grad, vjp_parts
+from fastgrad.api.jit import Jitted
 from fastgrad.api.trace import arg_leaf_names, leaf_aval, name_of, param_names, run, trace_function
 from fastgrad.core.pytree import flatten, leaf_paths, unflatten
 from fastgrad.ops.base import astype, reshape
@@ -94,6 +98,16 @@ def jvp(fun: Callable[..., Any], primals: Any, tangents: Any, has_aux: bool = Fa
     >>> fg.jvp(lambda x: x * fg.stop_gradient(x), (3.0,), (1.0,))[1]
     array(3.)
     """
+    if isinstance(fun, Jitted):
+        fun.check_transform("jvp")
+
+        def make(f: Callable[..., Any]) -> Callable[..., Any]:
+            def jvp_of(primals: Any, tangents: Any) -> Any:
+                return jvp(f, primals, tangents, has_aux)
+
+            return jvp_of
+
+        return fun.derived(("jvp", has_aux), make, "jvp", static=False)(primals, tangents)
     tree, p_leaves, t_leaves, paths = _jvp_inputs(fun, primals, tangents)
     traced = trace_function(
         lambda *a: fun(*a), unflatten(tree, p_leaves), paths, list, name_of(fun)
@@ -136,6 +150,11 @@ def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callab
     >>> fg.jvp(fg.grad(f), (x,), (np.array([1.0, 1.0]),))[1]  # H @ v, H never built
     array([ 6., 12.])
     """
+    if isinstance(fun, Jitted):
+        fun.check_transform("hessian", argnums)
+        return fun.derived(
+            ("hessian", argnums_key(argnums)), lambda f: hessian(f, argnums), "hessian"
+        )
 
     @functools.wraps(fun, updated=())
     def hessian_fun(*args: Any, **kwargs: Any) -> Any:

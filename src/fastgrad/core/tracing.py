@@ -342,11 +342,18 @@ class Trace:
         return self.const(x, is_python_scalar(x))
 
     def const(self, x: Any, weak: bool = False) -> Var:
-        """A constant node for the concrete value `x` (one per distinct object)."""
+        """A constant node for the concrete value `x` (one per distinct object).
+
+        An array is copied: a traced function sees the values its constants had when it
+        was traced, whatever later happens to the arrays it closed over, as in JAX
+        (tests/test_jit.py::test_captured_arrays_are_baked_in_at_trace_time).
+        """
         hit = self._consts.get(id(x))
         if hit is not None and hit[0] is x:
             return hit[1]
         value = as_array(x)
+        if value is x:
+            value = np.array(x, copy=True)
         var = Var(Aval(value.shape, value.dtype, weak))
         self.nodes.append(Node(CONST, (), {"value": value, "weak": weak}, var))
         self._consts[id(x)] = (x, var)  # keeps x alive so its id stays unique
