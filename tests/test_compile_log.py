@@ -87,8 +87,8 @@ def notice_output(tty, n_kernels):
 def test_the_notice_is_one_line_with_progress():
     text = notice_output(tty=False, n_kernels=3)
     assert text.count("\n") == 1 and text.endswith(" s\n")
-    assert text.startswith("fastgrad: compiling 3 kernels for loss(x: f64[3]) (once: ")
-    assert "... done in" in text
+    assert text.startswith("fastgrad: compiling loss(x: f64[3]): 3 kernels (cached in ")
+    assert "for next time) ... done in" in text
     text = notice_output(tty=True, n_kernels=3)  # a terminal: a count, rewritten in place
     assert text.count("\n") == 1 and text.count("\r") == 3 and " 3/3 done in " in text
     assert notice_output(tty=False, n_kernels=0) == ""  # nothing to build: nothing said
@@ -116,7 +116,7 @@ def test_a_new_process_says_it_compiles_then_loads_quietly(tmp_path):
         )
 
     first = run()
-    assert first.stderr.startswith("fastgrad: compiling 1 kernel for <lambda>(x: f64[5]) (once")
+    assert first.stderr.startswith("fastgrad: compiling <lambda>(x: f64[5]): 1 kernel (cached")
     assert str(tmp_path) in first.stderr and first.stderr.count("\n") == 1
     assert run().stderr == ""  # cached: nothing to say
     logged = run(FASTGRAD_LOG_COMPILES="1").stderr

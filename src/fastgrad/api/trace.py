@@ -38,15 +38,16 @@ def identifier(path: str) -> str:
 
 
 def signature(leaf: Any) -> Any:
-    """What the trace cache keys a leaf by; arrays take the fast path."""
+    """What the trace cache keys a leaf by: (shape, dtype), or the Aval of a weakly typed
+    Python scalar; arrays take the fast path."""
     if type(leaf) is np.ndarray:
         return leaf.shape, leaf.dtype
-    if isinstance(leaf, Tracer):
-        return leaf.aval
     try:
-        return leaf_aval(leaf, "argument")
+        aval = leaf.aval if isinstance(leaf, Tracer) else leaf_aval(leaf, "argument")
     except TypeError:
         return ("unsupported", type(leaf))  # reported, with its name, when traced
+    # A NumPy scalar and a 0-d array, or a tracer and an array, key alike.
+    return aval if aval.weak else (aval.shape, aval.dtype)
 
 
 def leaf_aval(leaf: Any, where: str) -> Aval:

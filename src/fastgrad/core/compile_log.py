@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TextIO
 
 from fastgrad.core.config import cache_dir, config
@@ -60,8 +61,8 @@ class Notice:
 
     def _head(self) -> str:
         return (
-            f"{PREFIX}compiling {_plural(self.n_new, 'kernel')} for {self.what} "
-            f"(once: they are cached in {cache_dir()} for next time)"
+            f"{PREFIX}compiling {self.what}: {_plural(self.n_new, 'kernel')} (cached in "
+            f"{_short(cache_dir())} for next time)"
         )
 
     def _write(self, text: str) -> None:
@@ -108,6 +109,14 @@ def kernel_built() -> None:
     """Called by the compiler each time it has built a kernel: advances the notice."""
     if _active:
         _active[-1].kernel_built()
+
+
+def _short(path: Path) -> str:
+    """`path` with the home directory written `~`, as users know it."""
+    try:
+        return str(Path("~") / path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
 
 
 def _plural(n: int, word: str) -> str:
