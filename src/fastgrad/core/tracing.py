@@ -27,7 +27,7 @@ class TracerError(TypeError):
 
 def describe(tracer: Tracer) -> str:
     """How errors name a traced value: its name where it has one, and its type."""
-    hint = f"`{tracer.var.hint}` " if tracer.var.hint else ""
+    hint = f"`{tracer.hint}` " if tracer.hint else ""
     return f"the traced value {hint}({tracer.aval})"
 
 
@@ -44,33 +44,39 @@ def static_error(what: str, tracer: Tracer, expected: str) -> TracerError:
 class Tracer:
     """A stand-in for an array while a function is traced; operations on it build the graph."""
 
-    __slots__ = ("trace", "var")
+    # The graph variable is `_var`: `var` is NumPy's variance method, as on arrays.
+    __slots__ = ("trace", "_var")
     __array_priority__ = 1000
 
     def __init__(self, trace: Trace, var: Var):
         self.trace = trace
-        self.var = var
+        self._var = var
 
     # ---- array attributes
     @property
+    def hint(self) -> str | None:
+        """The name of the traced value (an argument's path), if it has one."""
+        return self._var.hint
+
+    @property
     def aval(self) -> Aval:
-        return self.var.aval
+        return self._var.aval
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.var.aval.shape
+        return self._var.aval.shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self.var.aval.dtype
+        return self._var.aval.dtype
 
     @property
     def ndim(self) -> int:
-        return self.var.aval.ndim
+        return self._var.aval.ndim
 
     @property
     def size(self) -> int:
-        return self.var.aval.size
+        return self._var.aval.size
 
     def __len__(self) -> int:
         if not self.shape:
@@ -270,6 +276,24 @@ class Tracer:
     def squeeze(self, axis: Any = None) -> Any:
         return _fn.squeeze(self, axis=axis)
 
+    def var(self, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
+        return _fn.var(self, axis=axis, keepdims=keepdims, ddof=ddof)
+
+    def std(self, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
+        return _fn.std(self, axis=axis, keepdims=keepdims, ddof=ddof)
+
+    def dot(self, other: Any) -> Any:
+        return _fn.dot(self, other)
+
+    def clip(self, a_min: Any = None, a_max: Any = None) -> Any:
+        return _fn.clip(self, a_min, a_max)
+
+    def swapaxes(self, axis1: int, axis2: int) -> Any:
+        return _fn.swapaxes(self, axis1, axis2)
+
+    def copy(self) -> Any:
+        return self  # traced values are immutable: a copy is the value itself
+
     def ravel(self) -> Any:
         return _fn.reshape(self, (-1,))
 
@@ -327,7 +351,7 @@ class Trace:
         """The var of `x` in this trace: its own tracer, a captured outer one, or a constant."""
         if isinstance(x, Tracer):
             if x.trace is self:
-                return x.var
+                return x._var
             if not x.trace.alive:
                 raise TracerError(
                     f"{describe(x)} escaped from a finished trace (was it stored in a global "
@@ -335,7 +359,7 @@ class Trace:
                 )
             var = self._captured_vars.get(id(x))
             if var is None:
-                var = Var(x.aval, x.var.hint)
+                var = Var(x.aval, x._var.hint)
                 self._captured_vars[id(x)] = var
                 self.captured.append(x)
             return var
