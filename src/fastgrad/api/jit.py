@@ -345,8 +345,11 @@ def jit(
 
     Signatures are the pytree structure, shapes and dtypes of the arguments and the values
     of the static ones. Arguments named in `static_argnums`/`static_argnames` are passed as
-    plain Python values, so they may steer Python control flow. The graph is compiled into
-    fused Numba loops; `fuse=False` runs it through the NumPy reference interpreter instead.
+    plain Python values, so they may steer Python control flow. Arrays the function closes
+    over are read when it is traced, as in JAX: later changes to them are not seen. The
+    graph is compiled into fused Numba loops; `fuse=False` runs it through the NumPy
+    reference interpreter instead. `grad`, `value_and_grad`, `vjp`, `jvp` and `hessian` of
+    the result are compiled too.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> @fg.jit

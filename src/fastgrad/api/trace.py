@@ -78,7 +78,7 @@ class Traced:
         first = not self.layouts
         self.layouts.add(layout)
         sources = [k.source for k in executable.kernels]
-        to_build = sum(map(needs_build, sources)) if first else 0
+        to_build = len({s for s in sources if needs_build(s)}) if first else 0
         built = STATS.numba_compiles() if config.log_compiles else 0
         start = time.perf_counter()
         with compiling(self.name, to_build):

@@ -71,8 +71,9 @@ class Notice:
         stream.flush()
 
     def kernel_built(self) -> None:
+        # A kernel may be built twice (for two memory layouts): the count stops at n_new.
         self.done += 1
-        if not self.shown:
+        if not self.shown or self.done > self.n_new:
             return
         if self.tty:  # rewrite the line in place with a count
             self._write(f"\r{self._head()} {self.done}/{self.n_new}")
