@@ -168,8 +168,9 @@ def test_a_traced_axis_or_shape_says_it_must_be_static():
 
 
 def test_public_namespaces_show_their_public_names_only():
-    for module in (fg, fnp):
-        assert set(dir(module)) <= set(module.__all__) | {"__version__"}
+    for module in (fg, fnp, fg.testing, fg.debug):
+        shown = {name for name in dir(module) if not name.startswith("__")}
+        assert shown <= set(module.__all__), module.__name__
         assert all(not name.startswith("_") for name in module.__all__)
     internals = {"np", "math", "builtins", "operator", "REGISTRY", "Tracer", "bind", "core"}
     assert not internals & set(fnp.__all__) | internals & set(dir(fnp)) | internals & set(dir(fg))

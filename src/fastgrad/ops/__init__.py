@@ -4,7 +4,8 @@ reference, VJP, JVP, loop expression, input domain) beside the functions that ap
 Adding an op touches one family module: its record, its function, and its name in the
 module's `__all__` (which fastgrad.numpy re-exports). Families build on fastgrad.ops.base
 and on families listed before them here; importing this package registers every record
-and installs the functions a tracer's operators call.
+and installs the functions a tracer's operators call, `x.at`, and how NumPy's own
+functions called on a tracer map to them (fastgrad.ops.numpy_interop).
 """
 
 import functools
