@@ -255,7 +255,7 @@ def _vjp_of_jitted(fun: Jitted, primals: tuple[Any, ...], has_aux: bool) -> Any:
 
         return backward
 
-    backward = fun.derived(("vjp", has_aux), make, "vjp", static=False)
+    backward = fun.derived(("vjp", has_aux), make, "vjp", shift=None)
 
     def vjp_fn(ct: Any) -> tuple[Any, ...]:
         return backward(primals, ct)  # type: ignore[no-any-return]

@@ -79,10 +79,11 @@ class Jitted:
         self.fun = fun
         self.fuse = fuse
         self.label = label or name_of(fun)  # what messages call it: `grad(loss)`
-        self.static_argnums, self.static_argnames = static_argnums, static_argnames
+        self.static_argnames = static_argnames
         # Name and docstring only: copying __dict__ would let a wrapped Jitted's state leak in.
         functools.update_wrapper(self, fun, updated=())
         nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        self._given_nums = nums
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         try:
             sig = inspect.signature(fun).parameters
@@ -130,13 +131,18 @@ class Jitted:
             )
 
     def derived(
-        self, key: Any, make: Callable[[Callable[..., Any]], Any], name: str, static: bool = True
+        self, key: Any, make: Callable[[Callable[..., Any]], Any], name: str, shift: int | None = 0
     ) -> Jitted:
         """The jitted `make(self.fun)` (a transform of this function, `name` in messages),
-        made once per `key`; with `static`, it takes this function's static arguments."""
+        made once per `key`. It takes this function's static arguments, `shift` positions
+        further right (it has as many new arguments first), or none if `shift` is None."""
         jitted = self._derived.get(key)
         if jitted is None:
-            statics = (self.static_argnums, self.static_argnames) if static else ((), ())
+            statics: tuple[Any, Any] = ((), ())
+            if shift is not None:
+                # A negative position counts from the end, which new first arguments keep.
+                nums = tuple(i + shift if i >= 0 else i for i in self._given_nums)
+                statics = (nums, self.static_argnames)
             jitted = Jitted(make(self.fun), *statics, self.fuse, f"{name}({self.label})")
             self._derived[key] = jitted
         return jitted
