@@ -152,6 +152,11 @@ def _result_row(r: dict) -> str:
     )
 
 
+def not_installed_line(missing: dict[str, str], install: str) -> str:
+    """One line for every peer that is not installed, and how to install them."""
+    return f"not installed, so not run: {', '.join(missing)} (install them with: {install})"
+
+
 def format_table(doc: dict) -> str:
     env, bw = doc["environment"], doc["bandwidth"]
     v = env["versions"]
@@ -164,6 +169,9 @@ def format_table(doc: dict) -> str:
         f"at end {_load(doc.get('load_end'))} (other work on the machine skews timings)",
     ]
     lines += [f"note: {n}" for n in doc["notes"]]
+    missing = doc.get("not_installed") or {}
+    if missing:
+        lines.append(not_installed_line(missing, doc.get("peers_install", "")))
     for entry in doc["workloads"]:
         lines += [
             "",
@@ -173,7 +181,7 @@ def format_table(doc: dict) -> str:
             + (f"  ({entry['note']})" if entry["note"] else ""),
             "   " + _row([name for name, _, _ in COLUMNS]),
         ]
-        lines += ["   " + _result_row(r) for r in entry["results"]]
+        lines += ["   " + _result_row(r) for r in entry["results"] if r["system"] not in missing]
     lines += [
         "",
         "first call: trace + compile + one call, in a fresh process (fastgrad: empty cache);",

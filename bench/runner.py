@@ -25,6 +25,7 @@ DEFAULT_REPEAT, QUICK_REPEAT = 15, 3
 BUDGET_S, QUICK_BUDGET_S = 30.0, 2.0
 TRIAD_N, QUICK_TRIAD_N = 2 * 10**7, 10**7  # both far beyond any cache
 TRIAD_REPEAT, QUICK_TRIAD_REPEAT = 20, 5
+PEERS_INSTALL = 'pip install -e ".[compare]"'  # the extra that installs every peer
 
 
 def _count(text: str) -> int:
@@ -59,8 +60,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="Benchmark fastgrad against hand-written NumPy, a hand-fused Numba "
         "loop and the installed peers (autograd, JAX, PyTorch). Each system runs in a "
         "process of its own.",
-        epilog="Peers that are not installed are skipped with a note "
-        "(pip install 'fastgrad[compare]').",
+        epilog=f"Peers that are not installed are skipped, with one note ({PEERS_INSTALL} "
+        "installs them).",
     )
     parser.add_argument(
         "workloads", nargs="*", metavar="WORKLOAD", help=f"workloads to run (default: all): {names}"
@@ -189,7 +190,14 @@ class Suite:
         self.threads = threads
         self.budget = QUICK_BUDGET_S if args.quick else BUDGET_S
         self.names = ["fastgrad", *args.compare]
-        self.total = len(args.selected) * len(self.names)
+        # Peers that are not installed are said once, not once per workload.
+        self.not_installed = {
+            name: missing
+            for name in args.compare
+            if systems.SYSTEMS[name].peer
+            and (missing := systems.missing_module(systems.SYSTEMS[name].modules))
+        }
+        self.total = len(args.selected) * (len(self.names) - len(self.not_installed))
         self.done = 0
 
     def triad(self, when: str) -> dict:
@@ -268,6 +276,10 @@ class Suite:
             "results": [],
         }
         for name in self.names:
+            if name in self.not_installed:
+                result = {"status": "skipped", "note": not_installed_note(name, self)}
+                entry["results"].append(report.normalize(result, name, systems.SYSTEMS[name].title))
+                continue
             self.done += 1
             _progress(
                 f"[{self.done}/{self.total}] {w.key} {w.name} ({w.size_name}={size:,}) "
@@ -278,6 +290,10 @@ class Suite:
             _progress("  " + _summary(result, time.perf_counter() - start))
             entry["results"].append(result)
         return entry
+
+
+def not_installed_note(name: str, suite: Suite) -> str:
+    return f"{suite.not_installed[name]} is not installed ({systems.SYSTEMS[name].install})"
 
 
 def _summary(r: dict, wall: float) -> str:
@@ -299,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     env = environment.collect()
     suite = Suite(args, env["threads"])
+    if suite.not_installed:
+        _progress(report.not_installed_line(suite.not_installed, PEERS_INSTALL))
     start = time.perf_counter()
     before = suite.triad("start")
     entries = [suite.run_workload(w) for w in args.selected]
@@ -334,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             "gbps": bandwidth,
         },
         "memory_method": MEMORY_METHOD,
+        "not_installed": suite.not_installed,
+        "peers_install": PEERS_INSTALL,
         "notes": notes,
         "elapsed_s": time.perf_counter() - start,
         "load_end": environment.load_average(),

@@ -26,7 +26,7 @@ LAYERS = [
     ("compiler", ["fastgrad.compiler"]),
     ("runtime", ["fastgrad.runtime"]),
     ("api", ["fastgrad.api"]),
-    ("top", ["fastgrad", "fastgrad.testing", "fastgrad.cli"]),
+    ("top", ["fastgrad", "fastgrad.debug", "fastgrad.testing", "fastgrad.cli"]),
 ]
 
 

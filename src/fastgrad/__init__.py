@@ -8,7 +8,7 @@
 array([0., 0., 0.])
 """
 
-from fastgrad import numpy, testing
+from fastgrad import debug, numpy, testing
 from fastgrad.api import (
     custom_vjp,
     grad,
@@ -21,6 +21,7 @@ from fastgrad.api import (
     vjp,
 )
 from fastgrad.core import pytree
+from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
 from fastgrad.core.tracing import TracerError
 
@@ -29,7 +30,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Graph",
     "TracerError",
+    "config",
     "custom_vjp",
+    "debug",
     "grad",
     "hessian",
     "jit",
@@ -42,3 +45,8 @@ __all__ = [
     "value_and_grad",
     "vjp",
 ]
+
+
+def __dir__() -> list[str]:
+    # The public names only: the layers (fastgrad.core, .ops, ...) are implementation.
+    return [*__all__, "__version__"]

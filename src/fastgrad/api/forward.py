@@ -1,4 +1,8 @@
-"""Forward mode for users: jvp, and hessian (forward over reverse)."""
+"""Forward mode for users: jvp, and hessian (forward over reverse).
+
+As in fastgrad.api.grad, a jitted function's jvp is jitted too; its hessian runs one
+jitted Hessian-vector product per column.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.api.grad import check_argnums, grad, vjp_parts
+from fastgrad.api.grad import argnums_key, check_argnums, grad, vjp_parts
+from fastgrad.api.jit import Jitted
 from fastgrad.api.trace import arg_leaf_names, leaf_aval, name_of, param_names, run, trace_function
 from fastgrad.core.pytree import flatten, leaf_paths, unflatten
 from fastgrad.ops.base import astype, reshape
@@ -94,6 +99,16 @@ def jvp(fun: Callable[..., Any], primals: Any, tangents: Any, has_aux: bool = Fa
     >>> fg.jvp(lambda x: x * fg.stop_gradient(x), (3.0,), (1.0,))[1]
     array(3.)
     """
+    if isinstance(fun, Jitted):
+        fun.check_transform("jvp")
+
+        def make(f: Callable[..., Any]) -> Callable[..., Any]:
+            def jvp_of(primals: Any, tangents: Any) -> Any:
+                return jvp(f, primals, tangents, has_aux)
+
+            return jvp_of
+
+        return fun.derived(("jvp", has_aux), make, "jvp", shift=None)(primals, tangents)
     tree, p_leaves, t_leaves, paths = _jvp_inputs(fun, primals, tangents)
     traced = trace_function(
         lambda *a: fun(*a), unflatten(tree, p_leaves), paths, list, name_of(fun)
@@ -126,6 +141,7 @@ def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callab
     in leaves i and j, of shape `shape_i + shape_j`. It is built column by column, each a
     Hessian-vector product by forward-over-reverse; for the product with one vector,
     without building the Hessian, use that directly: `fg.jvp(fg.grad(f), (x,), (v,))[1]`.
+    If `fun` is jitted, each column is a call of that product, compiled once.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> f = lambda x: fnp.sum(x ** 3)
@@ -136,6 +152,14 @@ def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callab
     >>> fg.jvp(fg.grad(f), (x,), (np.array([1.0, 1.0]),))[1]  # H @ v, H never built
     array([ 6., 12.])
     """
+    compiled_hvp = None
+    if isinstance(fun, Jitted):
+        # Column by column, each a call of one compiled Hessian-vector product (jitting
+        # the whole loop would inline a copy of it per column).
+        fun.check_transform("hessian", argnums)
+        compiled_hvp = fun.derived(
+            ("hvp", argnums_key(argnums)), lambda f: _hvp(f, argnums), "hvp", shift=1
+        )
 
     @functools.wraps(fun, updated=())
     def hessian_fun(*args: Any, **kwargs: Any) -> Any:
@@ -159,15 +183,26 @@ def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callab
                 full[i] = x
             return fun(*full, **kwargs)
 
-        grad_fun = grad(diff_fun, argnums=tuple(range(len(nums))))
-        names = arg_leaf_names(diff, [param_names(fun, len(args))[i] for i in nums])
-        hvp = trace_function(
-            lambda d, v: jvp(grad_fun, d, v)[1],
-            (diff, diff),
-            names + [f"d{n}" for n in names],
-            lambda t: t,
-            f"hessian of {name_of(fun)}",
-        )
+        if compiled_hvp is None:
+            grad_fun = grad(diff_fun, argnums=tuple(range(len(nums))))
+            names = arg_leaf_names(diff, [param_names(fun, len(args))[i] for i in nums])
+            hvp = trace_function(
+                lambda d, v: jvp(grad_fun, d, v)[1],
+                (diff, diff),
+                names + [f"d{n}" for n in names],
+                lambda t: t,
+                f"hessian of {name_of(fun)}",
+            )
+
+            def column(basis: list[Any]) -> list[Any]:
+                return run(hvp.graph, [*leaves, *basis, *hvp.captured])
+        else:
+            diff_tree = flatten(diff)[1]
+
+            def column(basis: list[Any]) -> list[Any]:
+                product = compiled_hvp(unflatten(diff_tree, basis), *args, **kwargs)
+                return flatten(product)[0]
+
         avals = [leaf_aval(x, "argument") for x in leaves]
         # columns[i][j]: d(grad_i)/d(leaf_j[p]) for each flat position p of leaf j.
         columns: list[list[list[Any]]] = [[[] for _ in avals] for _ in avals]
@@ -175,7 +210,7 @@ def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callab
             for p in range(aj.size):
                 basis = [np.zeros(a.shape, a.dtype) for a in avals]
                 basis[j].reshape(-1)[p] = 1
-                outs = run(hvp.graph, [*leaves, *basis, *hvp.captured])
+                outs = column(basis)
                 for i in range(len(avals)):
                     columns[i][j].append(outs[i])
 
@@ -190,3 +225,22 @@ def hessian(fun: Callable[..., Any], argnums: int | Sequence[int] = 0) -> Callab
         return unflatten(tree, [unflatten(tree, [block(i, j) for j in range(n)]) for i in range(n)])
 
     return hessian_fun
+
+
+def _hvp(fun: Callable[..., Any], argnums: int | Sequence[int]) -> Callable[..., Any]:
+    """`hvp(basis, *args, **kwargs)`: the product of the Hessian of `fun` in `argnums` with
+    `basis` (one tangent per differentiated argument), by forward over reverse."""
+
+    def hvp(basis: Any, *args: Any, **kwargs: Any) -> Any:
+        nums = check_argnums(argnums, len(args), fun)
+
+        def diff_fun(*d: Any) -> Any:
+            full = list(args)
+            for i, x in zip(nums, d, strict=True):
+                full[i] = x
+            return fun(*full, **kwargs)
+
+        grad_fun = grad(diff_fun, argnums=tuple(range(len(nums))))
+        return jvp(grad_fun, tuple(args[i] for i in nums), tuple(basis))[1]
+
+    return hvp
