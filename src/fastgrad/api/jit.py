@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -89,6 +92,16 @@ class Jitted:
         self._cache: dict[Any, Traced] = {}
         # Calls with only array arguments skip pytree handling: (shapes, dtypes) -> entry.
         self._fast: dict[Any, Traced] = {}
+        self._options = (static_argnums, static_argnames, fuse)
+        self._token = uuid.uuid4().hex  # one name for this function and all its pickled copies
+        _LIVE[self._token] = self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as the function and its options, without the caches (traced graphs and
+        # Numba dispatchers): the receiving process traces again and loads the kernels from
+        # the disk cache. The token makes every copy unpickled in one process the same
+        # object, so a function sent along with each task compiles once per process.
+        return _unpickle_jitted, (self._token, self.fun, self._options)
 
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         if not self._static_nums and not kwargs:  # the common case, kept cheap
@@ -180,6 +193,28 @@ class Jitted:
 
     def __repr__(self) -> str:
         return f"jit({name_of(self.fun)})"
+
+
+# The jitted functions alive in this process, by token (see `Jitted.__reduce__`).
+_LIVE: weakref.WeakValueDictionary[str, Jitted] = weakref.WeakValueDictionary()
+# Copies that arrived by pickle are kept alive, the most recent few: a function that is
+# sent with every task would otherwise be dropped, and traced again, between tasks.
+_ARRIVED: collections.OrderedDict[str, Jitted] = collections.OrderedDict()
+ARRIVED_KEPT = 32
+
+
+def _unpickle_jitted(token: str, fun: Callable[..., Any], options: tuple[Any, ...]) -> Jitted:
+    jitted = _LIVE.get(token)
+    if jitted is None:
+        fresh = Jitted(fun, *options)
+        del _LIVE[fresh._token]
+        fresh._token = token
+        jitted = _LIVE.setdefault(token, fresh)  # two threads may unpickle it at once
+    _ARRIVED[token] = jitted
+    _ARRIVED.move_to_end(token)
+    while len(_ARRIVED) > ARRIVED_KEPT:
+        _ARRIVED.popitem(last=False)
+    return jitted
 
 
 def jit(
