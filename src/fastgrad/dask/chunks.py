@@ -32,9 +32,7 @@ def is_data(arg: Any) -> bool:
     if isinstance(arg, da.Array):
         return True
     return (
-        isinstance(arg, list)
-        and len(arg) > 0
-        and all(isinstance(p, Future | Delayed) for p in arg)
+        isinstance(arg, list) and len(arg) > 0 and all(isinstance(p, Future | Delayed) for p in arg)
     )
 
 

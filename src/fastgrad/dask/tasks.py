@@ -82,7 +82,9 @@ def _check_blocks(step: Step, info: ChunkInfo, blocks: list[np.ndarray]) -> int:
             raise ChunkError(f"{info.where()}: {name} is a scalar; data chunks need a row axis")
     rows = {len(b) for b in blocks}
     if len(rows) > 1:
-        counts = ", ".join(f"{n} has {len(b)}" for n, b in zip(step.data_names, blocks, strict=True))
+        counts = ", ".join(
+            f"{n} has {len(b)}" for n, b in zip(step.data_names, blocks, strict=True)
+        )
         raise ChunkError(f"{info.where()}: the data arguments differ in row count ({counts})")
     n = rows.pop()
     for name, block, want in zip(step.data_names, blocks, info.expected, strict=True):
