@@ -12,7 +12,7 @@ import statistics
 import time
 from collections import defaultdict
 
-CALLS = 5
+CALLS = 3
 
 
 def per_call_breakdown(client, fn, args, calls: int = CALLS) -> dict:

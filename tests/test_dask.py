@@ -31,24 +31,13 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("worker-kernels")
+def cache_dir(dask_cache_dir):
+    return dask_cache_dir
 
 
 @pytest.fixture(scope="module")
-def client(cache_dir):
-    env = {"FASTGRAD_CACHE_DIR": str(cache_dir), "NUMBA_NUM_THREADS": "1"}
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        env=env,
-    )
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
+def client(dask_client):
+    return dask_client
 
 
 def logistic(params, x, y):
