@@ -76,9 +76,9 @@ def run(
             list(make_data(max(rows // 50, 1), features, chunk_rows, seed + 1))
         )
         wait([x, y, x_test, y_test])
-        limits = {
-            w["memory_limit"] for w in client.scheduler_info(n_workers=-1)["workers"].values()
-        }
+        limits = set(
+            client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit).values()
+        )
         say(
             f"data: {rows:,} x {features} float64 = {x.nbytes / 1e9:.2f} GB in "
             f"{x.numblocks[0]} chunks, generated on {len(client.nthreads())} workers with "
