@@ -54,7 +54,7 @@ def _system_list(text: str) -> list[str]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    names = ", ".join(f"{w.key} ({w.name})" for w in workloads.WORKLOADS)
+    names = ", ".join(f"{w.key} ({w.name})" for w in workloads.WORKLOADS + workloads.OPT_IN)
     parser = argparse.ArgumentParser(
         prog="fastgrad bench",
         description="Benchmark fastgrad against hand-written NumPy, a hand-fused Numba "
@@ -174,6 +174,7 @@ def _progress(text: str) -> None:
 def list_everything() -> str:
     lines = ["workloads:"]
     lines += [f"  {w.key:3} {w.name:13} {w.title}" for w in workloads.WORKLOADS]
+    lines += [f"  {w.key:3} {w.name:13} {w.title} (run when named)" for w in workloads.OPT_IN]
     lines += ["systems:"]
     for s in systems.SYSTEMS.values():
         missing = systems.missing_module(s.modules)
@@ -197,8 +198,14 @@ class Suite:
             if systems.SYSTEMS[name].peer
             and (missing := systems.missing_module(systems.SYSTEMS[name].modules))
         }
-        self.total = len(args.selected) * (len(self.names) - len(self.not_installed))
+        self.total = sum(
+            len([s for s in self.systems_for(w) if s not in self.not_installed])
+            for w in args.selected
+        )
         self.done = 0
+
+    def systems_for(self, w: workloads.Workload) -> list[str]:
+        return list(w.systems) if w.systems else self.names
 
     def triad(self, when: str) -> dict:
         n = QUICK_TRIAD_N if self.args.quick else TRIAD_N
@@ -237,6 +244,8 @@ class Suite:
         with tempfile.TemporaryDirectory(prefix="fastgrad-bench-inductor-") as cache:
             if name == "torch-compile":
                 env["TORCHINDUCTOR_CACHE_DIR"] = cache  # cold, like fastgrad's first call
+            if name.startswith("dask"):
+                env["FASTGRAD_CACHE_DIR"] = cache  # the workers compile cold too
             return child.launch(self.spec(w, name), env=env, timeout=self.args.timeout)
 
     def run_fastgrad(self, w: workloads.Workload) -> dict:
@@ -275,7 +284,7 @@ class Suite:
             "fastest_peer": None,
             "results": [],
         }
-        for name in self.names:
+        for name in self.systems_for(w):
             if name in self.not_installed:
                 result = {"status": "skipped", "note": not_installed_note(name, self)}
                 entry["results"].append(report.normalize(result, name, systems.SYSTEMS[name].title))

@@ -250,3 +250,28 @@ def test_plot_writes_a_png(quick_run, tmp_path):
     path = tmp_path / "bench.png"
     report.plot(doc, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_dask_workload_runs_on_a_cluster_and_splits_its_time():
+    pytest.importorskip("distributed")
+    spec = {
+        "kind": "workload",
+        "system": "dask-2",
+        "workload": "D1",
+        "size": 3000,
+        "dtype": "float64",
+        "repeat": 3,
+        "budget_s": 1.0,
+        "threads": 2,
+    }
+    result = child.launch(spec, timeout=600)
+    assert result["status"] == "ok", result
+    b = result["breakdown"]
+    assert b["calls"] == len(b["walls_s"]) and 0 < b["compute_s"] <= b["wall_s"]
+    assert b["overhead_s"] == pytest.approx(b["wall_s"] - b["compute_s"])
+    # The same numbers as hand-written NumPy on the same chunks, made in this process.
+    w, x, y = workloads.DASK.make_inputs(3000, np.dtype("float64"), None)
+    value, (grad,) = hand_numpy.logistic(w, x, y)
+    assert result["value"] == pytest.approx(value, rel=1e-12)
+    assert result["fingerprint"]["grads"][0]["l2"] == pytest.approx(np.linalg.norm(grad), rel=1e-9)
+    assert workloads.find("dask") is workloads.DASK and workloads.DASK not in workloads.WORKLOADS

@@ -212,9 +212,12 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     out_avals = [v.aval for v in traced.graph.outputs[:n_main]]
     seeds = [i for i, a in enumerate(out_avals) if a.is_float]
 
-    @functools.lru_cache(maxsize=1)
+    built: list[Graph] = []  # the backward graph, built on first use (a plain list pickles)
+
     def backward() -> Graph:
-        return vjp_graph(traced.graph, range(len(leaves)), seeds).verify()
+        if not built:
+            built.append(vjp_graph(traced.graph, range(len(leaves)), seeds).verify())
+        return built[0]
 
     def vjp_fn(ct: Any) -> tuple[Any, ...]:
         ct_leaves, ct_tree = flatten(ct)

@@ -9,8 +9,11 @@ which argument changed, and how (`explain_miss`).
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -108,6 +111,9 @@ class Jitted:
         self._fast: dict[Any, Traced] = {}
         self._seen: list[Any] = []  # recent signatures, to explain a new trace
         self._derived: dict[Any, Jitted] = {}  # transforms of this function, jitted
+        self._options = (static_argnums, static_argnames, fuse, label)
+        self._token = uuid.uuid4().hex  # one name for this function and all its pickled copies
+        _LIVE[self._token] = self
 
     def check_transform(self, transform: str, argnums: Any = None) -> None:
         """Refuse, with a way out, a transform that would differentiate a static argument
@@ -146,6 +152,13 @@ class Jitted:
             jitted = Jitted(make(self.fun), *statics, self.fuse, f"{name}({self.label})")
             self._derived[key] = jitted
         return jitted
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as the function and its options, without the caches (traced graphs and
+        # Numba dispatchers): the receiving process traces again and loads the kernels from
+        # the disk cache. The token makes every copy unpickled in one process the same
+        # object, so a function sent along with each task compiles once per process.
+        return _unpickle_jitted, (self._token, self.fun, self._options)
 
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         if not self._static_nums and not kwargs:  # the common case, kept cheap
@@ -338,6 +351,28 @@ def explain_miss(key: Any, seen: Sequence[Any], leaf_names: list[str], statics: 
         "same signature as before, but that trace closed over values of an enclosing trace, "
         "which hold for one call only"
     )
+
+
+# The jitted functions alive in this process, by token (see `Jitted.__reduce__`).
+_LIVE: weakref.WeakValueDictionary[str, Jitted] = weakref.WeakValueDictionary()
+# Copies that arrived by pickle are kept alive, the most recent few: a function that is
+# sent with every task would otherwise be dropped, and traced again, between tasks.
+_ARRIVED: collections.OrderedDict[str, Jitted] = collections.OrderedDict()
+ARRIVED_KEPT = 32
+
+
+def _unpickle_jitted(token: str, fun: Callable[..., Any], options: tuple[Any, ...]) -> Jitted:
+    jitted = _LIVE.get(token)
+    if jitted is None:
+        fresh = Jitted(fun, *options)
+        del _LIVE[fresh._token]
+        fresh._token = token
+        jitted = _LIVE.setdefault(token, fresh)  # two threads may unpickle it at once
+    _ARRIVED[token] = jitted
+    _ARRIVED.move_to_end(token)
+    while len(_ARRIVED) > ARRIVED_KEPT:
+        _ARRIVED.popitem(last=False)
+    return jitted
 
 
 def jit(
