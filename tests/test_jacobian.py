@@ -179,3 +179,34 @@ def test_vjp_and_jvp_of_pytree_outputs_of_any_shape():
     jac = fg.jacrev(f, argnums=(0, 1))(x, y)
     np.testing.assert_allclose(t["m"], jac["m"][0] @ v[0] + jac["m"][1] @ v[1], rtol=1e-12)
     assert t["e"].shape == (0,)
+
+
+# ---------------------------------------------------------------- of jitted functions
+
+
+def test_jacobians_of_a_jitted_function_run_compiled_and_trace_once(monkeypatch):
+    from test_jit import counting, leaves, refuse_interpreter
+
+    def f(x, y):
+        return {"a": fnp.tanh(x * y), "s": fnp.sum(fnp.sin(x) * y)}
+
+    x, y = rng.standard_normal(3), rng.standard_normal(3)
+    transforms = {
+        "jacrev": lambda g, *a: fg.jacrev(g, argnums=(0, 1))(*a),
+        "jacfwd": lambda g, *a: fg.jacfwd(g)(*a),
+        "hessian": lambda g, *a: fg.hessian(g)(*a),
+        "linearize": lambda g, *a: fg.linearize(g, *a)[1](x, y),
+    }
+    scales = (1.0, 2.0, 3.0)
+    expected = {name: [t(f, x * c, y) for c in scales] for name, t in transforms.items()}
+    body, traces = counting(f)
+    jitted = fg.jit(body)
+    refuse_interpreter(monkeypatch)
+    for name, transform in transforms.items():
+        for i, scale in enumerate(scales):
+            got = transform(jitted, x * scale, y)
+            np.testing.assert_allclose(leaves(got), leaves(expected[name][i]), 1e-10, 1e-13)
+            if i == 0:
+                count = len(traces)
+        if name != "linearize":  # one compiled row or column function serves every call
+            assert len(traces) == count, name

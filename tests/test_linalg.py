@@ -396,3 +396,4 @@ def test_scipy_conventions():
     np.testing.assert_array_equal(np.tril(g, -1), 0)  # the upper triangle is read
     with pytest.raises(NotImplementedError, match="only the standard problem"):
         fsl.eigh(SYM[0], np.eye(3))
+

@@ -226,3 +226,4 @@ def test_special_functions_are_library_calls_between_fused_loops():
     value, grad = fg.jit(fg.value_and_grad(f))(x)
     np.testing.assert_allclose(value, np.sum(sp.gammaln(x * x + 1) * np.exp(-x)), rtol=1e-13)
     np.testing.assert_allclose(grad, fg.jit(fg.grad(f), fuse=False)(x), rtol=1e-13)
+

@@ -8,7 +8,7 @@
 array([0., 0., 0.])
 """
 
-from fastgrad import numpy, scipy, testing
+from fastgrad import debug, numpy, scipy, testing
 from fastgrad.api import (
     ShapeDtypeStruct,
     custom_vjp,
@@ -28,6 +28,7 @@ from fastgrad.api import (
     vjp,
 )
 from fastgrad.core import pytree
+from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
 from fastgrad.core.tracing import TracerError
 
@@ -37,7 +38,9 @@ __all__ = [
     "Graph",
     "ShapeDtypeStruct",
     "TracerError",
+    "config",
     "custom_vjp",
+    "debug",
     "grad",
     "hessian",
     "jacfwd",
@@ -57,3 +60,8 @@ __all__ = [
     "value_and_grad",
     "vjp",
 ]
+
+
+def __dir__() -> list[str]:
+    # The public names only: the layers (fastgrad.core, .ops, ...) are implementation.
+    return [*__all__, "__version__"]

@@ -1,10 +1,15 @@
-"""Forward mode for users: jvp (Jacobians and hessian are in fastgrad.api.jacobian)."""
+"""Forward mode for users: jvp (Jacobians, hessian and linearize are in
+fastgrad.api.jacobian).
+
+As in fastgrad.api.grad, a jitted function's jvp is jitted too.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from fastgrad.api.jit import Jitted
 from fastgrad.api.trace import leaf_aval, name_of, param_names, run, trace_function
 from fastgrad.core.pytree import flatten, leaf_paths, unflatten
 from fastgrad.ops.base import astype
@@ -89,6 +94,16 @@ def jvp(fun: Callable[..., Any], primals: Any, tangents: Any, has_aux: bool = Fa
     >>> fg.jvp(lambda x: x * fg.stop_gradient(x), (3.0,), (1.0,))[1]
     array(3.)
     """
+    if isinstance(fun, Jitted):
+        fun.check_transform("jvp")
+
+        def make(f: Callable[..., Any]) -> Callable[..., Any]:
+            def jvp_of(primals: Any, tangents: Any) -> Any:
+                return jvp(f, primals, tangents, has_aux)
+
+            return jvp_of
+
+        return fun.derived(("jvp", has_aux), make, "jvp", shift=None)(primals, tangents)
     tree, p_leaves, t_leaves, paths = jvp_inputs(fun, primals, tangents)
     traced = trace_function(
         lambda *a: fun(*a), unflatten(tree, p_leaves), paths, list, name_of(fun)

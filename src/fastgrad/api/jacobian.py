@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from fastgrad.api.forward import jvp, jvp_inputs
-from fastgrad.api.grad import check_argnums, vjp
+from fastgrad.api.grad import argnums_key, check_argnums, vjp
+from fastgrad.api.jit import Jitted, jit
 from fastgrad.api.trace import arg_leaf_names, leaf_aval, name_of, param_names, run, trace_function
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, unflatten
@@ -107,10 +108,29 @@ def jacrev(
 
 
 def _jacrev(fun: Callable[..., Any], argnums: Any, has_aux: bool, what: str) -> Callable[..., Any]:
+    compiled_row = None
+    if isinstance(fun, Jitted):
+        # Row by row, each a call of one compiled VJP (jitting the whole loop would inline
+        # a copy of the backward pass per row).
+        fun.check_transform(what, argnums)
+        compiled_row = fun.derived(
+            (what, "row", argnums_key(argnums), has_aux),
+            lambda f: _row_function(f, argnums, has_aux, what),
+            f"{what} row",
+            shift=1,
+        )
+
     @functools.wraps(fun, updated=())
     def jacrev_fun(*args: Any, **kwargs: Any) -> Any:
         diff, partial, in_avals, in_tree = _split_args(fun, args, kwargs, argnums, what)
-        out, vjp_fn, *aux = vjp(partial, *diff, has_aux=has_aux)
+        if compiled_row is None:
+            out, vjp_fn, *aux = vjp(partial, *diff, has_aux=has_aux)
+        else:
+            out, *aux = _split_aux(fun(*args, **kwargs), has_aux, fun)
+
+            def vjp_fn(ct: Any) -> Any:
+                return compiled_row(ct, *args, **kwargs)
+
         out_leaves, out_tree = flatten(out)
         _check_float_outputs(out_leaves, what, fun)
         out_avals = [leaf_aval(x, "output") for x in out_leaves]
@@ -130,6 +150,35 @@ def _jacrev(fun: Callable[..., Any], argnums: Any, has_aux: bool, what: str) -> 
 jacobian = jacrev
 
 
+def _row_function(f: Callable[..., Any], argnums: Any, has_aux: bool, what: str) -> Any:
+    """`row(ct, *args, **kwargs)`: the VJP of `f` in `argnums` with cotangent `ct`."""
+
+    def row(ct: Any, *args: Any, **kwargs: Any) -> Any:
+        diff, partial, _, _ = _split_args(f, args, kwargs, argnums, what)
+        return vjp(partial, *diff, has_aux=has_aux)[1](ct)
+
+    return row
+
+
+def _column_function(f: Callable[..., Any], argnums: Any, has_aux: bool, what: str) -> Any:
+    """`column(basis, *args, **kwargs)`: `f`'s output and its JVP in `argnums` along
+    `basis` (and its aux), as `fg.jvp` returns them."""
+
+    def column(basis: Any, *args: Any, **kwargs: Any) -> Any:
+        diff, partial, _, _ = _split_args(f, args, kwargs, argnums, what)
+        return jvp(partial, diff, basis, has_aux=has_aux)
+
+    return column
+
+
+def _split_aux(result: Any, has_aux: bool, fun: Any) -> tuple[Any, ...]:
+    if not has_aux:
+        return (result,)
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        raise TypeError(f"with has_aux=True, {name_of(fun)} must return a pair (out, aux)")
+    return tuple(result)
+
+
 def jacfwd(
     fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False
 ) -> Callable[..., Any]:
@@ -143,26 +192,51 @@ def jacfwd(
            [3., 2.]])
     """
 
-    return _jacfwd(fun, argnums, has_aux, "jacfwd")
+    column = _compiled_columns(fun, argnums, has_aux, "jacfwd", lambda f: f)
+    return _jacfwd(fun, argnums, has_aux, "jacfwd", column)
 
 
-def _jacfwd(fun: Callable[..., Any], argnums: Any, has_aux: bool, what: str) -> Callable[..., Any]:
+def _compiled_columns(
+    fun: Any, argnums: Any, has_aux: bool, what: str, inner: Callable[[Any], Any]
+) -> Any:
+    """For a jitted `fun`, the compiled column function of `inner(fun)` (made once; each
+    column is a call of it, as jitting the whole loop would inline a copy per column)."""
+    if not isinstance(fun, Jitted):
+        return None
+    fun.check_transform(what, argnums)
+    return fun.derived(
+        (what, "column", argnums_key(argnums), has_aux),
+        lambda f: _column_function(inner(f), argnums, has_aux, what),
+        f"{what} column",
+        shift=1,
+    )
+
+
+def _jacfwd(
+    fun: Callable[..., Any], argnums: Any, has_aux: bool, what: str, compiled_column: Any
+) -> Callable[..., Any]:
     @functools.wraps(fun, updated=())
     def jacfwd_fun(*args: Any, **kwargs: Any) -> Any:
         diff, partial, in_avals, in_tree = _split_args(fun, args, kwargs, argnums, what)
-        leaves = flatten(diff)[0]
-        names = [f"x{k}" for k in range(len(leaves))]
-        column = trace_function(
-            lambda d, v: jvp(partial, d, v, has_aux=has_aux),
-            (diff, diff),
-            names + [f"d{n}" for n in names],
-            lambda t: t,
-            f"{what} of {name_of(fun)}",
-        )
+        leaves, diff_tree = flatten(diff)
+        if compiled_column is not None:
 
-        def run_column(basis: list[np.ndarray]) -> Any:
-            outs = run(column.graph, [*leaves, *basis, *column.captured])
-            return unflatten(column.out_tree, outs)
+            def run_column(basis: list[np.ndarray]) -> Any:
+                return compiled_column(unflatten(diff_tree, basis), *args, **kwargs)
+
+        else:  # traced once, run per column
+            names = [f"x{k}" for k in range(len(leaves))]
+            column = trace_function(
+                lambda d, v: jvp(partial, d, v, has_aux=has_aux),
+                (diff, diff),
+                names + [f"d{n}" for n in names],
+                lambda t: t,
+                f"{what} of {name_of(fun)}",
+            )
+
+            def run_column(basis: list[np.ndarray]) -> Any:
+                outs = run(column.graph, [*leaves, *basis, *column.captured])
+                return unflatten(column.out_tree, outs)
 
         first = None
         parts: list[list[list[Any]]] | None = None
@@ -198,7 +272,8 @@ def hessian(
     output leaf of shape O gives blocks O + S_i + S_j, nested as output tree, then argument
     tree twice (`h[i][j]` for leaves i, j). Each column is a Hessian-vector product by
     forward-over-reverse; for the product with one vector, without building the Hessian,
-    use that directly: `fg.jvp(fg.grad(f), (x,), (v,))[1]`.
+    use that directly: `fg.jvp(fg.grad(f), (x,), (v,))[1]`. If `fun` is jitted, each
+    column is a call of that product, compiled once.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> f = lambda x: fnp.sum(x ** 3)
@@ -209,16 +284,21 @@ def hessian(
     >>> fg.jvp(fg.grad(f), (x,), (np.array([1.0, 1.0]),))[1]  # H @ v, H never built
     array([ 6., 12.])
     """
+
     # With has_aux, jacfwd passes on the aux that the inner jacrev returns beside its result.
-    return _jacfwd(_jacrev(fun, argnums, has_aux, "hessian"), argnums, has_aux, "hessian")
+    def inner(f: Callable[..., Any]) -> Callable[..., Any]:
+        return _jacrev(f, argnums, has_aux, "hessian")
+
+    column = _compiled_columns(fun, argnums, has_aux, "hessian", inner)
+    return _jacfwd(inner(fun), argnums, has_aux, "hessian", column)
 
 
 def linearize(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     """`fun(*primals)` and a function computing its JVP at `primals`: `f_jvp(*tangents)`
     equals `fg.jvp(fun, primals, tangents)[1]`, but everything that depends on the primals
     alone is computed once here, so each call does only the linear work. Wrap `f_jvp` in
-    `fg.jit` to compile it. With `has_aux=True`, `fun` returns (out, aux) and the result is
-    (out, f_jvp, aux).
+    `fg.jit` to compile it (it is, when `fun` is jitted). With `has_aux=True`, `fun` returns
+    (out, aux) and the result is (out, f_jvp, aux).
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> out, f_jvp = fg.linearize(fnp.sin, np.array([0.0, np.pi]))
@@ -253,6 +333,8 @@ def linearize(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> 
             result = run(linear, t_leaves)
         return unflatten(out_tree, result)
 
+    if isinstance(fun, Jitted):
+        f_jvp = jit(f_jvp, fuse=fun.fuse)  # type: ignore[assignment]
     out = unflatten(out_tree, outs[:n_out])
     return (out, f_jvp, unflatten(aux_tree, outs[n_out:n_all])) if has_aux else (out, f_jvp)
 

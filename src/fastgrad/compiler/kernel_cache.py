@@ -6,6 +6,8 @@ versions, the CPU), then imported under that name, so Numba's `cache=True` can s
 machine code beside it and a new process loads it instead of compiling. A module file
 whose text is not exactly the expected source is rewritten, never trusted; files are
 written to a temporary name and renamed, so concurrent processes cannot see half a file.
+`needs_build` tells, before a first run, whether a kernel will be compiled rather than
+loaded; `first_call` reports each kernel it built to fastgrad.core.compile_log.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fastgrad.core import compile_log
 from fastgrad.core.config import cache_dir
 
 
@@ -117,9 +120,41 @@ def load_kernel(source: str, name: str = "kernel") -> Any:
     return dispatcher
 
 
+def needs_build(source: str) -> bool:
+    """Whether the first run of the kernel in `source` will compile it: it is neither
+    compiled in this process nor stored on disk with its machine code."""
+    key = kernel_key(source)
+    loaded = _MEMORY.get(key)
+    if loaded is not None:
+        return not loaded.signatures
+    directory = cache_dir() / "kernels"
+    module_name = f"fastgrad_kernel_{key}"
+    try:
+        if (directory / f"{module_name}.py").read_text() != source:
+            return True
+    except (OSError, UnicodeDecodeError):
+        return True
+    return not any((directory / "__pycache__").glob(f"{module_name}.*.nbi"))
+
+
+def _builds(dispatcher: Any) -> int:
+    stats = getattr(dispatcher, "stats", None)
+    return sum(stats.cache_misses.values()) if stats is not None else 0
+
+
 def first_call(dispatcher: Any, source: str, *args: Any) -> Any:
     """Call a freshly loaded kernel; if Numba's cached machine code for it is unreadable,
     drop that code and compile instead."""
+    before = _builds(dispatcher)
+    try:
+        result = _call_or_drop_cache(dispatcher, source, *args)
+    finally:
+        if _builds(dispatcher) > before:
+            compile_log.kernel_built()
+    return result
+
+
+def _call_or_drop_cache(dispatcher: Any, source: str, *args: Any) -> Any:
     try:
         return dispatcher(*args)
     except Exception as error:
