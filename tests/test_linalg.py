@@ -397,3 +397,11 @@ def test_scipy_conventions():
     with pytest.raises(NotImplementedError, match="only the standard problem"):
         fsl.eigh(SYM[0], np.eye(3))
 
+
+def test_numpy_linalg_on_traced_values_calls_fastgrads():
+    a, b = A[0], B[0]
+    f = lambda a, b: np.linalg.norm(np.linalg.solve(a, b)) + np.linalg.slogdet(a)[1]  # noqa: E731
+    np.testing.assert_allclose(fg.jit(f)(a, b), f(a, b), rtol=1e-12)
+    check_grads(f, (a, b), modes=("fwd", "rev"))
+    with pytest.raises(fg.TracerError, match="no numpy.linalg.eig yet"):
+        fg.jit(np.linalg.eig)(a)

@@ -227,3 +227,12 @@ def test_special_functions_are_library_calls_between_fused_loops():
     np.testing.assert_allclose(value, np.sum(sp.gammaln(x * x + 1) * np.exp(-x)), rtol=1e-13)
     np.testing.assert_allclose(grad, fg.jit(fg.grad(f), fuse=False)(x), rtol=1e-13)
 
+
+def test_scipy_ufuncs_on_traced_values_call_fastgrads():
+    x = np.linspace(0.2, 2.0, 4)
+    f = lambda x: np.sum(sp.erf(x) * sp.gammaln(x) + sp.xlogy(x, x) + sp.expit(x))  # noqa: E731
+    np.testing.assert_allclose(fg.jit(f)(x), f(x), rtol=1e-13)
+    np.testing.assert_allclose(fg.grad(f)(x), fg.grad(lambda x: fnp.sum(
+        fss.erf(x) * fss.gammaln(x) + fss.xlogy(x, x) + fss.expit(x)))(x), rtol=1e-13)  # fmt: skip
+    with pytest.raises(fg.TracerError, match="scipy.special.gammainc on a traced value"):
+        fg.jit(lambda x: sp.gammainc(x, x))(x)

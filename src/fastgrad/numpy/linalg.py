@@ -35,6 +35,7 @@ from fastgrad.ops.matrix_functions import (
     norm,
     vector_norm,
 )
+from fastgrad.ops.numpy_interop import register_namespace
 
 __all__ = [
     "EighResult", "LinAlgError", "QRResult", "SVDResult", "SlogdetResult", "cholesky",
@@ -42,3 +43,6 @@ __all__ = [
     "matrix_rank", "matrix_transpose", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve",
     "svd", "svdvals", "vector_norm",
 ]  # fmt: skip
+
+# numpy.linalg.solve(x, ...) on a traced x calls these.
+register_namespace("numpy.linalg", {name: globals()[name] for name in __all__})

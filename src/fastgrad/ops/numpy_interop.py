@@ -29,6 +29,15 @@ SHAPE_FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 # Reductions whose `dtype` is the type to compute in: the input is converted first.
 _COMPUTE_DTYPE = frozenset({"sum", "prod", "mean", "var", "std"})
+# The functions of other namespaces by the module NumPy or SciPy gives for them
+# ("numpy.linalg", "scipy.special"): fastgrad.numpy.linalg and fastgrad.scipy.special
+# register theirs when they are imported.
+NAMESPACES: dict[str, dict[str, Any]] = {}
+
+
+def register_namespace(module: str, functions: Mapping[str, Any]) -> None:
+    """Make `module.name(tracer, ...)` call `functions[name]`."""
+    NAMESPACES.setdefault(module, {}).update(functions)
 
 
 def missing_name(name: str, names: Any, known: bool = False) -> str:
@@ -77,7 +86,8 @@ def array_ufunc(
             f"{qualified}.{method}",
             "only calls are supported; for reductions use fnp.sum, fnp.prod, fnp.max or fnp.min",
         )
-    fn = functions.get(name)
+    home = qualified.rsplit(".", 1)[0]
+    fn = NAMESPACES.get(home, {}).get(ufunc.__name__) or functions.get(name)
     if fn is None:
         raise _unsupported(qualified, missing_name(name, functions, known=True))
     kwargs = dict(kwargs)
@@ -104,7 +114,7 @@ def array_function(
     if module == "numpy" and name in SHAPE_FUNCTIONS:
         return SHAPE_FUNCTIONS[name](*args, **kwargs)
     name = ALIASES.get(name, name)
-    fn = functions.get(name) if module == "numpy" else None
+    fn = functions.get(name) if module == "numpy" else NAMESPACES.get(module, {}).get(name)
     if fn is None:
         reason = missing_name(name, functions, known=True)
         if module != "numpy":
