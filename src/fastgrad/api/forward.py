@@ -104,25 +104,35 @@ def jvp(fun: Callable[..., Any], primals: Any, tangents: Any, has_aux: bool = Fa
             return jvp_of
 
         return fun.derived(("jvp", has_aux), make, "jvp", shift=None)(primals, tangents)
+    traced, forward, p_leaves, t_leaves, out_tree, aux_tree = jvp_parts(
+        fun, primals, tangents, has_aux
+    )
+    n_out = len(traced.graph.outputs)
+    outs = run(forward, [*p_leaves, *traced.captured, *t_leaves])
+    out = unflatten(out_tree, outs[: out_tree.num_leaves])
+    tangent_out = unflatten(out_tree, outs[n_out:])
+    if aux_tree is not None:
+        aux = unflatten(aux_tree, outs[out_tree.num_leaves : n_out])
+        return out, tangent_out, aux
+    return out, tangent_out
+
+
+def jvp_parts(fun: Callable[..., Any], primals: Any, tangents: Any, has_aux: bool) -> Any:
+    """`fun` traced at checked `primals` and its JVP graph (inputs: primal leaves, captured
+    tracers, tangent leaves; outputs: all of fun's leaves, then the tangents of its output
+    leaves): (traced, jvp graph, primal leaves, tangent leaves, output tree, aux tree or
+    None)."""
     tree, p_leaves, t_leaves, paths = jvp_inputs(fun, primals, tangents)
     traced = trace_function(
         lambda *a: fun(*a), unflatten(tree, p_leaves), paths, list, name_of(fun)
     )
-    out_tree = traced.out_tree
+    out_tree, aux_tree = traced.out_tree, None
     if has_aux:
         if out_tree.kind not in ("tuple", "list") or len(out_tree.children) != 2:
             raise TypeError(
                 f"with has_aux=True, {name_of(fun)} must return a pair (out, aux), got "
                 f"structure {out_tree!r}"
             )
-        out_tree = out_tree.children[0]
-    n_out = len(traced.graph.outputs)
+        out_tree, aux_tree = out_tree.children
     forward = jvp_graph(traced.graph, range(len(p_leaves)), range(out_tree.num_leaves))
-    forward.verify()
-    outs = run(forward, [*p_leaves, *traced.captured, *t_leaves])
-    out = unflatten(out_tree, outs[: out_tree.num_leaves])
-    tangent_out = unflatten(out_tree, outs[n_out:])
-    if has_aux:
-        aux = unflatten(traced.out_tree.children[1], outs[out_tree.num_leaves : n_out])
-        return out, tangent_out, aux
-    return out, tangent_out
+    return traced, forward.verify(), p_leaves, t_leaves, out_tree, aux_tree

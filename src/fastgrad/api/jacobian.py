@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.api.forward import jvp, jvp_inputs
+from fastgrad.api.forward import jvp, jvp_inputs, jvp_parts
 from fastgrad.api.grad import argnums_key, check_argnums, vjp
 from fastgrad.api.jit import Jitted, jit
 from fastgrad.api.trace import arg_leaf_names, leaf_aval, name_of, param_names, run, trace_function
@@ -19,7 +19,6 @@ from fastgrad.core.pytree import TreeDef, flatten, unflatten
 from fastgrad.core.tracing import CONST, Trace, Tracer, bind
 from fastgrad.ops.base import astype, reshape
 from fastgrad.ops.shape import stack
-from fastgrad.transforms.forward import jvp_graph
 
 
 def _split_args(
@@ -305,19 +304,10 @@ def linearize(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> 
     >>> f_jvp(np.array([1.0, 2.0]))
     array([ 1., -2.])
     """
-    tree, p_leaves, _, paths = jvp_inputs(fun, primals, primals)
-    traced = trace_function(
-        lambda *a: fun(*a), unflatten(tree, p_leaves), paths, list, name_of(fun)
-    )
-    out_tree = traced.out_tree
-    if has_aux:
-        if out_tree.kind not in ("tuple", "list") or len(out_tree.children) != 2:
-            raise TypeError(f"with has_aux=True, {name_of(fun)} must return a pair (out, aux)")
-        out_tree, aux_tree = out_tree.children
+    traced, forward, p_leaves, _, out_tree, aux_tree = jvp_parts(fun, primals, primals, has_aux)
     n_all, n_out = len(traced.graph.outputs), out_tree.num_leaves
-    forward = jvp_graph(traced.graph, range(len(p_leaves)), range(n_out)).verify()
     concrete = [*p_leaves, *traced.captured]
-    in_avals = [leaf_aval(x, p) for x, p in zip(p_leaves, paths, strict=True)]
+    in_avals = [leaf_aval(x, "primal") for x in p_leaves]
     if any(isinstance(x, Tracer) for x in concrete):
         # Traced primals (linearize inside jit or grad): nothing to compute ahead of time.
         outs = run(forward, [*concrete, *[np.zeros(a.shape, a.dtype) for a in in_avals]])
@@ -336,7 +326,9 @@ def linearize(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> 
     if isinstance(fun, Jitted):
         f_jvp = jit(f_jvp, fuse=fun.fuse)  # type: ignore[assignment]
     out = unflatten(out_tree, outs[:n_out])
-    return (out, f_jvp, unflatten(aux_tree, outs[n_out:n_all])) if has_aux else (out, f_jvp)
+    if aux_tree is None:
+        return out, f_jvp
+    return out, f_jvp, unflatten(aux_tree, outs[n_out:n_all])
 
 
 def _partial_eval(
