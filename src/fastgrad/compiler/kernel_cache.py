@@ -12,7 +12,6 @@ loaded; `first_call` reports each kernel it built to fastgrad.core.compile_log.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import os
@@ -21,30 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fastgrad.compiler.machine_code import environment_tag
 from fastgrad.core import compile_log
 from fastgrad.core.config import cache_dir
-
-
-@functools.lru_cache(maxsize=1)
-def environment_tag() -> str:
-    """What compiled code depends on besides its source."""
-    import llvmlite
-    import llvmlite.binding as llvm
-    import numba
-
-    # The helpers every kernel imports: a change to them changes the machine code.
-    codegen = Path(__file__).parent / "codegen"
-    helpers = [codegen / "support.py", *sorted((codegen / "vecmath").glob("*.py"))]
-    code = b"".join(path.read_bytes() for path in helpers)
-    parts = [
-        numba.__version__,
-        llvmlite.__version__,
-        llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(),
-        hashlib.sha256(code).hexdigest(),
-        sys.version,
-    ]
-    return "\n".join(parts)
 
 
 def kernel_key(source: str) -> str:
