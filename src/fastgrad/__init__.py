@@ -19,6 +19,7 @@ from fastgrad.api import (
     stop_gradient,
     value_and_grad,
     vjp,
+    warmup,
 )
 from fastgrad.core import pytree
 from fastgrad.core.config import config
@@ -44,6 +45,7 @@ __all__ = [
     "testing",
     "value_and_grad",
     "vjp",
+    "warmup",
 ]
 
 

@@ -10,7 +10,7 @@ order of the pipeline.
 from fastgrad.api.custom_vjp import custom_vjp
 from fastgrad.api.forward import hessian, jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
-from fastgrad.api.jit import jit, make_graph
+from fastgrad.api.jit import jit, make_graph, warmup
 
 __all__ = [
     "custom_vjp",
@@ -22,4 +22,5 @@ __all__ = [
     "stop_gradient",
     "value_and_grad",
     "vjp",
+    "warmup",
 ]
