@@ -4,7 +4,9 @@ Unless FASTGRAD_CACHE_DIR already names a directory (each developer's own, say),
 test, doctest and subprocess the tests start caches kernels in a per-user directory under
 the system's temporary directory, kept between runs so that a second run compiles
 nothing. Tests of the default location point HOME at a temporary directory of their own
-(tests/test_kernel_cache.py).
+(tests/test_kernel_cache.py). Kernels compile before a first call returns
+(FASTGRAD_COMPILE=sync), so that every run takes the same path; tests of the background
+tier switch it on themselves (tests/test_tiers.py).
 """
 
 import getpass
@@ -18,3 +20,4 @@ TEST_CACHE = Path(tempfile.gettempdir()) / f"fastgrad-test-cache-{getpass.getuse
 def pytest_configure(config):
     if not os.environ.get("FASTGRAD_CACHE_DIR"):
         os.environ["FASTGRAD_CACHE_DIR"] = str(TEST_CACHE)
+    os.environ.setdefault("FASTGRAD_COMPILE", "sync")

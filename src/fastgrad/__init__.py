@@ -26,6 +26,7 @@ from fastgrad.api import (
     stop_gradient,
     value_and_grad,
     vjp,
+    warmup,
 )
 from fastgrad.core import pytree
 from fastgrad.core.config import config
@@ -59,6 +60,7 @@ __all__ = [
     "testing",
     "value_and_grad",
     "vjp",
+    "warmup",
 ]
 
 

@@ -12,7 +12,7 @@ from fastgrad.api.custom_vjp import custom_vjp
 from fastgrad.api.forward import jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
 from fastgrad.api.jacobian import hessian, jacfwd, jacobian, jacrev, linearize
-from fastgrad.api.jit import jit, make_graph
+from fastgrad.api.jit import jit, make_graph, warmup
 
 __all__ = [
     "ShapeDtypeStruct",
@@ -31,4 +31,5 @@ __all__ = [
     "stop_gradient",
     "value_and_grad",
     "vjp",
+    "warmup",
 ]

@@ -247,6 +247,22 @@ class Jitted:
             self._fast[tuple((a.shape, a.dtype, a.strides) for a in args)] = traced
         return unflatten(traced.out_tree, outs)
 
+    def compile(self, *args: Any, **kwargs: Any) -> Jitted:
+        """Compile now every kernel a call with these arguments needs, and wait for them
+        (in background mode too): for benchmarks and servers whose first call must run
+        compiled. Runs the function once; returns this jitted function.
+
+        >>> import fastgrad as fg, fastgrad.numpy as fnp
+        >>> f = fg.jit(lambda x: fnp.sum(fnp.exp(x))).compile(np.zeros(3))
+        >>> f(np.zeros(3))
+        array(3.)
+        """
+        if self.fuse:
+            traced, _ = self._trace(args, kwargs)
+            traced.compiled().settle()
+        self(*args, **kwargs)
+        return self
+
     def graph(self, *args: Any, **kwargs: Any) -> Graph:
         """The traced graph for these arguments."""
         return self._trace(args, kwargs)[0].graph
@@ -402,6 +418,20 @@ def jit(
     if fun is None:
         return lambda f: Jitted(f, static_argnums, static_argnames, fuse)
     return Jitted(fun, static_argnums, static_argnames, fuse)
+
+
+def warmup(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Jitted:
+    """Compile `fun` for these arguments ahead of time and wait for its kernels, so that
+    its next call runs compiled; `fun` is jitted first if it is not. Returns the jitted
+    function (`Jitted.compile`).
+
+    >>> import fastgrad as fg, fastgrad.numpy as fnp
+    >>> loss = fg.warmup(fg.grad(lambda x: fnp.sum(x * x)), np.ones(2))
+    >>> loss(np.ones(2))
+    array([2., 2.])
+    """
+    jitted = fun if isinstance(fun, Jitted) else Jitted(fun, (), (), True)
+    return jitted.compile(*args, **kwargs)
 
 
 def make_graph(fun: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Any:

@@ -28,6 +28,7 @@ from fastgrad.core.interpreter import eval_graph, run_graph
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, leaf_paths, unflatten
 from fastgrad.core.tracing import Trace, Tracer, as_array, is_python_scalar
+from fastgrad.runtime.background import first_run
 from fastgrad.runtime.executable import DEBUG, Executable
 from fastgrad.runtime.explain import explain
 
@@ -70,13 +71,17 @@ class Traced:
 
     def call(self, args: list[np.ndarray], layout: tuple[str, ...] = (), why: str = "") -> Any:
         """Run the compiled form on `args`, whose memory layouts are `layout`. The first
-        run builds the kernels Numba has not compiled yet (announced on stderr); a run
-        with a new layout may build new machine code for it (logged with `why`)."""
+        run builds the kernels Numba has not compiled yet (announced on stderr), or in
+        background mode hands them to the compile thread and runs with NumPy; a run with
+        a new layout may build new machine code for it (logged with `why`)."""
         executable = self.compiled()
         if self.layouts and layout in self.layouts:
             return executable(args)
         first = not self.layouts
         self.layouts.add(layout)
+        if first and config.compile == "background" and not executable.waits:
+            with first_run(self.name):  # kernels compile behind, the call runs on NumPy
+                return executable(args)
         sources = [k.source for k in executable.kernels]
         to_build = len({s for s in sources if needs_build(s)}) if first else 0
         built = STATS.numba_compiles() if config.log_compiles else 0

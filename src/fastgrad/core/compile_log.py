@@ -2,7 +2,9 @@
 
 `compiling(what, n_new)` wraps a first run that builds `n_new` kernels: one line says what
 is compiled, a mark appears as each kernel is built (`kernel_built`, called by the
-compiler) and the time it took ends the line. With `config.log_compiles`
+compiler) and the time it took ends the line. When kernels compile in the background,
+`background_started` says so as the first call returns, and `background_done` when they
+are ready. With `config.log_compiles`
 (`FASTGRAD_LOG_COMPILES=1`), `log_trace` and `log_compile` also log every trace and every
 compile with its reason. Callers pass plain text: this module knows no graph or kernel.
 """
@@ -44,6 +46,38 @@ def log_compile(
     if seconds is not None:
         text += f" in {seconds:.2f} s"
     print(text + (f"; {reason}" if reason else ""), file=_stream(), flush=True)
+
+
+def background_started(what: str, n_new: int) -> None:
+    """Say (once the first call of `what` has returned, computed with NumPy) that `n_new`
+    kernels are being built in the background."""
+    if config.compile_notice and n_new > 0:
+        print(
+            f"{PREFIX}compiling {what}: {_plural(n_new, 'kernel')} in the background (calls "
+            f"run with NumPy until each is ready; cached in {_short(cache_dir())} for next "
+            "time)",
+            file=_stream(),
+            flush=True,
+        )
+
+
+def background_done(what: str, n_kernels: int, built: int, failed: int, seconds: float) -> None:
+    """Say that the background compile of `what` has finished: `built` of `n_kernels`
+    kernel variants were built (the rest loaded from disk), `failed` failed."""
+    text = f"{PREFIX}compiled {what} in the background: {_plural(n_kernels, 'kernel')}"
+    text += f" ({built} built, {n_kernels - built - failed} cached"
+    text += f", {failed} failed)" if failed else ")"
+    text += f" in {seconds:.2f} s; calls now run compiled"
+    if config.log_compiles or (config.compile_notice and (built or failed)):
+        print(text, file=_stream(), flush=True)
+
+
+def log_kernel_ready(label: str, ok: bool, built: bool, seconds: float) -> None:
+    """Log (if asked) that the background compile of one kernel (`label`) is done."""
+    if config.log_compiles:
+        how = ("built" if built else "loaded from disk") if ok else "FAILED"
+        text = f"{PREFIX}{label} {how} in the background in {seconds:.2f} s"
+        print(text + ("; calls switch to it" if ok else ""), file=_stream(), flush=True)
 
 
 class Notice:
