@@ -10,15 +10,22 @@ array([0., 0., 0.])
 
 from fastgrad import debug, numpy, testing
 from fastgrad.api import (
+    checkpoint,
+    cond,
     custom_vjp,
+    fori_loop,
     grad,
     hessian,
     jit,
     jvp,
     make_graph,
+    remat,
+    scan,
     stop_gradient,
+    switch,
     value_and_grad,
     vjp,
+    while_loop,
 )
 from fastgrad.core import pytree
 from fastgrad.core.config import config
@@ -30,9 +37,12 @@ __version__ = "0.1.0"
 __all__ = [
     "Graph",
     "TracerError",
+    "checkpoint",
+    "cond",
     "config",
     "custom_vjp",
     "debug",
+    "fori_loop",
     "grad",
     "hessian",
     "jit",
@@ -40,10 +50,14 @@ __all__ = [
     "make_graph",
     "numpy",
     "pytree",
+    "remat",
+    "scan",
     "stop_gradient",
+    "switch",
     "testing",
     "value_and_grad",
     "vjp",
+    "while_loop",
 ]
 
 

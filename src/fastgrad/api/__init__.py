@@ -7,19 +7,27 @@ enclosing trace, which is what lets them compose in any order. Only this layer k
 order of the pipeline.
 """
 
+from fastgrad.api.control_flow import checkpoint, cond, fori_loop, remat, scan, switch, while_loop
 from fastgrad.api.custom_vjp import custom_vjp
 from fastgrad.api.forward import hessian, jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
 from fastgrad.api.jit import jit, make_graph
 
 __all__ = [
+    "checkpoint",
+    "cond",
     "custom_vjp",
+    "fori_loop",
     "grad",
     "hessian",
     "jit",
     "jvp",
     "make_graph",
+    "remat",
+    "scan",
     "stop_gradient",
+    "switch",
     "value_and_grad",
     "vjp",
+    "while_loop",
 ]
