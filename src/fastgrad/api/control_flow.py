@@ -296,6 +296,16 @@ def cond(
     return _switch(index, [false_fun, true_fun], operands, "cond")
 
 
+class _Shown:
+    """A type in an error message, shown without quotes inside the tree it belongs to."""
+
+    def __init__(self, aval: Aval):
+        self.aval = aval
+
+    def __repr__(self) -> str:
+        return str(Aval(self.aval.shape, self.aval.dtype))
+
+
 def _switch(
     index: Any, branches: list[Callable[..., Any]], operands: Sequence[Any], what: str
 ) -> Any:
@@ -306,8 +316,8 @@ def _switch(
     traced = [_trace(b, avals, [f"op{k}" for k in range(len(avals))], rebuild) for b in branches]
     first_tree, first = traced[0][2][0], traced[0][0]
     for k, (g, _, (t, _)) in enumerate(traced[1:], 1):
-        shown = [str(v.aval) for v in g.outputs]
-        want = [str(v.aval) for v in first.outputs]
+        shown = [_Shown(v.aval) for v in g.outputs]
+        want = [_Shown(v.aval) for v in first.outputs]
         strip = lambda g: [(v.aval.shape, v.aval.dtype) for v in g.outputs]  # noqa: E731
         if t != first_tree or strip(g) != strip(first):
             names = ("false_fun", "true_fun") if what == "cond" else ("branch 0", f"branch {k}")

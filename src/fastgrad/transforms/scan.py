@@ -353,6 +353,35 @@ def _scan_vjp(
     return tuple(cts)
 
 
+def merge_extended(nodes: list[Node]) -> list[Node]:
+    """Read the outputs of a scan from a scan that extends it on the same inputs (the
+    forward scan of a VJP computes the primal outputs again, with its residuals), so that
+    the loop runs once (test_control_flow.py::test_value_and_grad_runs_the_forward_loop_once).
+    """
+    groups: dict[Any, ScanCall] = {}
+    for node in nodes:
+        if node.op is SCAN:
+            groups[(id(node.params["call"]), *map(id, node.inputs))] = node.params["call"]
+    wider: dict[Any, ScanCall] = {}
+    for key, scan in groups.items():
+        if scan.extends is not None:
+            wider[(id(scan.extends), *key[1:])] = scan
+    if not wider:
+        return nodes
+    out = []
+    for node in nodes:
+        if node.op is SCAN:
+            key = (id(node.params["call"]), *map(id, node.inputs))
+            call = wider.get(key)
+            while call is not None:  # an extension of an extension reads the widest
+                node = Node(
+                    SCAN, node.inputs, {"call": call, "index": node.params["index"]}, node.out
+                )
+                call = wider.get((id(call), *key[1:]))
+        out.append(node)
+    return out
+
+
 def _describe(call: ScanCall) -> str:
     return f"length={call.length}" + (", reverse" if call.reverse else "")
 
