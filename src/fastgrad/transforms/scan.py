@@ -246,9 +246,14 @@ class _Split:
             g.inputs[nc + k] for k in range(ncar) if id(g.inputs[nc + k]) in needed
         ]
         stacked += [n.out for n in forward if id(n.out) in needed and id(n.out) not in made]
-        stacked = [v for v in stacked if id(v) not in made]
-        self.n_stacked = len(stacked)
-        self.fwd = Graph(g.inputs[:n_in], forward, [*primal_out, *stacked])
+        stacked = list({id(v): v for v in stacked}.values())
+        # A residual the body already stacks as an output is read from that output.
+        ys_at = {id(v): ncar + j for j, v in enumerate(primal_out[ncar:])}
+        extra = [v for v in stacked if id(v) not in ys_at]
+        self.stacked_from = [
+            ys_at[id(v)] if id(v) in ys_at else n_out + extra.index(v) for v in stacked
+        ]
+        self.fwd = Graph(g.inputs[:n_in], forward, [*primal_out, *extra])
         seed_carry, seed_ys = seed_vars[: len(self.carries)], seed_vars[len(self.carries) :]
         inner = Graph(
             [
@@ -324,8 +329,7 @@ def _scan_vjp(
     if split is None:
         split = _Split(call, wrt, seeds_y)
         call.derived[key] = split
-    n_out = len(body.outputs)
-    stacked = bind_outputs(SCAN, split.fwd_call, ins, range(n_out, n_out + split.n_stacked))
+    stacked = bind_outputs(SCAN, split.fwd_call, ins, split.stacked_from)
     out_avals = call.output_avals()
     carry_g = [gs[k] if k in gs else zeros_of(out_avals[k]) for k in split.carries]
     const_wrt = [i for i in wrt if i < nc]
