@@ -11,7 +11,10 @@ array([0., 0., 0.])
 from fastgrad import debug, numpy, scipy, testing
 from fastgrad.api import (
     ShapeDtypeStruct,
+    checkpoint,
+    cond,
     custom_vjp,
+    fori_loop,
     grad,
     hessian,
     jacfwd,
@@ -23,10 +26,14 @@ from fastgrad.api import (
     make_graph,
     primitive,
     pure_callback,
+    remat,
+    scan,
     stop_gradient,
+    switch,
     value_and_grad,
     vjp,
     warmup,
+    while_loop,
 )
 from fastgrad.core import pytree
 from fastgrad.core.config import config
@@ -39,9 +46,12 @@ __all__ = [
     "Graph",
     "ShapeDtypeStruct",
     "TracerError",
+    "checkpoint",
+    "cond",
     "config",
     "custom_vjp",
     "debug",
+    "fori_loop",
     "grad",
     "hessian",
     "jacfwd",
@@ -56,11 +66,15 @@ __all__ = [
     "pure_callback",
     "pytree",
     "scipy",
+    "remat",
+    "scan",
     "stop_gradient",
+    "switch",
     "testing",
     "value_and_grad",
     "vjp",
     "warmup",
+    "while_loop",
 ]
 
 

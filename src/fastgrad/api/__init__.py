@@ -8,6 +8,7 @@ order of the pipeline.
 """
 
 from fastgrad.api.callback import ShapeDtypeStruct, primitive, pure_callback
+from fastgrad.api.control_flow import checkpoint, cond, fori_loop, remat, scan, switch, while_loop
 from fastgrad.api.custom_vjp import custom_vjp
 from fastgrad.api.forward import jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
@@ -16,7 +17,10 @@ from fastgrad.api.jit import jit, make_graph, warmup
 
 __all__ = [
     "ShapeDtypeStruct",
+    "checkpoint",
+    "cond",
     "custom_vjp",
+    "fori_loop",
     "grad",
     "hessian",
     "jacfwd",
@@ -28,8 +32,12 @@ __all__ = [
     "make_graph",
     "primitive",
     "pure_callback",
+    "remat",
+    "scan",
     "stop_gradient",
+    "switch",
     "value_and_grad",
     "vjp",
     "warmup",
+    "while_loop",
 ]

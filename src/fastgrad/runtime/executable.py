@@ -21,11 +21,14 @@ import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource, generate
 from fastgrad.compiler.codegen.vecmath import FUNCTIONS
-from fastgrad.compiler.fusion import Call, Loop, Step
+from fastgrad.compiler.fusion import Call, Loop, Step, partition
 from fastgrad.compiler.kernel_cache import first_call, load_kernel
+from fastgrad.compiler.passes import simplify
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
 from fastgrad.runtime.background import KernelTier
+from fastgrad.runtime.control_flow import OPS as LOOP_OPS
+from fastgrad.runtime.control_flow import LoopPlanner, LoopStep
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
@@ -136,9 +139,14 @@ class Executable:
             if node.op.name == "const":
                 constants[id(node.out)] = node.params["value"]
         self.constants = constants
-        self.plan: list[_KernelStep | _CallStep] = []
+        self.plan: list[_KernelStep | _CallStep | LoopStep] = []
+        loops = LoopPlanner(graph, compile_graph)
         for step in self.steps:
-            if isinstance(step, Call):
+            if isinstance(step, Call) and step.node.op.name in LOOP_OPS:
+                loop = loops.step(step.node, slot_of)  # one step for all of a loop's nodes
+                if loop is not None:
+                    self.plan.append(loop)
+            elif isinstance(step, Call):
                 n = step.node
                 self.plan.append(
                     _CallStep(
@@ -207,4 +215,12 @@ class Executable:
 
     @property
     def kernels(self) -> list[KernelSource]:
-        return [s.source for s in self.plan if isinstance(s, _KernelStep)]
+        """The plan's kernels, then those of the loop bodies it runs."""
+        own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
+        return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
+
+
+def compile_graph(graph: Graph) -> Executable:
+    """A loop body's plan: simplified, partitioned and compiled like a whole function."""
+    graph = simplify(graph)
+    return Executable(graph, partition(graph))
