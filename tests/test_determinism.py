@@ -19,7 +19,6 @@ import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime.executable import _KernelStep
 
-
 LOSSES = {
     "square": lambda x: fnp.sum(x * x),
     "exp": lambda x: fnp.sum(fnp.exp(x) * x),
