@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
@@ -105,10 +106,15 @@ class Jitted:
         self._static_names = frozenset(names) | {
             positional[i] for i in nums if -len(positional) <= i < len(positional)
         }
-        self._cache: dict[Any, Traced] = {}
+        # Signature -> traced function, least recently used first; at most
+        # `config.trace_cache_size` entries (a function called with ever new shapes would
+        # otherwise keep every graph and plan it ever made).
+        self._cache: collections.OrderedDict[Any, Traced] = collections.OrderedDict()
         # Calls with only array arguments skip pytree handling: (shape, dtype, strides) of
-        # each -> entry. Strides are in the key because kernels are compiled per layout.
-        self._fast: dict[Any, Traced] = {}
+        # each -> (entry, its signature). Strides are in the key because kernels are
+        # compiled per layout. Only `_store` adds or drops entries, under `_lock`.
+        self._fast: dict[Any, tuple[Traced, Any]] = {}
+        self._lock = threading.Lock()
         self._seen: list[Any] = []  # recent signatures, to explain a new trace
         self._derived: dict[Any, Jitted] = {}  # transforms of this function, jitted
         self._options = (static_argnums, static_argnames, fuse, label)
@@ -150,7 +156,7 @@ class Jitted:
                 nums = tuple(i + shift if i >= 0 else i for i in self._given_nums)
                 statics = (nums, self.static_argnames)
             jitted = Jitted(make(self.fun), *statics, self.fuse, f"{name}({self.label})")
-            self._derived[key] = jitted
+            jitted = self._derived.setdefault(key, jitted)  # one, if threads race to make it
         return jitted
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -187,11 +193,21 @@ class Jitted:
         ]
 
     def _trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Traced, list[Any]]:
+        traced, leaves, _ = self._trace_keyed(args, kwargs)
+        return traced, leaves
+
+    def _trace_keyed(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Traced, list[Any], Any]:
+        """The traced function for these arguments (traced now if it is not cached), the
+        argument leaves, and the signature it is cached under."""
         tree, static = self._split(args, kwargs)
         leaves, treedef = flatten(tree)
         key = (treedef, tuple(map(signature, leaves)), static)
         traced = self._cache.get(key)
-        if traced is None:
+        if traced is not None:
+            self._touch(key)
+        else:
             leaf_names = self._leaf_names(tree)
             avals = [leaf_aval(x, where) for x, where in zip(leaves, leaf_names, strict=True)]
             if config.log_compiles:
@@ -210,8 +226,28 @@ class Jitted:
                 lambda a, k: self.fun(*a, **k), tree, leaf_names, rebuild, self.label
             )
             if not traced.captured:  # a closure over outer tracers is valid for one call only
-                self._cache[key] = traced
-        return traced, leaves
+                traced = self._store(key, traced)
+        return traced, leaves, key
+
+    def _touch(self, key: Any) -> None:
+        try:
+            self._cache.move_to_end(key)
+        except KeyError:  # dropped by another thread meanwhile
+            pass
+
+    def _store(self, key: Any, traced: Traced, fast_key: Any = None) -> Traced:
+        """Keep `traced` for signature `key` (and for the all-array call `fast_key`);
+        drop the least recently used entries beyond the bound. Threads tracing the same
+        signature at once all get the first one stored, so its kernels are built once."""
+        with self._lock:
+            traced = self._cache.setdefault(key, traced)
+            if fast_key is not None:
+                self._fast[fast_key] = (traced, key)
+            while len(self._cache) > max(1, config.trace_cache_size):
+                _, dropped = self._cache.popitem(last=False)
+                for k in [k for k, (t, _) in self._fast.items() if t is dropped]:
+                    del self._fast[k]
+        return traced
 
     def _static_arg_names(self, static: Any) -> list[str]:
         positional, named = static
@@ -226,8 +262,10 @@ class Jitted:
             except TypeError:
                 fast = None
             if fast is not None:
-                return builder(fast.out_tree)(fast.executable(args))  # type: ignore[misc]
-        traced, leaves = self._trace(args, kwargs)
+                traced, signature_key = fast
+                self._touch(signature_key)
+                return builder(traced.out_tree)(traced.executable(args))  # type: ignore[misc]
+        traced, leaves, key = self._trace_keyed(args, kwargs)
         inputs = [*leaves, *traced.captured]
         if not self.fuse or any(isinstance(a, Tracer) for a in inputs):
             return unflatten(traced.out_tree, run(traced.graph, inputs))
@@ -244,7 +282,7 @@ class Jitted:
             and not traced.captured
             and all(type(a) is np.ndarray for a in args)
         ):
-            self._fast[tuple((a.shape, a.dtype, a.strides) for a in args)] = traced
+            self._store(key, traced, tuple((a.shape, a.dtype, a.strides) for a in args))
         return unflatten(traced.out_tree, outs)
 
     def compile(self, *args: Any, **kwargs: Any) -> Jitted:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,11 @@ def leaf_aval(leaf: Any, where: str) -> Aval:
     return Aval(arr.shape, arr.dtype, weak=is_python_scalar(leaf))
 
 
+# Held while a plan is built, so that threads making the same first call share one plan.
+# Re-entrant: a plan for a loop body is built while its enclosing plan is.
+_BUILDING = threading.RLock()
+
+
 @dataclass
 class Traced:
     """A function traced at one input signature."""
@@ -95,14 +101,18 @@ class Traced:
         return outs
 
     def compiled(self) -> Executable:
+        """The executable plan, built on first use (once, whichever threads ask)."""
         if self.executable is None:
-            graph = simplify(self.graph)
-            steps = partition(graph)
-            if DEBUG:
-                print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
-            self.executable = Executable(graph, steps)
-            if DEBUG:
-                print(f"# fastgrad: plan\n{explain(self.graph, self.executable)}")
+            with _BUILDING:
+                if self.executable is None:
+                    graph = simplify(self.graph)
+                    steps = partition(graph)
+                    if DEBUG:
+                        print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
+                    executable = Executable(graph, steps)
+                    if DEBUG:
+                        print(f"# fastgrad: plan\n{explain(self.graph, executable)}")
+                    self.executable = executable
         return self.executable
 
 

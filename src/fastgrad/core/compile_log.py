@@ -12,6 +12,7 @@ compile with its reason. Callers pass plain text: this module knows no graph or 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,7 +123,14 @@ class Notice:
         self._write(f" {end} in {seconds:.1f} s\n")
 
 
-_active: list[Notice] = []
+class _Notices(threading.local):
+    """The notices of the first runs under way in the running thread, innermost last."""
+
+    def __init__(self) -> None:
+        self.active: list[Notice] = []
+
+
+_notices = _Notices()
 
 
 @contextmanager
@@ -130,20 +138,21 @@ def compiling(what: str, n_new: int) -> Iterator[Notice]:
     """Announce, for the duration of the block, that `n_new` kernels are built for `what`
     (nothing is shown when there are none, or when `config.compile_notice` is off)."""
     notice = Notice(what, n_new)
-    _active.append(notice)
+    _notices.active.append(notice)
     failed = True
     try:
         yield notice
         failed = False
     finally:
-        _active.remove(notice)
+        _notices.active.remove(notice)
         notice.close(failed)
 
 
 def kernel_built() -> None:
     """Called by the compiler each time it has built a kernel: advances the notice."""
-    if _active:
-        _active[-1].kernel_built()
+    active = _notices.active
+    if active:
+        active[-1].kernel_built()
 
 
 def _short(path: Path) -> str:

@@ -4,7 +4,8 @@
 `~/.cache/fastgrad`). `config` holds the switches, read from the environment at import
 and changed with `fg.config.update(name, value)`: `log_compiles`
 (`FASTGRAD_LOG_COMPILES=1`), `compile_notice` (`FASTGRAD_COMPILE_NOTICE=0` hides it) and
-`compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns).
+`compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns) and
+`trace_cache_size` (`FASTGRAD_TRACE_CACHE_SIZE`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ def _flag(variable: str, default: bool) -> bool:
 COMPILE_MODES = ("background", "sync")
 
 
+def _count(variable: str, default: int) -> int:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{variable}={value!r}: expected a whole number of at least 1")
+    return int(value)
+
+
 def _choice(variable: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(variable, "").strip().lower() or choices[0]
     if value not in choices:
@@ -64,6 +74,10 @@ class Config:
     - `compile`: "background" (the default): a first call runs at once on NumPy while its
       kernels compile on a background thread, and calls switch to each kernel when it is
       ready; "sync": a first call waits for its kernels. Default from `FASTGRAD_COMPILE`.
+    - `trace_cache_size`: how many input signatures (shapes, dtypes, static values) each
+      jitted function keeps traced and compiled; beyond it the least recently used is
+      dropped (and traced again if it comes back). Default 256, or
+      `FASTGRAD_TRACE_CACHE_SIZE`.
 
     >>> import fastgrad as fg
     >>> fg.config.update("log_compiles", True)
@@ -75,11 +89,13 @@ class Config:
     log_compiles: bool
     compile_notice: bool
     compile: str
+    trace_cache_size: int
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
         self.compile_notice = _flag("FASTGRAD_COMPILE_NOTICE", True)
         self.compile = _choice("FASTGRAD_COMPILE", COMPILE_MODES)
+        self.trace_cache_size = _count("FASTGRAD_TRACE_CACHE_SIZE", 256)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""
@@ -91,6 +107,9 @@ class Config:
         if name == "compile":
             if value not in COMPILE_MODES:
                 raise ValueError(f"setting compile takes one of {COMPILE_MODES}, got {value!r}")
+        elif name == "trace_cache_size":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"setting trace_cache_size takes an int >= 1, got {value!r}")
         elif not isinstance(value, bool):
             raise TypeError(f"setting {name} takes True or False, got {value!r}")
         setattr(self, name, value)

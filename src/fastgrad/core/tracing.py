@@ -6,10 +6,12 @@ runs the op's NumPy reference at once. Traces nest (grad inside jit inside grad)
 tracer of an enclosing trace that reaches an inner one is captured as an extra input.
 A tracer's operators and methods call the array functions that fastgrad.ops installs
 here with `install_array_functions` (ops builds on this module, so it is not imported).
+Each thread has its own stack of open traces: threads trace at the same time unmixed.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +20,16 @@ import numpy as np
 from fastgrad.core.ir import SUPPORTED_DTYPES, Aval, Graph, Node, Var, live_nodes
 from fastgrad.core.primitive import Primitive, register
 
-_trace_stack: list[Trace] = []
+
+class _TraceStacks(threading.local):
+    """The traces open in the running thread, innermost last: a trace opened in one thread
+    never sees the tracers another thread is recording."""
+
+    def __init__(self) -> None:
+        self.stack: list[Trace] = []
+
+
+_open = _TraceStacks()
 
 
 class TracerError(TypeError):
@@ -334,12 +345,12 @@ class Trace:
         self.alive = True
 
     def __enter__(self) -> Trace:
-        _trace_stack.append(self)
+        _open.stack.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        popped = _trace_stack.pop()
-        assert popped is self
+        popped = _open.stack.pop()
+        assert popped is self, "traces must close in the order they opened"
         self.alive = False
 
     def new_input(self, aval: Aval, hint: str | None = None) -> Tracer:
@@ -415,7 +426,9 @@ class Trace:
 
 
 def current_trace() -> Trace | None:
-    return _trace_stack[-1] if _trace_stack else None
+    """The innermost trace open in this thread, or None."""
+    stack = _open.stack
+    return stack[-1] if stack else None
 
 
 def is_python_scalar(x: Any) -> bool:
@@ -450,8 +463,9 @@ def aval_of(x: Any) -> Aval:
 
 def bind(op: Primitive, *args: Any, **params: Any) -> Any:
     """Apply `op`: record it if tracing a tracer argument, else compute it with NumPy."""
-    if _trace_stack and any(isinstance(a, Tracer) for a in args):
-        return _trace_stack[-1].emit(op, args, params)
+    stack = _open.stack
+    if stack and any(isinstance(a, Tracer) for a in args):
+        return stack[-1].emit(op, args, params)
     for a in args:
         if isinstance(a, Tracer):
             raise TracerError(f"{describe(a)} was used outside of its trace")

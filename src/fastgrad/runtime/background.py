@@ -150,7 +150,16 @@ class _Worker:
 
 
 _WORKER = _Worker()
-_batches: list[Batch] = []
+
+
+class _Batches(threading.local):
+    """The first calls under way in the running thread, innermost last."""
+
+    def __init__(self) -> None:
+        self.open: list[Batch] = []
+
+
+_batches = _Batches()
 
 
 @contextmanager
@@ -159,11 +168,11 @@ def first_run(what: str) -> Iterator[Batch]:
     once the call has returned, say how many build (fastgrad.core.compile_log), and again
     when they are all done."""
     batch = Batch(what)
-    _batches.append(batch)
+    _batches.open.append(batch)
     try:
         yield batch
     finally:
-        _batches.remove(batch)
+        _batches.open.remove(batch)
         compile_log.background_started(what, batch.to_build)
         batch.close()
 
@@ -188,6 +197,7 @@ class KernelTier:
         self.shape = shape
         self.jobs: list[Job] | None = None
         self.warned = False
+        self.lock = threading.Lock()
         self.wait = False  # set by Executable.settle: the next call waits for the kernels
 
     def answer(self, step: Any, env: list[Any]) -> bool:
@@ -199,13 +209,16 @@ class KernelTier:
             if wait:  # compiled by the step itself, as without tiers: the final variant
                 step.tier = None
                 return False
-            self._submit(step, env)
-        assert self.jobs is not None
+            with self.lock:  # threads making the same first call submit the jobs once
+                if self.jobs is None:
+                    self.jobs = self._submit(step, env)
+        jobs = self.jobs
+        assert jobs is not None
         if wait:
-            for job in self.jobs:
+            for job in jobs:
                 job.done.wait()
-        ready = [job for job in self.jobs if job.state == READY]
-        failed = [job for job in self.jobs if job.state == FAILED]
+        ready = [job for job in jobs if job.state == READY]
+        failed = [job for job in jobs if job.state == FAILED]
         if failed and not self.warned:
             self.warned = True
             job = failed[0]
@@ -217,19 +230,20 @@ class KernelTier:
             )
         if ready:
             step.kernel = ready[-1].dispatcher
-            if all(job.state != PENDING for job in self.jobs):
+            if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
         self.numpy_loop.run(env)  # still compiling, or every variant failed
         return True
 
-    def _submit(self, step: Any, env: list[Any]) -> None:
+    def _submit(self, step: Any, env: list[Any]) -> list[Job]:
         import numba
 
         args, _ = step.arguments(env)
         types = tuple(numba.typeof(a) for a in args)
-        batch = _batches[-1] if _batches else Batch(f"a loop over {self.shape}")
-        self.jobs = []
+        batches = _batches.open
+        batch = batches[-1] if batches else Batch(f"a loop over {self.shape}")
+        jobs = []
         for i, source in enumerate(self.variants):
             final = i == len(self.variants) - 1
             kind = "parallel" if final and step.parallel else "serial"
@@ -239,7 +253,8 @@ class KernelTier:
             if needs_build(source.source):
                 batch.to_build += 1
             batch.add(job)
-            self.jobs.append(job)
+            jobs.append(job)
             _WORKER.submit(job)
-        if not _batches:
+        if not batches:
             batch.close()
+        return jobs
