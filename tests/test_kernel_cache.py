@@ -1,5 +1,5 @@
 """The on-disk kernel cache: a new process loads instead of compiling; bad entries are
-rebuilt, never trusted."""
+rebuilt, never trusted; everything stays under FASTGRAD_CACHE_DIR."""
 
 import os
 import subprocess
@@ -11,59 +11,104 @@ import pytest
 
 SCRIPT = textwrap.dedent(
     """
-    import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    import os, numpy as np, fastgrad as fg, fastgrad.numpy as fnp
     from fastgrad.compiler.kernel_cache import STATS
+    op = getattr(fnp, os.environ.get("FG_TEST_OP", "tanh"))
 
     def loss(x, y):
-        return fnp.sum(fnp.tanh(x * y) * fnp.exp(-y * y))
+        return fnp.sum(op(x * y) * fnp.exp(-y * y))
 
     x = np.linspace(-1, 1, 50); y = np.linspace(0, 2, 50)
     value, (gx, gy) = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))(x, y)
     ref = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)), fuse=False)(x, y)
     assert np.allclose(value, ref[0]) and np.allclose(gx, ref[1][0]) and np.allclose(gy, ref[1][1])
-    print(STATS.numba_compiles(), STATS.numba_cache_hits(), STATS.modules_written)
+    print(STATS.numba_compiles(), STATS.numba_cache_hits())
     """
 )
 
 
-def run(cache_dir):
-    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(cache_dir))
+def run(cache_dir, **env_vars):
+    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(cache_dir), **env_vars)
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr
-    compiles, hits, written = map(int, out.stdout.split())
-    return compiles, hits, written
+    assert "CacheWarning" not in out.stderr
+    compiles, hits = map(int, out.stdout.split())
+    return compiles, hits
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted((cache / "kernels").iterdir())
 
 
 @pytest.fixture(scope="module")
 def warm_cache(tmp_path_factory):
     cache = tmp_path_factory.mktemp("kernels")
-    assert run(cache) == (1, 0, 1)  # cold: one kernel compiled, its module written
+    assert run(cache) == (1, 0)  # cold: one kernel compiled, its machine code saved
+    assert [p.suffix for p in entries(cache)] == [".nbm"]
     return cache
 
 
 def test_a_new_process_loads_kernels_without_compiling(warm_cache):
-    assert run(warm_cache) == (0, 1, 0)
+    assert run(warm_cache) == (0, 1)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "stale machine code"])
+def _copy(cache: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(cache), str(copy)], check=True)
+    return copy
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "flip a bit"])
 def test_a_damaged_entry_is_rebuilt(warm_cache, tmp_path, damage):
-    cache = tmp_path / "copy"
-    subprocess.run(["cp", "-r", str(warm_cache), str(cache)], check=True)
-    kernels = cache / "kernels"
-    (module,) = [p for p in kernels.iterdir() if p.suffix == ".py"]
+    cache = _copy(warm_cache, tmp_path)
+    (entry,) = entries(cache)
+    data = bytearray(entry.read_bytes())
     if damage == "truncate":
-        module.write_text(module.read_text()[:40])
+        del data[len(data) // 2 :]
     elif damage == "garbage":
-        module.write_bytes(b"\xff\xfe not python \x00")
-    else:  # machine code that no longer matches its module: Numba's index must not be used
-        for entry in (kernels / "__pycache__").iterdir():
-            entry.write_bytes(b"corrupt")
-    compiles, hits, written = run(cache)
-    assert compiles == 1 and hits == 0
-    assert written == (0 if damage == "stale machine code" else 1)
-    assert run(cache) == (0, 1, 0)  # and the rebuilt entry is good
+        data = bytearray(b"\xff\xfe not machine code \x00" * 10)
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data[len(data) // 3] ^= 0x04
+    entry.write_bytes(bytes(data))
+    assert run(cache) == (1, 0)
+    assert run(cache) == (0, 1)  # and the rebuilt entry is good
+
+
+def test_entries_swapped_between_kernels_are_not_run(warm_cache, tmp_path):
+    """Two valid files under each other's names (before, Numba ran the wrong kernel, or
+    failed with a TypeError): a digest binds each to its own name, so both are rebuilt."""
+    cache = _copy(warm_cache, tmp_path)
+    assert run(cache, FG_TEST_OP="cosh") == (1, 0)  # a second kernel: cosh for tanh
+    a, b = entries(cache)
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    assert run(cache) == (1, 0) and run(cache, FG_TEST_OP="cosh") == (1, 0)
+    assert run(cache) == (0, 1) and run(cache, FG_TEST_OP="cosh") == (0, 1)
+
+
+def test_numba_cache_files_are_neither_read_nor_written(warm_cache, tmp_path):
+    """Damaged files where Numba's own cache would look (NUMBA_CACHE_DIR, the kernels'
+    __pycache__) change nothing (before: UnpicklingError in every later run), and nothing
+    is written there or under ~/.cache/numba."""
+    cache = _copy(warm_cache, tmp_path)
+    numba_cache = tmp_path / "numba"
+    for folder in (numba_cache / "kernels_0123", cache / "kernels" / "__pycache__"):
+        folder.mkdir(parents=True)
+        (folder / "fastgrad_kernel_x.kernel-1.py311.nbi").write_bytes(b"\x80\x04garbage")
+        (folder / "fastgrad_kernel_x.kernel-1.py311.1.nbc").write_bytes(b"\x80\x04garbage")
+    home = tmp_path / "home"
+    before = sorted(numba_cache.rglob("*"))
+    assert run(cache, NUMBA_CACHE_DIR=str(numba_cache), HOME=str(home)) == (0, 1)
+    assert sorted(numba_cache.rglob("*")) == before
+    assert not (home / ".cache").exists()
+    fresh = tmp_path / "fresh"
+    assert run(fresh, NUMBA_CACHE_DIR=str(numba_cache), HOME=str(home)) == (1, 0)
+    assert sorted(numba_cache.rglob("*")) == before and not (home / ".cache").exists()
 
 
 def test_two_processes_filling_one_entry_at_once(tmp_path):
@@ -77,7 +122,7 @@ def test_two_processes_filling_one_entry_at_once(tmp_path):
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()
-    assert run(tmp_path) == (0, 1, 0)
+    assert run(tmp_path) == (0, 1)
 
 
 def test_the_suite_never_uses_the_default_cache():
@@ -100,7 +145,7 @@ def test_the_default_location_is_the_user_cache(tmp_path):
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     kernels = tmp_path / "home" / ".cache" / "fastgrad" / "kernels"
-    assert [p.suffix for p in kernels.iterdir() if p.is_file()] == [".py"]
+    assert [p.suffix for p in kernels.iterdir() if p.is_file()] == [".nbm"]
 
 
 def test_the_default_location_follows_xdg_cache_home(tmp_path):

@@ -35,6 +35,7 @@ from fastgrad.api import (
     warmup,
     while_loop,
 )
+from fastgrad.compiler.machine_code import CacheWarning
 from fastgrad.core import pytree
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
@@ -43,6 +44,7 @@ from fastgrad.core.tracing import TracerError
 __version__ = "0.1.0"
 
 __all__ = [
+    "CacheWarning",
     "Graph",
     "ShapeDtypeStruct",
     "TracerError",

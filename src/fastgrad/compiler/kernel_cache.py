@@ -1,29 +1,29 @@
 """Compile generated kernels with Numba; cache them in memory and on disk.
 
-Each kernel's source is written to a module file named by a hash of the source and of
-everything its machine code depends on (fastgrad's code generator, Numba's and llvmlite's
-versions, the CPU), then imported under that name, so Numba's `cache=True` can store the
-machine code beside it and a new process loads it instead of compiling. A module file
-whose text is not exactly the expected source is rewritten, never trusted; files are
-written to a temporary name and renamed, so concurrent processes cannot see half a file.
-`needs_build` tells, before a first run, whether a kernel will be compiled rather than
-loaded; `first_call` reports each kernel it built to fastgrad.core.compile_log.
+Each kernel's source runs as a module named by a hash of the source and of everything its
+machine code depends on (fastgrad's code generator, Numba's and llvmlite's versions, the
+CPU). Its machine code is kept in `<cache dir>/kernels/`, one file per kernel and argument
+types, checked against a digest before it is loaded (compiler.machine_code): a new process
+loads it instead of compiling, and a damaged, moved or unwritable entry costs a compile,
+never a crash or a wrong result. `needs_build` tells, before a first run, whether a kernel
+will be compiled rather than loaded; `first_call` reports each kernel it built to
+fastgrad.core.compile_log. Threads asking for the same kernel get one dispatcher.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
+import linecache
 import sys
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
+import threading
+from types import ModuleType
 from typing import Any
 
-from fastgrad.compiler.machine_code import environment_tag
+from fastgrad.compiler.machine_code import MachineCodeCache, environment_tag
 from fastgrad.core import compile_log
 from fastgrad.core.config import cache_dir
+
+FOLDER = "kernels"
 
 
 def kernel_key(source: str) -> str:
@@ -35,9 +35,7 @@ class Stats:
     """Counters that tests and `explain` read."""
 
     def __init__(self) -> None:
-        self.modules_loaded = 0  # kernel modules imported in this process
-        self.modules_written = 0  # module files (re)written to the disk cache
-        self.machine_code_dropped = 0  # unreadable Numba cache entries thrown away
+        self.modules_loaded = 0  # kernel modules run in this process
 
     def numba_compiles(self) -> int:
         """Kernels Numba compiled in this process (not loaded from its disk cache)."""
@@ -53,67 +51,48 @@ class Stats:
 
 STATS = Stats()
 _MEMORY: dict[str, Any] = {}
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+_LOADING = threading.Lock()  # one module per kernel, whichever threads ask at once
 
 
 def load_kernel(source: str, name: str = "kernel") -> Any:
-    """The compiled-on-first-call Numba dispatcher for `source` (a module defining `name`)."""
+    """The compiled-on-first-call Numba dispatcher for `source` (a module defining `name`),
+    whose machine code is loaded from, or saved to, fastgrad's cache directory."""
     key = kernel_key(source)
     hit = _MEMORY.get(key)
     if hit is not None:
         return hit
-    directory = cache_dir() / "kernels"
-    directory.mkdir(parents=True, exist_ok=True)
-    module_name = f"fastgrad_kernel_{key}"
-    path = directory / f"{module_name}.py"
-    try:
-        current = path.read_text()
-    except (OSError, UnicodeDecodeError):
-        current = None
-    if current != source:
-        # Missing, truncated, corrupt or stale: rebuild it, and drop machine code that Numba
-        # may have cached for the old text.
-        _write_atomically(path, source)
-        _drop_numba_cache(directory, module_name)
-        STATS.modules_written += 1
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Numba's cache re-imports the module by name when it loads machine code.
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    dispatcher = getattr(module, name)
-    _MEMORY[key] = dispatcher
-    STATS.modules_loaded += 1
+    with _LOADING:
+        hit = _MEMORY.get(key)
+        if hit is not None:
+            return hit
+        module_name = f"fastgrad_kernel_{key}"
+        filename = f"<{module_name}>"
+        # Tracebacks and Numba's error messages show the generated source.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module = ModuleType(module_name)
+        # Machine code loaded from the cache finds the kernel's globals by module name.
+        sys.modules[module_name] = module
+        exec(compile(source, filename, "exec"), module.__dict__)
+        dispatcher = getattr(module, name)
+        dispatcher._cache = MachineCodeCache(
+            dispatcher.py_func, key, folder=FOLDER, prefix=module_name + "."
+        )
+        _MEMORY[key] = dispatcher
+        STATS.modules_loaded += 1
     return dispatcher
 
 
 def needs_build(source: str) -> bool:
     """Whether the first run of the kernel in `source` will compile it: it is neither
-    compiled in this process nor stored on disk with its machine code."""
+    compiled in this process nor stored on disk."""
     key = kernel_key(source)
     loaded = _MEMORY.get(key)
     if loaded is not None:
         return not loaded.signatures
-    directory = cache_dir() / "kernels"
-    module_name = f"fastgrad_kernel_{key}"
     try:
-        if (directory / f"{module_name}.py").read_text() != source:
-            return True
-    except (OSError, UnicodeDecodeError):
+        return not any((cache_dir() / FOLDER).glob(f"fastgrad_kernel_{key}.*.nbm"))
+    except OSError:
         return True
-    return not any((directory / "__pycache__").glob(f"{module_name}.*.nbi"))
 
 
 def _builds(dispatcher: Any) -> int:
@@ -121,20 +100,15 @@ def _builds(dispatcher: Any) -> int:
     return sum(stats.cache_misses.values()) if stats is not None else 0
 
 
-def first_call(dispatcher: Any, source: str, *args: Any) -> Any:
-    """Call a freshly loaded kernel; if Numba's cached machine code for it is unreadable,
-    drop that code and compile instead."""
+def first_call(dispatcher: Any, *args: Any) -> Any:
+    """Call a freshly loaded kernel, telling fastgrad.core.compile_log if it was built
+    (rather than loaded from disk)."""
     before = _builds(dispatcher)
     try:
-        result = _call_or_drop_cache(dispatcher, source, *args)
+        return dispatcher(*args)
     finally:
         if _builds(dispatcher) > before:
             compile_log.kernel_built()
-    return result
-
-
-def _call_or_drop_cache(dispatcher: Any, source: str, *args: Any) -> Any:
-    return _or_drop_cache(dispatcher, source, lambda: dispatcher(*args))
 
 
 def compile_kernel(source: str, name: str, types: tuple[Any, ...]) -> tuple[Any, bool]:
@@ -142,36 +116,5 @@ def compile_kernel(source: str, name: str, types: tuple[Any, ...]) -> tuple[Any,
     running it: (dispatcher, whether Numba built machine code rather than loading it)."""
     dispatcher = load_kernel(source, name)
     before = _builds(dispatcher)
-    _or_drop_cache(dispatcher, source, lambda: dispatcher.compile(types))
+    dispatcher.compile(types)
     return dispatcher, _builds(dispatcher) > before
-
-
-def _or_drop_cache(dispatcher: Any, source: str, action: Callable[[], Any]) -> Any:
-    """`action()`; if it failed inside Numba's cache (unreadable machine code), drop that
-    code and do it again, compiling."""
-    try:
-        return action()
-    except Exception as error:
-        tb = error.__traceback__
-        in_cache = False
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename.endswith(os.path.join("numba", "core", "caching.py")):
-                in_cache = True
-            tb = tb.tb_next
-        if not in_cache:
-            raise
-    _drop_numba_cache(cache_dir() / "kernels", f"fastgrad_kernel_{kernel_key(source)}")
-    STATS.machine_code_dropped += 1
-    return action()
-
-
-def _drop_numba_cache(directory: Path, module_name: str) -> None:
-    pycache = directory / "__pycache__"
-    if not pycache.is_dir():
-        return
-    for entry in pycache.iterdir():
-        if entry.name.startswith(module_name + "."):
-            try:
-                entry.unlink()
-            except OSError:  # another process replaced it first
-                pass

@@ -1,12 +1,15 @@
 """Numba machine code kept in fastgrad's cache directory: one file per function and signature.
 
-`cached_njit(tag)` is `numba.njit` whose compiled code a new process loads from
-`<cache dir>/machine_code/` instead of compiling again. Each file holds one compile result
-under a name hashed from everything that code depends on (fastgrad's code generator and
-helpers, Numba, llvmlite, Python, the CPU, the function, its signature), with a digest
-checked before anything is unpickled: files are written to a temporary name and renamed,
-so concurrent processes and killed ones never leave half a file, and a damaged or stale
-file is recompiled, never trusted. `NUMBA_CACHE_DIR` does not move it.
+`MachineCodeCache` is the cache of every Numba function fastgrad compiles: the generated
+kernels (compiler.kernel_cache) and the vector-math helpers (`cached_njit(tag)`). Each file
+holds one compile result under a name hashed from everything that code depends on
+(fastgrad's code generator and helpers, Numba, llvmlite, Python, the CPU, the function,
+its signature), behind a sha256 of that name and the payload, checked before anything is
+unpickled: a damaged file, or one moved from another entry, is recompiled, never trusted.
+Files are written to a temporary name and renamed, so concurrent processes and killed
+ones never leave half a file. A cache that cannot be read or written (not a directory,
+read-only, full) costs a compile in memory and one `CacheWarning` that says how to fix it.
+Numba's own cache (`NUMBA_CACHE_DIR`, `~/.cache/numba`) is never used.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,17 +69,49 @@ class Counters:
 COUNTERS = Counters()
 
 
+class CacheWarning(RuntimeWarning):
+    """fastgrad's cache directory cannot be used: kernels compile in memory instead."""
+
+
+_warned: set[str] = set()  # cache directories already warned about in this process
+_warned_lock = threading.Lock()
+
+
+def cache_unusable(path: Path, error: OSError) -> None:
+    """Warn, once per cache directory, that `path` could not be read or written: kernels
+    are then compiled in memory, and the warning says how to fix the cache."""
+    root = cache_dir()
+    with _warned_lock:
+        if str(root) in _warned:
+            return
+        _warned.add(str(root))
+    warnings.warn(
+        f"fastgrad: the cache directory {root} cannot be used ({type(error).__name__}: "
+        f"{error.strerror or error} at {path}); kernels are compiled in memory and not "
+        "saved for the next process. To fix it, make that path a writable directory with "
+        "free space (remove a file that stands in its way), or point FASTGRAD_CACHE_DIR at "
+        "one.",
+        CacheWarning,
+        stacklevel=2,
+    )
+
+
 class MachineCodeCache:
     """A Numba dispatcher cache (the interface of numba.core.caching._Cache) that stores
-    each signature's compile result in a file of its own under fastgrad's cache."""
+    each signature's compile result in a file of its own under fastgrad's cache:
+    `<cache dir>/<folder>/<prefix><hash>.nbm`."""
 
-    def __init__(self, py_func: Callable[..., Any], tag: str):
+    def __init__(
+        self, py_func: Callable[..., Any], tag: str, folder: str = "machine_code", prefix: str = ""
+    ):
         self._name = f"{py_func.__module__}.{py_func.__qualname__}[{tag}]"
+        self._folder = folder
+        self._prefix = prefix
         self._enabled = True
 
     @property
     def cache_path(self) -> str:
-        return str(directory())
+        return str(cache_dir() / self._folder)
 
     def enable(self) -> None:
         self._enabled = True
@@ -85,27 +122,32 @@ class MachineCodeCache:
     def flush(self) -> None:
         pass  # files are per signature: nothing is held back
 
-    def _path(self, sig: Any, codegen: Any) -> Path:
+    def _entry(self, sig: Any, codegen: Any) -> tuple[Path, bytes]:
+        """The file for `sig`, and the key its digest binds the payload to."""
         key = "\n".join([environment_tag(), self._name, str(sig), repr(codegen.magic_tuple())])
-        return directory() / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".nbm")
+        name = self._prefix + hashlib.sha256(key.encode()).hexdigest()[:40] + ".nbm"
+        return cache_dir() / self._folder / name, key.encode()
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
         """The compile result stored for `sig`, or None (then Numba compiles)."""
         if not self._enabled:
             return None
         target_context.refresh()
-        path = self._path(sig, target_context.codegen())
+        path, key = self._entry(sig, target_context.codegen())
         try:
             blob = path.read_bytes()
-        except OSError:
+        except FileNotFoundError:
+            return None
+        except OSError as error:  # not a directory, a directory, unreadable
+            cache_unusable(path, error)
             return None
         from numba.core.compiler import CompileResult
 
         try:
-            if hashlib.sha256(blob[_DIGEST:]).digest() != blob[:_DIGEST]:
+            if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
                 raise ValueError("digest mismatch")
             result = CompileResult._rebuild(target_context, *pickle.loads(blob[_DIGEST:]))
-        except Exception:  # damaged or from an incompatible build: compile instead
+        except Exception:  # damaged, moved, or from an incompatible build: compile instead
             COUNTERS.dropped += 1
             _unlink(path)
             return None
@@ -113,7 +155,8 @@ class MachineCodeCache:
         return result
 
     def save_overload(self, sig: Any, cres: Any) -> None:
-        """Store a fresh compile result; a cache that cannot be written is skipped."""
+        """Store a fresh compile result; a cache that cannot be written is skipped (with a
+        warning, once)."""
         if not self._enabled or cres.objectmode or cres.lifted:
             return
         if cres.library.has_dynamic_globals:  # addresses of this process: not reusable
@@ -121,11 +164,11 @@ class MachineCodeCache:
         from numba.core.serialize import dumps
 
         payload = dumps(cres._reduce())
+        path, key = self._entry(sig, cres.codegen)
         try:
-            write_atomically(
-                self._path(sig, cres.codegen), hashlib.sha256(payload).digest() + payload
-            )
-        except OSError:
+            write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
+        except OSError as error:
+            cache_unusable(path, error)
             return
         COUNTERS.saved += 1
 

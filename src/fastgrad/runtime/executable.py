@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numba
@@ -26,6 +25,7 @@ from fastgrad.compiler.kernel_cache import first_call, load_kernel
 from fastgrad.compiler.passes import simplify
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
+from fastgrad.runtime import threading_layer  # noqa: F401  (before any parallel kernel)
 from fastgrad.runtime.background import KernelTier
 from fastgrad.runtime.control_flow import OPS as LOOP_OPS
 from fastgrad.runtime.control_flow import LoopPlanner, LoopStep
@@ -79,16 +79,17 @@ class _KernelStep:
             if columns.size and (columns.min() < -k or columns.max() >= k):
                 bad = columns[(columns < -k) | (columns >= k)][0]
                 raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
-        if self.tier is not None and self.tier.answer(self, env):
+        tier = self.tier  # read once: another thread may settle it meanwhile
+        if tier is not None and tier.answer(self, env):
             return  # computed with NumPy: the kernel is still compiling in the background
         kernel = self.kernel
+        args, outs = self.arguments(env)
         if kernel is None:
             loaded = load_kernel(self.source.source, self.source.name)
-            kernel = partial(first_call, loaded, self.source.source)
-        args, outs = self.arguments(env)
-        kernel(*args)
-        if self.kernel is None:
+            first_call(loaded, *args)
             self.kernel = loaded
+        else:
+            kernel(*args)
         for slot, buf, view in zip(self.outs, outs, self._views, strict=False):
             env[slot] = buf if view is None else buf.reshape(view)
 

@@ -118,5 +118,5 @@ def module_text(signature: str, lines: list[str], imports: set[str], parallel: b
     ]
     if imports:
         header.append(f"from fastgrad.compiler.codegen.vecmath import {', '.join(sorted(imports))}")
-    flags = f"parallel={parallel}, error_model='numpy', cache=True, nogil=True"
+    flags = f"parallel={parallel}, error_model='numpy', nogil=True"
     return "\n".join([*header, "", "", f"@njit({flags})", signature, *lines]) + "\n"
