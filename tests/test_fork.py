@@ -59,9 +59,11 @@ print(layer, sum(not same(r, f(x + i)) for i, r in enumerate(results)))
 """
 
 
-def run(program: str) -> tuple[str, int]:
+def run(program: str, layer: str | None = None) -> tuple[str, int]:
     env = dict(os.environ, NUMBA_NUM_THREADS="2")
     env.pop("NUMBA_THREADING_LAYER", None)
+    if layer is not None:  # the user's choice, which fastgrad leaves alone
+        env["NUMBA_THREADING_LAYER"] = layer
     try:
         out = subprocess.run(
             [sys.executable, "-c", SETUP + program],
@@ -82,3 +84,21 @@ def test_after_a_parallel_kernel(program):
     layer, failures = run(program)
     assert failures == 0
     assert layer == "tbb"
+
+
+WARNED = """
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+os.waitpid(pid, 0)
+print(layer, sum("GNU OpenMP" in str(w.message) for w in caught))
+"""
+
+
+def test_a_fork_after_openmp_warns():
+    """Where parallel kernels ran on GNU OpenMP (the user chose it), a fork warns first,
+    and says what to do."""
+    assert run(WARNED, layer="omp") == ("omp", 1)
