@@ -69,6 +69,15 @@ def mlp_loss(ops, w1, b1, w2, b2, x, labels):
 # ---------------------------------------------------------------- inputs
 
 
+def normal_sample_loss(ops, scale, key):
+    """R1: sum(scale * z) for a standard normal z drawn from `key`; the gradient is z."""
+    return ops.sum(scale * ops.normal(key, scale.shape, scale.dtype))
+
+
+def normal_sample_inputs(n, dtype, rng):
+    return rng.random(n).astype(dtype) + 0.5, np.array([0, 42], np.uint32)
+
+
 def _normal(rng, shape, dtype, scale=1.0):
     return (scale * rng.standard_normal(shape)).astype(dtype)
 
@@ -181,6 +190,21 @@ WORKLOADS: tuple[Workload, ...] = (
         min_bytes=lambda n, isz: 4 * n * isz,
         shape=lambda n: f"x, y: ({n:,})",
         note="time is dominated by per-call dispatch, not by arithmetic",
+    ),
+    Workload(
+        key="R1",
+        name="normal",
+        title="standard normal samples from a key: sum(scale * z), grad scale (= z)",
+        size_name="N",
+        default_size=10**7,
+        quick_size=10**6,
+        argnums=(0,),
+        loss=normal_sample_loss,
+        make_inputs=normal_sample_inputs,
+        min_bytes=lambda n, isz: 2 * n * isz,
+        shape=lambda n: f"scale: ({n:,}), z: ({n:,}) drawn in the loop",
+        note="NumPy draws with Generator.standard_normal (ziggurat) into memory first",
+        systems=("fastgrad", "numpy"),
     ),
     # ------------------------------------------------------------------------------
     # Seed use-case workloads go here once their examples exist (one Workload each,

@@ -2,6 +2,8 @@
 reference interpreter, any thread count), each distribution's statistics against SciPy at a
 fixed key, reparameterized gradients, and clear errors for bad keys and dtypes."""
 
+import warnings
+
 import numba
 import numpy as np
 import pytest
@@ -229,3 +231,31 @@ def test_errors_name_the_argument():
         fr.normal(KEY, (2, -1))
     with pytest.raises(fg.TracerError, match="seed"):
         fg.jit(lambda s: fr.key(s))(np.int64(3))
+
+
+# ---------------------------------------------------------------- global generators
+
+
+def test_global_generators_used_while_tracing_warn_once():
+    import random
+
+    def noisy(x):
+        return x + np.random.normal()
+
+    f = fg.jit(noisy)
+    with pytest.warns(UserWarning, match="noisy used np.random while it was traced.*fg.random"):
+        first = f(np.zeros(2))
+    np.testing.assert_array_equal(f(np.zeros(2)), first)  # frozen: the reason for the warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f(np.ones(3))  # traced again, for a new shape: no second warning
+        fg.jit(lambda x: x + fr.normal(KEY, x.shape))(np.zeros(2))
+
+    def shuffled(x):
+        return x * random.random()
+
+    def loss(x):
+        return fnp.sum(shuffled(x))
+
+    with pytest.warns(UserWarning, match="loss used the random module"):
+        fg.grad(loss)(np.ones(2))
