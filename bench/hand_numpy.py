@@ -60,7 +60,7 @@ def logistic(w, x, y):
 
 def normal_sample(scale, key):
     z = np.random.default_rng(int(key[1])).standard_normal(scale.shape, dtype=scale.dtype)
-    return np.sum(scale * z), (z,)
+    return np.sum(scale * z * z), (z * z,)
 
 
 IMPLEMENTATIONS = {

@@ -259,3 +259,42 @@ def test_global_generators_used_while_tracing_warn_once():
 
     with pytest.warns(UserWarning, match="loss used the random module"):
         fg.grad(loss)(np.ones(2))
+
+
+# ---------------------------------------------------------------- derived distributions
+
+
+def test_gumbel_and_categorical_statistics():
+    g = fr.gumbel(fr.key(7), (N,))
+    assert stats.kstest(g, stats.gumbel_r.cdf).pvalue > 1e-3
+    p = np.array([0.2, 0.5, 0.3])
+    draws = fr.categorical(fr.key(8), np.log(p), shape=(N,))
+    assert stats.chisquare(np.bincount(draws, minlength=3), N * p).pvalue > 1e-3
+    # A batch along axis 0, and a compiled run of the same draws (argmax of the same noise).
+    logits = np.log(np.array([[0.9, 0.1], [0.1, 0.9], [0.5, 0.5]])).T
+    eager = fr.categorical(fr.key(9), logits, axis=0, shape=(2000, 3))
+    np.testing.assert_allclose(eager.mean(axis=0), [0.1, 0.9, 0.5], atol=0.05)
+    jitted = fg.jit(lambda k, z: fr.categorical(k, z, axis=0, shape=(2000, 3)))(fr.key(9), logits)
+    assert np.mean(jitted == eager) > 0.999  # ties in the last ulp may differ
+
+
+def test_truncated_normal_statistics_and_gradient():
+    lo, hi = -0.5, 1.5
+    x = fr.truncated_normal(fr.key(10), lo, hi, (N,))
+    assert x.min() >= lo and x.max() <= hi
+    assert stats.kstest(x, stats.truncnorm(lo, hi).cdf).pvalue > 1e-3
+    fg.testing.check_grads(
+        lambda a, b: fnp.sum(fr.truncated_normal(KEY, a, b, (20,))), (-0.5, 1.5), order=1
+    )
+
+
+def test_multivariate_normal_statistics():
+    mean = np.array([1.0, -2.0, 0.5])
+    a = np.array([[1.0, 0.0, 0.0], [0.5, 1.0, 0.0], [-0.3, 0.2, 0.7]])
+    cov = a @ a.T
+    x = fr.multivariate_normal(fr.key(11), mean, cov, (N,))
+    assert x.shape == (N, 3)
+    np.testing.assert_allclose(x.mean(axis=0), mean, atol=5 * np.sqrt(cov.diagonal().max() / N))
+    np.testing.assert_allclose(np.cov(x.T), cov, atol=0.05)
+    with pytest.raises(ValueError, match="cov must have shape"):
+        fr.multivariate_normal(KEY, mean, np.eye(2))

@@ -4,6 +4,12 @@ loops; a key gives the same numbers on every path (jitted or not, any thread cou
 functions live with their primitives in fastgrad.ops.sampling.
 """
 
+from fastgrad.ops.distributions import (
+    categorical,
+    gumbel,
+    multivariate_normal,
+    truncated_normal,
+)
 from fastgrad.ops.sampling import (
     bernoulli,
     bits,
@@ -18,5 +24,6 @@ from fastgrad.ops.sampling import (
 PRNGKey = key
 
 __all__ = [
-    "PRNGKey", "bernoulli", "bits", "fold_in", "key", "normal", "randint", "split", "uniform",
+    "PRNGKey", "bernoulli", "bits", "categorical", "fold_in", "gumbel", "key",
+    "multivariate_normal", "normal", "randint", "split", "truncated_normal", "uniform",
 ]  # fmt: skip
