@@ -58,6 +58,11 @@ def logistic(w, x, y):
     return value, (x.T @ r,)
 
 
+def normal_sample(scale, key):
+    z = np.random.default_rng(int(key[1])).standard_normal(scale.shape, dtype=scale.dtype)
+    return np.sum(scale * z * z), (z * z,)
+
+
 IMPLEMENTATIONS = {
     "W1": elementwise,
     "W2": softmax_xent,
@@ -65,4 +70,5 @@ IMPLEMENTATIONS = {
     "W4": mlp,
     "W5": elementwise,
     "D1": logistic,
+    "R1": normal_sample,
 }

@@ -280,6 +280,7 @@ class Suite:
             "dtype": self.args.dtype,
             "min_bytes": w.min_bytes(size, np.dtype(self.args.dtype).itemsize),
             "flops": w.flops(size) if w.flops else None,
+            "check_rtol": w.check_rtol,
             "note": w.note or None,
             "fastest_peer": None,
             "results": [],

@@ -39,6 +39,7 @@ class Ops:
     stop_gradient: Any
     arange: Any
     softplus: Any = None  # D1 only, which only fastgrad runs of the autodiff systems
+    normal: Any = None  # R1 only: normal(key, shape, dtype)
 
 
 class NotApplicable(Exception):
@@ -110,6 +111,7 @@ class Fastgrad(System):
             stop_gradient=fg.stop_gradient,
             arange=np.arange,
             softplus=fnp.softplus,
+            normal=fg.random.normal,
         )
         return {"version": _dist_version("fastgrad"), "threads": threads}
 

@@ -33,6 +33,9 @@ class Workload:
     flops: Callable[[int], int] | None = None  # for compute-bound workloads only
     note: str = ""
     systems: tuple[str, ...] | None = None  # who runs it; None: fastgrad and --compare
+    # Cross-check tolerance when systems compute different numbers with the same
+    # statistics (random samples); None: the dtype's default in report.py.
+    check_rtol: float | None = None
 
     def size(self, quick: bool, override: int | None) -> int:
         if override is not None:
@@ -67,6 +70,17 @@ def mlp_loss(ops, w1, b1, w2, b2, x, labels):
 
 
 # ---------------------------------------------------------------- inputs
+
+
+def normal_sample_loss(ops, scale, key):
+    """R1: sum(scale * z^2) for standard normal z drawn from `key`; the gradient is z^2.
+    Both are statistics (about sum(scale) and N) that any correct sampler reproduces."""
+    z = ops.normal(key, scale.shape, scale.dtype)
+    return ops.sum(scale * z * z)
+
+
+def normal_sample_inputs(n, dtype, rng):
+    return rng.random(n).astype(dtype) + 0.5, np.array([0, 42], np.uint32)
 
 
 def _normal(rng, shape, dtype, scale=1.0):
@@ -181,6 +195,22 @@ WORKLOADS: tuple[Workload, ...] = (
         min_bytes=lambda n, isz: 4 * n * isz,
         shape=lambda n: f"x, y: ({n:,})",
         note="time is dominated by per-call dispatch, not by arithmetic",
+    ),
+    Workload(
+        key="R1",
+        name="normal",
+        title="standard normal samples z from a key: sum(scale * z^2), grad scale (= z^2)",
+        size_name="N",
+        default_size=10**7,
+        quick_size=10**6,
+        argnums=(0,),
+        loss=normal_sample_loss,
+        make_inputs=normal_sample_inputs,
+        min_bytes=lambda n, isz: 2 * n * isz,
+        shape=lambda n: f"scale: ({n:,}), z: ({n:,}) drawn in the loop",
+        note="NumPy draws with Generator.standard_normal (ziggurat) into memory first",
+        systems=("fastgrad", "numpy"),
+        check_rtol=1e-2,  # the statistics' relative spread is ~1.5 / sqrt(N)
     ),
     # ------------------------------------------------------------------------------
     # Seed use-case workloads go here once their examples exist (one Workload each,

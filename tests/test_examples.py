@@ -152,19 +152,19 @@ def test_cd_gradient_treats_the_samples_as_constants():
         "c": rng.standard_normal(n_hid),
     }
     v = (rng.random((n, n_vis)) < 0.5).astype(np.float64)
-    noise = ((rng.random((n, n_hid)), rng.random((n, n_vis))),)
-    grads = fg.grad(ex.cd_loss)(params, v, noise)
+    key = fg.random.key(0)
+    grads = fg.grad(ex.cd_loss)(params, v, key, 2)
 
     # dF/dW = -v^T p(h|v): the CD gradient is the data term minus the model term, with the
     # chain's output (fnp works on plain arrays too) as a constant.
-    v_model = ex.gibbs_chain(params, v, noise)
+    v_model = ex.gibbs_chain(params, v, key, 2)
     expected_w = (
         -v.T @ ex.hidden_probs(params, v) + v_model.T @ ex.hidden_probs(params, v_model)
     ) / n
     np.testing.assert_allclose(grads["w"], expected_w, rtol=1e-10)
 
     def loss_through_sampler(params):
-        v_model = ex.gibbs_chain(params, v, noise)
+        v_model = ex.gibbs_chain(params, v, key, 2)
         return fnp.mean(ex.free_energy(params, v)) - fnp.mean(ex.free_energy(params, v_model))
 
     assert not np.allclose(fg.grad(loss_through_sampler)(params)["w"], expected_w)

@@ -248,9 +248,10 @@ def test_matches_numpy_and_gradients(case, dtype):
 def test_every_primitive_has_a_case():
     from test_elementwise import BINARY, UNARY
     from test_linalg import COVERED as LINALG
+    from test_random import COVERED as RANDOM
     from test_special import COVERED as SPECIAL
 
-    covered = set(CASES) | set(UNARY) | set(BINARY) | LINALG | SPECIAL
+    covered = set(CASES) | set(UNARY) | set(BINARY) | LINALG | SPECIAL | RANDOM
     assert set(REGISTRY) - covered == set()
 
 

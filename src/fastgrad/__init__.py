@@ -8,7 +8,7 @@
 array([0., 0., 0.])
 """
 
-from fastgrad import debug, numpy, scipy, testing
+from fastgrad import debug, numpy, random, scipy, testing
 from fastgrad.api import (
     ShapeDtypeStruct,
     checkpoint,
@@ -67,6 +67,7 @@ __all__ = [
     "primitive",
     "pure_callback",
     "pytree",
+    "random",
     "scipy",
     "remat",
     "scan",

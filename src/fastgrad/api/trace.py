@@ -11,9 +11,11 @@ below the front end: simplify, partition, and an executable plan of fused kernel
 from __future__ import annotations
 
 import inspect
+import random
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,9 +137,11 @@ def trace_function(
     """
     leaves, treedef = flatten(tree)
     avals = [leaf_aval(x, where) for x, where in zip(leaves, names, strict=True)]
+    before = _global_generators()
     with Trace() as trace:
         tracers = [trace.new_input(a, identifier(n)) for a, n in zip(avals, names, strict=True)]
         out = fun(*rebuild(unflatten(treedef, tracers)))
+        _warn_if_drawn(before, fun_name)
         out_leaves, out_tree = flatten(out)
         for i, leaf in enumerate(out_leaves):
             if not isinstance(leaf, Tracer):
@@ -146,6 +150,32 @@ def trace_function(
     graph.verify()
     name = f"{fun_name}({signature_text(names, avals)})"
     return Traced(graph, out_tree, list(trace.captured), name)
+
+
+_WARNED_RANDOM: set[str] = set()
+
+
+def _global_generators() -> tuple[Any, Any]:
+    """The states of NumPy's global generator and of Python's `random` module."""
+    state: Any = np.random.get_state()
+    return (state[1].tobytes(), *state[2:]), random.getstate()
+
+
+def _warn_if_drawn(before: tuple[Any, Any], fun_name: str) -> None:
+    """Warn (once per function) when tracing drew from a global generator: the numbers are
+    constants of the graph, the same at every call (tests/test_random.py pins this)."""
+    after = _global_generators()
+    if after == before or fun_name in _WARNED_RANDOM:
+        return
+    _WARNED_RANDOM.add(fun_name)
+    which = "np.random" if after[0] != before[0] else "the random module"
+    warnings.warn(
+        f"fastgrad: {fun_name} used {which} while it was traced: the numbers it drew are "
+        "frozen into the compiled function, so every call reuses them. Pass a key and draw "
+        "with fg.random instead (fg.random.key(seed), split, uniform, normal, ...).",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def name_of(fun: Any) -> str:

@@ -170,6 +170,12 @@ def _placement(
         if lv == "row" and node.inputs[0].aval.shape in rows and out_shape in rows:
             return "row", axes
         return None
+    if node.op.extra.get("positional"):
+        # A random sample's value depends on its element's flat index: it joins a loop only
+        # over exactly its shape, at elem level, reading its key and base from outside.
+        if any(lv is not None for lv in levels) or out_shape != loop.shape:
+            return None
+        return "elem", axes
     # Elementwise: operands have the output's shape, so the level follows from it.
     internal = {lv for lv in levels if lv is not None}
     target = internal.pop() if len(internal) == 1 else None
@@ -260,6 +266,8 @@ def _sink_one(graph: Graph, steps: list[Step], position_of: dict[int, int]) -> b
         for v in loop.outputs:
             if id(v) in returned or loop.level[id(v)] != "elem":
                 continue
+            if any(u.op.extra.get("positional") for u in users[id(v)]):
+                continue  # a key is read from outside the loop that samples with it
             targets = {id(step_of[id(u.out)]): step_of[id(u.out)] for u in users[id(v)]}
             if len(targets) != 1:
                 continue

@@ -26,6 +26,7 @@ from fastgrad.ops import (
     numpy_interop,
     products,
     reduction,
+    sampling,
     scatter,
     shape,
     special,
@@ -34,7 +35,7 @@ from fastgrad.ops import (
 
 FAMILIES = (
     elementwise, math, shape, reduction, indexing, scatter, products, debug, complex_numbers,
-    linalg, decompositions, matrix_functions, special, stats,
+    linalg, decompositions, matrix_functions, special, stats, sampling,
 )  # fmt: skip
 
 _FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}

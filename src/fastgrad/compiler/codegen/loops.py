@@ -24,6 +24,7 @@ from fastgrad.compiler.codegen.source import (
     init_scalars,
     module_text,
     reduction_init,
+    sample_call,
     scalar_type,
     settle,
     tracks_nan,
@@ -40,8 +41,9 @@ _NUMPY_FALLBACK = {"abs": "np.abs"}
 def _is_flat(loop: Loop) -> bool:
     if loop.reduce_axes:
         return False
+    keys = {id(n.inputs[0]) for n in loop.nodes if n.op.extra.get("positional")}  # read whole
     operands = list(loop.inputs) + list(loop.outputs)
-    return all(v.aval.shape in (loop.shape, ()) for v in operands)
+    return all(v.aval.shape in (loop.shape, ()) or id(v) in keys for v in operands)
 
 
 def generate(
@@ -168,15 +170,26 @@ class _Generator:
             g = self.value(node.inputs[0], node, "row", node.inputs[0].aval.shape)
             col = self.column(node.inputs[2], node.params["shape"][1])
             return f"({g} if {col} == np.int64(i1) else {scalar_type(out_dtype)}(0))"
-        args = [self.value(v, node, level) for v in node.inputs]
         template = op.loop
         assert template is not None, op.name
+        if op.extra.get("positional"):
+            return self.positional(node)
+        args = [self.value(v, node, level) for v in node.inputs]
         if template.startswith("call:"):
             fn = template[5:]
             if out_dtype.kind == "f" and any(v.aval.dtype != out_dtype for v in node.inputs):
                 args = [f"{scalar_type(out_dtype)}({a})" for a in args]
             return f"{self.function(fn, out_dtype)}({', '.join(args)})"
         return "(" + template.format(*args, T=scalar_type(out_dtype)) + ")"
+
+    def positional(self, node: Node) -> str:
+        """A random sample, a function of its key and its element's flat index (fusion
+        places it only at elem level in a loop over its own shape)."""
+        axes = [self.subst.get(a, f"i{a}") for a in range(1 if self.flat else len(self.shape))]
+        args = [self.value(v, node, "elem") for v in node.inputs[1:]]
+        text, imports = sample_call(node, self.in_name[id(node.inputs[0])], axes, args)
+        self.imports |= imports
+        return text
 
     def column(self, labels: Var, k: int) -> str:
         """The column a row pick reads: labels[i0], wrapped like a NumPy index."""

@@ -1,0 +1,255 @@
+"""Random numbers from explicit keys (fastgrad.random): the counter-based primitives and the
+key functions and distributions built on them.
+
+A key is a uint32 array of shape (2,). Element i of a sample is Threefry-2x32 of the key and
+the counter (stream, i) (fastgrad.ops.threefry), so a fused loop computes it in place, with
+no array of random bits in memory, and every path gives the same bits. The primitives are
+"positional": their value depends on the element's flat index, so fusion places them only
+where the loop runs over exactly their shape (compiler.fusion).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import numpy as np
+
+from fastgrad.core.ir import Aval
+from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.tracing import Tracer, aval_of, bind, current_trace, static_error
+from fastgrad.ops import threefry
+from fastgrad.ops.base import astype, lift, shape_tuple
+from fastgrad.ops.elementwise import floor, less, maximum, minimum, where
+
+__all__: list[str] = []  # fastgrad.random lists the public names
+
+# Counter streams (the counter's first word), so that split and fold_in never give the
+# blocks a sample of the same key uses.
+SPLIT_STREAM = 2
+FOLD_STREAM = 3
+_MAX_ELEMENTS = 2**32  # the counter's second word is the element index
+
+# ---------------------------------------------------------------- records
+
+
+def check_key(key: Aval, what: str = "key") -> None:
+    if key.shape != (2,) or key.dtype != np.uint32:
+        raise TypeError(
+            f"{what} must be a uint32 array of shape (2,), made by fg.random.key(seed), "
+            f"split or fold_in; got {key.dtype.name}{list(key.shape)}"
+        )
+
+
+def _sample_eval(key: Aval, *rest: Aval, shape: tuple[int, ...], dtype: np.dtype, **_: Any) -> Aval:
+    check_key(key)
+    if math.prod(shape) > _MAX_ELEMENTS:
+        raise ValueError(f"a sample has at most 2^32 elements per key; shape {shape} has more")
+    return Aval(shape, dtype)
+
+
+def _format(args: list[str], params: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v.name if isinstance(v, np.dtype) else v}" for k, v in params.items())
+    return f"{args[0]}, {shown}" if len(args) == 1 else f"{', '.join(args)}, {shown}"
+
+
+def _positional(name: str, impl: Any, loop: str, names: tuple[str, ...]) -> Primitive:
+    # `loop` is formatted with K0, K1 (the key's words as uint64), I (the element's flat
+    # index as uint64), T (the output's scalar type) and the node's params; codegen imports
+    # `names` from fastgrad.ops.threefry.
+    return register(
+        Primitive(
+            name,
+            _sample_eval,
+            impl,
+            vjp=None,  # integers, or floats that depend on the key alone: no gradient
+            kind="elementwise",
+            domain=("key",),
+            format=lambda args, params: f"{name}({_format(args, params)})",
+            loop=loop,
+            extra={"positional": True, "imports": ("fastgrad.ops.threefry", names)},
+        )
+    )
+
+
+RANDOM_BITS = _positional(
+    "random_bits",
+    lambda key, base, *, shape, dtype, stream: threefry.bits_array(key, base, shape, stream),
+    "bits32({K0}, {K1}, np.uint64({stream}), np.uint64({1}), {I})",
+    ("bits32",),
+)
+
+
+def _sampler(name: str) -> Primitive:
+    def impl(key: np.ndarray, *, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        suffix = "f64" if dtype == np.float64 else "f32"
+        return threefry.sample_array(f"{name}_{suffix}", key, shape, dtype)
+
+    return _positional(
+        f"random_{name}",
+        impl,
+        f"{name}_{{T}}({{K0}}, {{K1}}, {{I}})",
+        (f"{name}_f64", f"{name}_f32"),
+    )
+
+
+RANDOM_UNIFORM = _sampler("uniform")
+RANDOM_NORMAL = _sampler("normal")
+
+# ---------------------------------------------------------------- argument checks
+
+
+def _key_arg(key: Any) -> Any:
+    """`key` checked; inside a trace a concrete key becomes a graph constant, so samples are
+    computed by the compiled function (fused) rather than frozen in at trace time."""
+    if not isinstance(key, Tracer):
+        key = np.asarray(key)
+        if key.dtype.kind in "iu" and key.shape == (2,) and key.dtype != np.uint32:
+            raise TypeError(f"key must have dtype uint32, got {key.dtype.name}")
+    check_key(aval_of(key))
+    return lift(key) if current_trace() is not None else key
+
+
+def _float_dtype(dtype: Any, what: str = "dtype") -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"{what} must be float32 or float64, got {dtype.name}")
+    return dtype
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    shape = shape_tuple(shape, "shape")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"shape must not have negative dimensions, got {shape}")
+    return shape
+
+
+# ---------------------------------------------------------------- keys
+
+
+def key(seed: Any) -> np.ndarray:
+    """A key from an integer seed: a uint32 array of shape (2,) (the seed's two 32-bit halves).
+
+    >>> key(42)
+    array([ 0, 42], dtype=uint32)
+    """
+    if isinstance(seed, Tracer):
+        raise static_error("seed", seed, "a Python int (make a key outside the traced function)")
+    seed = operator.index(seed) % 2**64  # a negative seed as its two's complement
+    return np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32)
+
+
+def random_bits(key: Any, shape: Any, stream: int = 0, base: Any = 0) -> Any:
+    """uint32 words: element i is word i % 2 of Threefry(key, (stream, base + i // 2))."""
+    key = _key_arg(key)
+    if not isinstance(base, Tracer):
+        base = np.uint32(operator.index(base) % 2**32)
+        base = lift(np.asarray(base)) if isinstance(key, Tracer) else np.asarray(base)
+    elif aval_of(base).shape != () or aval_of(base).dtype.kind not in "iu":
+        raise TypeError(f"data must be an integer scalar, got {aval_of(base)}")
+    else:
+        base = astype(base, np.uint32)
+    return bind(
+        RANDOM_BITS, key, base, shape=_shape(shape), dtype=np.dtype(np.uint32), stream=stream
+    )
+
+
+def split(key: Any, num: int = 2) -> Any:
+    """`num` new keys (an array of shape (num, 2)) that are independent of `key` and of each
+    other; use each for one purpose and `key` no more.
+
+    >>> k1, k2 = split(key(0))
+    >>> bool((k1 != k2).any())
+    True
+    """
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"split: num must be >= 0, got {num}")
+    return random_bits(key, (num, 2), stream=SPLIT_STREAM)
+
+
+def fold_in(key: Any, data: Any) -> Any:
+    """A new key from `key` and an integer `data` (a step number, a worker's index; it may
+    be traced): different data give independent keys.
+
+    >>> bool((fold_in(key(0), 1) != fold_in(key(0), 2)).any())
+    True
+    """
+    return random_bits(key, (2,), stream=FOLD_STREAM, base=data)
+
+
+def bits(key: Any, shape: Any = ()) -> Any:
+    """Uniformly random uint32 words of `shape`.
+
+    >>> bits(key(0), (2,)).dtype
+    dtype('uint32')
+    """
+    return random_bits(key, shape)
+
+
+# ---------------------------------------------------------------- distributions
+
+
+def uniform(
+    key: Any, shape: Any = (), dtype: Any = np.float64, minval: Any = 0.0, maxval: Any = 1.0
+) -> Any:
+    """Uniform floats in [minval, maxval) of `shape` (maxval itself only by rounding),
+    differentiable in minval and maxval.
+
+    >>> x = uniform(key(0), (1000,))
+    >>> bool((0 <= x).all() and (x < 1).all())
+    True
+    """
+    dtype = _float_dtype(dtype)
+    u = bind(RANDOM_UNIFORM, _key_arg(key), shape=_shape(shape), dtype=dtype)
+    if _is_default(minval, 0.0) and _is_default(maxval, 1.0):
+        return u
+    minval, maxval = astype(minval, dtype), astype(maxval, dtype)
+    # As JAX: rounding may not take a value below minval (it may reach maxval).
+    return maximum(minval, minval + u * (maxval - minval))
+
+
+def _is_default(value: Any, default: float) -> bool:
+    return not isinstance(value, Tracer) and np.ndim(value) == 0 and float(value) == default
+
+
+def normal(key: Any, shape: Any = (), dtype: Any = np.float64) -> Any:
+    """Standard normal floats of `shape` (scale and shift them for other means and
+    variances: gradients flow through that reparameterization).
+
+    >>> normal(key(0), (2, 3)).shape
+    (2, 3)
+    """
+    return bind(RANDOM_NORMAL, _key_arg(key), shape=_shape(shape), dtype=_float_dtype(dtype))
+
+
+def bernoulli(key: Any, p: Any = 0.5, shape: Any = None) -> Any:
+    """Booleans that are True with probability `p` (broadcast to `shape`, by default p's).
+
+    >>> bernoulli(key(0), 0.5, (3,)).dtype
+    dtype('bool')
+    """
+    p_aval = aval_of(p)
+    shape = p_aval.shape if shape is None else _shape(shape)
+    dtype = p_aval.dtype if p_aval.dtype.kind == "f" and not p_aval.weak else np.dtype(np.float64)
+    return less(uniform(key, shape, dtype), astype(p, dtype))
+
+
+def randint(key: Any, shape: Any, minval: Any, maxval: Any, dtype: Any = np.int64) -> Any:
+    """Integers in [minval, maxval) of `shape`, uniformly (minval where maxval <= minval).
+
+    Built on one float64 uniform per element: the bias is below (maxval - minval) / 2^53.
+
+    >>> x = randint(key(0), (100,), 3, 7)
+    >>> sorted(set(x.tolist()))
+    [3, 4, 5, 6]
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iu":
+        raise TypeError(f"randint: dtype must be an integer dtype, got {dtype.name}")
+    lo, hi = astype(minval, np.float64), astype(maxval, np.float64)
+    span = maximum(hi - lo, 0.0)
+    u = uniform(key, shape, np.float64)
+    offset = minimum(floor(u * span), maximum(span - 1.0, 0.0))
+    return astype(where(span > 0, lo + offset, lo), dtype)
