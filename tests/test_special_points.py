@@ -5,7 +5,7 @@ kinks, zeros, domain edges, huge, infinite and nan inputs, size-0 and size-1 axe
 composites of fastgrad.numpy list theirs in COMPOSITES below. At every point, in float32
 and float64:
 
-- the value matches the oracle (tests/oracle.py, mpmath: no code shared with fastgrad),
+- the value matches the oracle (tests/mpmath_oracle.py, mpmath: no code shared with fastgrad),
   and NumPy's inf/nan where it has no finite value;
 - the derivatives of orders 1, 2 and 3, taken by every sequence of modes (rev, fwd,
   rev-over-fwd, fwd-over-rev, rev-over-rev, fwd-over-fwd and the eight of order 3), match
@@ -31,7 +31,7 @@ import pytest
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-import oracle
+import mpmath_oracle as oracle
 from fastgrad.core.primitive import REGISTRY, Point, at
 from fastgrad.core.tracing import bind
 from fastgrad.testing import directional_derivative
@@ -44,6 +44,16 @@ MODES = {k: list(itertools.product(("rev", "fwd"), repeat=k)) for k in range(1, 
 # tanh' = 1 - tanh**2 lose what is below the rounding of 1 (tanh'(20) = 1.7e-17 is 0).
 RTOL = {np.float32: 1e-4, np.float64: 1e-11}
 EXEMPT = {"const": "a constant has no inputs"}
+# Ops and functions that came with numpy.linalg, scipy.special, x.at[...] and complex
+# numbers before this audit covered them: each still needs special points and an oracle.
+# Listed here so that the gap is visible; any op not listed (a new one) fails the
+# registry tests below. Remove a name when it gets its points.
+PENDING = set(
+    "beta betaln cholesky debug_print det digamma eigh erf erfc erfcinv erfinv gamma gammaln"
+    " i0e i1e inv log_ndtr ndtri pinv polygamma qr scatter scatter_max scatter_min"
+    " scatter_multiply slogdet solve svd triangular_solve"
+    " angle at conj conjugate imag real".split()
+)
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 
 
@@ -276,7 +286,9 @@ NUMPY_NAMES = {name for name in fnp.__all__ if getattr(np, name, None) is getatt
 
 
 def test_every_op_has_special_points():
-    missing = sorted(n for n, p in REGISTRY.items() if n not in EXEMPT and not p.special_points)
+    missing = sorted(
+        n for n, p in REGISTRY.items() if n not in EXEMPT.keys() | PENDING and not p.special_points
+    )
     assert not missing, (
         f"primitives without special points: {missing}. Add `special_points=` to each "
         "record, next to its `domain` (see fastgrad.core.primitive.Point and `at`): the "
@@ -285,15 +297,24 @@ def test_every_op_has_special_points():
     )
 
 
+def test_pending_lists_only_uncovered_names():
+    covered = {n for n, p in REGISTRY.items() if p.special_points} | set(COMPOSITES)
+    unknown = PENDING - set(REGISTRY) - set(fnp.__all__)
+    assert not (PENDING & covered) and not unknown, (
+        f"remove from PENDING: {sorted(PENDING & covered)} (covered), {sorted(unknown)} "
+        "(no such op or function)"
+    )
+
+
 def test_every_differentiable_op_has_an_oracle():
     missing = sorted(
         n
         for n, p in REGISTRY.items()
-        if n not in EXEMPT and p.vjp is not None and oracle.mp_function(n) is None
+        if n not in EXEMPT.keys() | PENDING and p.vjp is not None and oracle.mp_function(n) is None
     )
     assert not missing, (
         f"primitives without an oracle: {missing}. Write each again with mpmath in "
-        "tests/oracle.py (SCALAR for elementwise ops, ARRAY for the others)."
+        "tests/mpmath_oracle.py (SCALAR for elementwise ops, ARRAY for the others)."
     )
 
 
@@ -301,7 +322,7 @@ def test_every_numpy_function_is_covered():
     uncovered = []
     for name in fnp.__all__:
         fn = getattr(fnp, name)
-        if name in NUMPY_NAMES or name in REGISTRY or name in COMPOSITES:
+        if name in NUMPY_NAMES | PENDING or name in REGISTRY or name in COMPOSITES:
             continue
         if any(fn is getattr(fnp, other) for other in list(REGISTRY) + list(COMPOSITES)
                if hasattr(fnp, other)):  # fmt: skip
@@ -364,7 +385,9 @@ def cases(name: str, dtype: Any) -> list[Case]:
         op = lambda *a, _p=prim, **kw: bind(_p, *a, **kw)  # noqa: E731
         mp_op, pts = oracle.mp_function(name), prim.special_points
         if mp_op is None and prim.vjp is not None:
-            pytest.fail(f"{name} has no oracle: write it again with mpmath in tests/oracle.py")
+            pytest.fail(
+                f"{name} has no oracle: write it again with mpmath in tests/mpmath_oracle.py"
+            )
         scalar = [all(isinstance(a, float | bool | int) for a in pt.args) for pt in pts]
     out = []
     for seed, (pt, elementwise) in enumerate(zip(pts, scalar, strict=True)):
@@ -601,7 +624,7 @@ def groups(name: str, dtype: Any) -> list[list[Case]]:
 
 
 def _names() -> list[str]:
-    return sorted(n for n in REGISTRY if n not in EXEMPT) + sorted(COMPOSITES)
+    return sorted(n for n in REGISTRY if n not in EXEMPT.keys() | PENDING) + sorted(COMPOSITES)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

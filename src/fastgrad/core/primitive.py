@@ -79,6 +79,9 @@ class Primitive:
       edges, huge and non-finite values, size-0 and size-1 axes. Tests check the value and
       the derivatives at orders 1 to 3, in every mode, against an arbitrary-precision oracle
       there (tests/test_special_points.py); every op must list some.
+    - `effect` marks an op run for what it does (debug printing), not for its value: its
+      node is never pruned, merged or folded, and its first input is a token, the output
+      of the effect before it, so that effects run in program order (core.tracing).
     """
 
     name: str
@@ -96,6 +99,7 @@ class Primitive:
     loop: str | None = None
     special_points: tuple[Point, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    effect: bool = False
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"

@@ -30,7 +30,7 @@ from fastgrad.ops.base import (
 )
 
 __all__ = [
-    "abs", "absolute", "add", "array", "asarray", "astype", "ceil", "clip", "divide",
+    "abs", "absolute", "add", "astype", "ceil", "clip", "divide",
     "equal", "floor", "greater", "greater_equal", "isfinite", "isinf", "isnan", "less",
     "less_equal", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum",
     "minimum", "multiply", "negative", "not_equal", "reciprocal", "relu", "rint", "sign",
@@ -465,16 +465,6 @@ def where(condition: Any, x: Any, y: Any) -> Any:
         coerce(y, avals[2], dtype, shape, tracing),
     ]
     return bind(REGISTRY["where"], *args)
-
-
-def asarray(x: Any, dtype: Any = None) -> Any:
-    """A traced value stays traced; anything else becomes a NumPy array."""
-    if isinstance(x, Tracer):
-        return x if dtype is None else astype(x, dtype)
-    return np.asarray(x, dtype=dtype)
-
-
-array = asarray
 
 
 def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Any:

@@ -19,6 +19,7 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
+    astype,
     broadcast_to,
     coerce,
     lift,
@@ -29,8 +30,8 @@ from fastgrad.ops.base import (
 )
 
 __all__ = [
-    "broadcast_to", "concatenate", "expand_dims", "full_like", "ones_like", "ravel",
-    "reshape", "squeeze", "stack", "swapaxes", "transpose", "zeros_like",
+    "array", "asarray", "broadcast_to", "concatenate", "expand_dims", "full_like", "ones_like",
+    "ravel", "reshape", "squeeze", "stack", "swapaxes", "transpose", "zeros_like",
 ]  # fmt: skip
 
 # ---------------------------------------------------------------- records
@@ -319,6 +320,44 @@ def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
         raise ValueError(f"stack needs arrays of one shape, got {sorted(shapes)}")
     axis = normalize_axis(axis, aval_of(arrays[0]).ndim + 1)[0]
     return concatenate([expand_dims(a, axis) for a in arrays], axis)
+
+
+def _leaves(x: Any) -> list[Any]:
+    if isinstance(x, tuple | list):
+        return [leaf for e in x for leaf in _leaves(e)]
+    return [x]
+
+
+def _nested_stack(x: Any, dtype: np.dtype) -> Any:
+    if not isinstance(x, tuple | list):
+        return astype(x, dtype)
+    if not x:
+        raise ValueError("asarray: a list holding traced values cannot have an empty sublist")
+    return stack([_nested_stack(e, dtype) for e in x])
+
+
+def asarray(x: Any, dtype: Any = None) -> Any:
+    """`x` as an array: a traced value stays traced, nested lists (or tuples) holding
+    traced values are stacked into one (Python scalars in them take the traced values'
+    dtype), anything else becomes a NumPy array.
+
+    >>> import fastgrad as fg
+    >>> fg.jit(lambda a, b: asarray([[a, 0.0], [b * 2, 1.0]]))(np.float32(3), np.float32(4))
+    array([[3., 0.],
+           [8., 1.]], dtype=float32)
+    """
+    leaves = _leaves(x)
+    if isinstance(x, tuple | list) and any(isinstance(leaf, Tracer) for leaf in leaves):
+        out = _nested_stack(x, promote([aval_of(leaf) for leaf in leaves])[0])
+    elif isinstance(x, tuple | list):
+        # NumPy's own rules for nested lists of concrete values, including Python scalars.
+        out = np.asarray(x)
+    else:
+        out = x if isinstance(x, Tracer) else np.asarray(x)
+    return out if dtype is None else astype(out, dtype)
+
+
+array = asarray
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:

@@ -24,6 +24,11 @@ from fastgrad.ops.shape import ones_like
 
 __all__ = ["check_grads", "check_jvp", "check_vjp", "directional_derivative"]
 
+
+def __dir__() -> list[str]:
+    return list(__all__)  # fastgrad.testing.strategies is imported on its own (hypothesis)
+
+
 MODES = ("fwd", "rev")
 
 
