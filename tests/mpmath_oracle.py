@@ -153,6 +153,10 @@ def _logaddexp(x: Any, y: Any) -> Any:
     return big + mpmath.log(mpmath.exp(x - big) + mpmath.exp(y - big))
 
 
+def _ndtri(p: Any) -> Any:
+    return mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1)
+
+
 def _trunc(f: Callable[..., Any]) -> Callable[..., Any]:
     return lambda x: x if mpmath.isinf(x) else f(x)
 
@@ -202,6 +206,13 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "power_log": _power_log,
     "arctan2": mpmath.atan2,
     "logaddexp": _logaddexp,
+    # scipy.special (values at poles are SciPy's: see test_special_points.numpy_value).
+    # erfinv loses its precision near 1: erfcinv and ndtri are checked from 1e-10 up.
+    "erf": mpmath.erf,
+    "erfc": mpmath.erfc,
+    "erfinv": mpmath.erfinv,
+    "erfcinv": lambda y: mpmath.erfinv(1 - y),
+    "ndtri": _ndtri,
 }
 
 
