@@ -118,6 +118,7 @@ def test_piecewise_constant():
         assert_orders(op, (x,), [zeros, zeros, zeros])
         graph = fg.make_graph(fg.grad(lambda x, op=op: fnp.sum(op(x) * x)))(np.ones(3))
         assert op.__name__ not in {n.op.name for n in graph.nodes[-3:]}  # nothing flows back
+    assert_orders(fnp.angle, (x,), [zeros, zeros, zeros])  # 0 or pi on real numbers
 
 
 def test_where():

@@ -52,8 +52,7 @@ EXEMPT = {"const": "a constant has no inputs"}
 PENDING = set(
     "beta betaln cholesky debug_print det digamma eigh gamma gammaln i0e i1e inv log_ndtr"
     " pinv polygamma qr scatter scatter_max scatter_min"
-    " scatter_multiply slogdet solve svd triangular_solve"
-    " angle at conj conjugate imag real".split()
+    " scatter_multiply slogdet solve svd triangular_solve at".split()
 )
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 
@@ -280,6 +279,25 @@ COMPOSITES: dict[str, Composite] = {
         lambda x: oracle._mp_array(np.ones(np.shape(x), dtype=object)), (at(_V),)
     ),
     "asarray": Composite(lambda x: x, (at(_V), at(np.array(nan)))),
+    # Complex-number functions, on real numbers (the oracle has no -0.0: angle(-0.0) is pi).
+    **{
+        name: Composite(
+            _scalar(f),
+            tuple(at(x) for x in (0.0, -0.0, 1.5, -2.0, inf, -inf, nan)),
+            elementwise=True,
+        )
+        for name, f in (
+            ("real", lambda x: x),
+            ("conj", lambda x: x),
+            ("conjugate", lambda x: x),
+            ("imag", lambda x: mpmath.mpf(0)),
+        )
+    },
+    "angle": Composite(
+        _scalar(lambda x: x if mpmath.isnan(x) else mpmath.pi if x < 0 else mpmath.mpf(0)),
+        (at(0.0, convention="piecewise-constant"), at(1.5), at(-2.0), at(inf), at(-inf), at(nan)),
+        elementwise=True,
+    ),
     "array": Composite(lambda x: x, (at(_V),)),
 }
 # fastgrad.numpy names that are NumPy's own (constants, array creation).
