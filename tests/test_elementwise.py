@@ -118,12 +118,14 @@ def test_maximum_ties_split_gradient_like_jax():
     np.testing.assert_array_equal(fg.grad(lambda x: fnp.sum(fnp.relu(x)))(x - 2), [0, 0, 1])
 
 
-def test_power_edges_follow_jax():
+def test_power_edges():
+    # docs/conventions.md, power-at-zero-base: d/dx 0**0 is 0 (x**0 is 1 for every x);
+    # d/dy x**y at x == 0 is its limit, 0 for y > 0 (as JAX) and -inf at y == 0 (JAX: 0).
     g = fg.grad(lambda x, y: fnp.sum(x**y), argnums=(0, 1))(
-        np.array([0.0, 2.0]), np.array([0.0, 3.0])
+        np.array([0.0, 2.0, 0.0]), np.array([0.0, 3.0, 2.0])
     )
-    np.testing.assert_array_equal(g[0], [0.0, 12.0])
-    np.testing.assert_allclose(g[1], [0.0, 8 * np.log(2)])
+    np.testing.assert_array_equal(g[0], [0.0, 12.0, 0.0])
+    np.testing.assert_allclose(g[1], [-np.inf, 8 * np.log(2), 0.0])
 
 
 def test_stable_derived_functions():

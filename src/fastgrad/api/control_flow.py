@@ -197,7 +197,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
 
     >>> import fastgrad as fg
     >>> fg.fori_loop(0, 4, lambda i, x: x * 2.0 + i, 1.0)
-    array(22.)
+    array(27.)
     """
     if _is_static_int(lower) and _is_static_int(upper):
 

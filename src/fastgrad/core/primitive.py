@@ -10,7 +10,53 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fastgrad.core.ir import Aval
+
+
+@dataclass(frozen=True, eq=False)
+class Point:
+    """Inputs (and params) at which an op's derivatives are hard to get right.
+
+    `args` holds one value per input (a float, or an array; integer arrays are indices and
+    are not differentiated), `params` the op's params. `convention` names the row of
+    docs/conventions.md that fixes the derivative where it is not defined by the function
+    alone (a kink, a tie, a jump, an edge of the domain taken by convention).
+    """
+
+    args: tuple[Any, ...]
+    params: dict[str, Any] = field(default_factory=dict)
+    convention: str | None = None
+
+    def __repr__(self) -> str:
+        args = ", ".join(_short(a) for a in self.args)
+        params = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        return f"at({args}{params})"
+
+
+def _short(a: Any) -> str:
+    if isinstance(a, float | int):
+        return repr(a)
+    arr = np.asarray(a)
+    if arr.ndim == 0:
+        return repr(arr.item())
+    body = np.array2string(arr, threshold=8, separator=", ").replace("\n", "")
+    return f"{body}:{arr.dtype.name}[{','.join(map(str, arr.shape))}]"
+
+
+def at(*args: Any, convention: str | None = None, **params: Any) -> Point:
+    """A special point of an op: `at(0.0)`, `at(1.0, 1.0, convention="ties")`,
+    `at(x, axis=(0,), keepdims=False)`."""
+    return Point(tuple(args), dict(params), convention)
+
+
+def points(*entries: Any) -> tuple[Point, ...]:
+    """Special points of an elementwise op: each entry a number (one input), a tuple of
+    numbers (one per input), or a `Point` (`at(...)`, for one with a convention)."""
+    return tuple(
+        e if isinstance(e, Point) else at(*(e if isinstance(e, tuple) else (e,))) for e in entries
+    )
 
 
 @dataclass(eq=False)
@@ -29,6 +75,10 @@ class Primitive:
     - `loop` is an elementwise op's scalar expression inside a fused loop.
     - `domain` names, per input, the range tests sample from ("real" where empty; see
       fastgrad.testing.strategies).
+    - `special_points` are the `Point`s where the op is awkward: ties, kinks, zeros, domain
+      edges, huge and non-finite values, size-0 and size-1 axes. Tests check the value and
+      the derivatives at orders 1 to 3, in every mode, against an arbitrary-precision oracle
+      there (tests/test_special_points.py); every op must list some.
     - `effect` marks an op run for what it does (debug printing), not for its value: its
       node is never pruned, merged or folded, and its first input is a token, the output
       of the effect before it, so that effects run in program order (core.tracing).
@@ -47,6 +97,7 @@ class Primitive:
     # the output's scalar type, or "call:NAME" for a math function (see codegen.loops).
     ufunc: Any = None
     loop: str | None = None
+    special_points: tuple[Point, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     effect: bool = False
 

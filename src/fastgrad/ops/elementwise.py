@@ -11,13 +11,14 @@ JVP rules the tangents `t` (None where an input has none; see base.tangent_sum).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.primitive import REGISTRY, Point, Primitive, at, points, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
     apply_elementwise,
@@ -75,6 +76,7 @@ def elementwise(
     impl: Callable[..., Any] | None = None,
     loop: str | None = None,
     jvp: Callable[..., Any] | None = None,
+    special_points: tuple[Point, ...] = (),
 ) -> Primitive:
     fmt = None
     if name in _INFIX:
@@ -93,73 +95,124 @@ def elementwise(
             format=fmt,
             ufunc=ufunc,
             loop=loop or f"call:{name}",
+            special_points=special_points,
         )
     )
 
 
 # ---------------------------------------------------------------- records
 
+# Special points (see core.primitive.Point): where each op is checked at orders 1 to 3
+# against an arbitrary-precision oracle (tests/test_special_points.py). A point with a
+# `convention` is a kink, tie or jump: its derivative is the row of docs/conventions.md.
+inf, nan = math.inf, math.nan
+_NONFINITE = (inf, -inf, nan)
+_UNARY_BOOL = points(0.0, -0.0, 1.5, *_NONFINITE)
+_BINARY_BOOL = points((1.0, 1.0), (1.0, 2.0), (0.0, -0.0), (nan, nan), (inf, inf), (nan, 1.0))
+
 
 # fmt: off
 elementwise("negative", np.negative, lambda g, out, x: (-g,), loop="-{0}",
-            jvp=lambda t, out, x: -t[0])
+            jvp=lambda t, out, x: -t[0],
+            special_points=points(0.0, -0.0, 1.5, 1e308, *_NONFINITE))
 elementwise("square", np.square, lambda g, out, x: (g * x * 2,), loop="{0} * {0}",
-            jvp=lambda t, out, x: t[0] * x * 2)
+            jvp=lambda t, out, x: t[0] * x * 2,
+            special_points=points(0.0, -1.5, 1e20, 1e200, 1e-300, *_NONFINITE))
 elementwise("reciprocal", np.reciprocal, lambda g, out, x: (-g * out * out,), ("nonzero",),
             loop="{T}(1) / {0}",
-            jvp=lambda t, out, x: -t[0] * out * out)
+            jvp=lambda t, out, x: -t[0] * out * out,
+            special_points=points(0.0, -0.0, 2.0, -0.5, 1e-310, 1e300, *_NONFINITE))
+# abs'(0) = 0 = sign(0): see docs/conventions.md (JAX takes 1 there).
 elementwise("abs", np.abs, lambda g, out, x: (g * sign(x),), ("nonzero",),
-            jvp=lambda t, out, x: t[0] * sign(x))
+            jvp=lambda t, out, x: t[0] * sign(x),
+            special_points=points(at(0.0, convention="abs-at-zero"),
+                                  at(-0.0, convention="abs-at-zero"), 1.5, -1.5, *_NONFINITE))
 # fmt: on
 
-# Piecewise-constant functions: their derivative is zero wherever it exists.
+# Piecewise-constant functions: their derivative is zero wherever it exists, and taken as
+# zero at their jumps (a symbolic zero: no gradient flows through them).
 _zero = lambda g, out, *xs: (None,) * len(xs)  # noqa: E731
 _zero_jvp = lambda t, out, *xs: None  # noqa: E731
+_jump = functools.partial(at, convention="piecewise-constant")
 elementwise("sign", np.sign, _zero, loop="{T}({0} > 0) - {T}({0} < 0) if {0} == {0} else {0}",
-            jvp=_zero_jvp)  # fmt: skip
-elementwise("floor", np.floor, _zero, jvp=_zero_jvp)
-elementwise("ceil", np.ceil, _zero, jvp=_zero_jvp)
-elementwise("rint", np.rint, _zero, jvp=_zero_jvp)
+            jvp=_zero_jvp,
+            special_points=points(_jump(0.0), _jump(-0.0), 1.5, -2.0, *_NONFINITE))  # fmt: skip
+# fmt: off
+elementwise("floor", np.floor, _zero, jvp=_zero_jvp,
+            special_points=points(_jump(2.0), _jump(-0.0), 1.3, -1.3, *_NONFINITE))
+elementwise("ceil", np.ceil, _zero, jvp=_zero_jvp,
+            special_points=points(_jump(2.0), _jump(0.0), 1.3, -1.3, *_NONFINITE))
+elementwise("rint", np.rint, _zero, jvp=_zero_jvp,
+            special_points=points(_jump(2.5), _jump(-0.5), 2.0, 1.3, *_NONFINITE))
+# fmt: on
 
-# Predicates and logic give booleans, never differentiated.
-elementwise("isnan", np.isnan, None, loop="{0} != {0}")
-elementwise("isinf", np.isinf, None)
-elementwise("isfinite", np.isfinite, None)
-elementwise("logical_not", np.logical_not, None, loop="not {0}")
+# Predicates and logic give booleans, never differentiated: their points check values.
+elementwise("isnan", np.isnan, None, loop="{0} != {0}", special_points=_UNARY_BOOL)
+elementwise("isinf", np.isinf, None, special_points=_UNARY_BOOL)
+elementwise("isfinite", np.isfinite, None, special_points=_UNARY_BOOL)
+elementwise("logical_not", np.logical_not, None, loop="not {0}", special_points=_UNARY_BOOL)
 for _name, _symbol in (
     ("less", "<"), ("less_equal", "<="), ("greater", ">"),
     ("greater_equal", ">="), ("equal", "=="), ("not_equal", "!="),
 ):  # fmt: skip
-    elementwise(_name, getattr(np, _name), None, loop=f"{{0}} {_symbol} {{1}}")
-elementwise("logical_and", np.logical_and, None, loop="({0} != 0) & ({1} != 0)")
-elementwise("logical_or", np.logical_or, None, loop="({0} != 0) | ({1} != 0)")
-elementwise("logical_xor", np.logical_xor, None, loop="({0} != 0) != ({1} != 0)")
+    elementwise(_name, getattr(np, _name), None, loop=f"{{0}} {_symbol} {{1}}",
+                special_points=_BINARY_BOOL)  # fmt: skip
+# fmt: off
+elementwise("logical_and", np.logical_and, None, loop="({0} != 0) & ({1} != 0)",
+            special_points=_BINARY_BOOL)
+elementwise("logical_or", np.logical_or, None, loop="({0} != 0) | ({1} != 0)",
+            special_points=_BINARY_BOOL)
+elementwise("logical_xor", np.logical_xor, None, loop="({0} != 0) != ({1} != 0)",
+            special_points=_BINARY_BOOL)
+# fmt: on
 
 
 def _tie_weight(a: Any, b: Any) -> Any:
-    # JAX's rule: where a == b the cotangent is split equally between the two operands.
-    return where(a > b, 1.0, where(a == b, 0.5, 0.0)).astype(a.dtype)
+    """d maximum(a, b) / da: 1 where a > b, 0 where a < b, and, as in JAX, 0.5 at a tie
+    (the cotangent is split equally). nan where either is nan: maximum's value there is nan
+    whatever the other operand, so it has no derivative."""
+    w = where(a > b, 1.0, where(a < b, 0.0, where(a == b, 0.5, math.nan)))
+    return w.astype(a.dtype)
+
+
+_TIES = tuple(
+    at(x, y, convention="maximum-minimum-ties")
+    for x, y in ((1.0, 1.0), (0.0, -0.0), (inf, inf), (-inf, -inf))
+)
+_MAXMIN_POINTS = _TIES + points((1.0, 2.0), (2.0, 1.0), (inf, 1.0), (-inf, 1.0), (nan, 1.0),
+                                (1.0, nan), (nan, nan))  # fmt: skip
 
 
 # Binary. A JVP sums one term per input that has a tangent (see tangent_sum).
+_ARITHMETIC_POINTS = points((1.0, 2.0), (0.0, -0.0), (inf, inf), (inf, -inf), (-inf, 1.0),
+                            (1e308, 1e308), (1e20, 1e20), (nan, 1.0), (1.0, nan))  # fmt: skip
 # fmt: off
 elementwise("add", np.add, lambda g, out, x, y: (g, g), loop="{0} + {1}",
-            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx, lambda ty: ty))
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx, lambda ty: ty),
+            special_points=_ARITHMETIC_POINTS)
 elementwise("subtract", np.subtract, lambda g, out, x, y: (g, -g), loop="{0} - {1}",
-            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx, lambda ty: -ty))
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx, lambda ty: -ty),
+            special_points=_ARITHMETIC_POINTS)
 elementwise("multiply", np.multiply, lambda g, out, x, y: (g * y, g * x), loop="{0} * {1}",
-            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * y, lambda ty: x * ty))
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * y, lambda ty: x * ty),
+            special_points=_ARITHMETIC_POINTS + points((0.0, 0.0), (0.0, inf), (1e200, 1e200),
+                                                       (1e-200, 1e-200), (2.0, -3.0)))
 elementwise("divide", np.divide, lambda g, out, x, y: (g / y, -g * out / y), ("real", "nonzero"),
             loop="{0} / {1}",
-            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx / y, lambda ty: -ty * out / y))
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx / y, lambda ty: -ty * out / y),
+            special_points=_ARITHMETIC_POINTS + points((1.0, 0.0), (0.0, 0.0), (-1.0, -0.0),
+                                                       (1.0, inf), (inf, 2.0), (1e300, 1e-300),
+                                                       (1e-300, 1e300), (3.0, -4.0)))
 elementwise("maximum", np.maximum,
             lambda g, out, x, y: (g * _tie_weight(x, y), g * _tie_weight(y, x)),
             jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _tie_weight(x, y),
-                                                  lambda ty: ty * _tie_weight(y, x)))
+                                                  lambda ty: ty * _tie_weight(y, x)),
+            special_points=_MAXMIN_POINTS)
 elementwise("minimum", np.minimum,
             lambda g, out, x, y: (g * _tie_weight(y, x), g * _tie_weight(x, y)),
             jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _tie_weight(y, x),
-                                                  lambda ty: ty * _tie_weight(x, y)))
+                                                  lambda ty: ty * _tie_weight(x, y)),
+            special_points=_MAXMIN_POINTS)
 # fmt: on
 
 
@@ -185,6 +238,15 @@ register(
         domain=("bool", "real", "real"),
         ufunc=np.where,
         loop="{1} if {0} else {2}",
+        # The selected operand's derivative is 1, even where it is nan or inf.
+        special_points=(
+            at(True, 1.5, -2.0),
+            at(False, 1.5, -2.0),
+            at(True, 1.5, nan),
+            at(False, 1.5, inf),
+            at(True, nan, 1.0, convention="where"),
+            at(False, 1.0, -inf, convention="where"),
+        ),
     )
 )
 
@@ -211,6 +273,13 @@ register(
         kind="elementwise",
         format=lambda args, params: f"{args[0]}.astype({params['dtype'].name})",
         loop="{T}({0})",
+        special_points=(
+            *(at(x, dtype=np.dtype(np.float64)) for x in (0.5, 1e-30, *_NONFINITE)),
+            # Rounding to float32 is taken as the identity, so its derivative is 1.
+            *(at(x, dtype=np.dtype(np.float32)) for x in (0.5, 0.1, 1e39, *_NONFINITE)),
+            *(at(x, dtype=np.dtype(np.int64)) for x in (2.7, -2.7)),
+            at(0.5, dtype=np.dtype(np.bool_)),
+        ),
     )
 )
 
@@ -231,6 +300,7 @@ STOP_GRADIENT = register(
         kind="elementwise",
         format=_stop_gradient_format,
         loop="{0}",
+        special_points=tuple(at(x, convention="stop-gradient") for x in (0.0, 1.5, *_NONFINITE)),
     )
 )
 
@@ -407,8 +477,8 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Any:
 
 
 def relu(x: Any) -> Any:
-    """max(x, 0), with gradient 0 at x == 0 as in JAX."""
-    return where(greater(x, 0), x, 0)
+    """max(x, 0) (nan at nan, as NumPy's maximum), with derivative 0 at x == 0 as in JAX."""
+    return where(equal(x, 0), 0, maximum(x, 0))
 
 
 def stop_gradient(x: Any, name: str | None = None) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.primitive import REGISTRY, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import lift, reshape
 from fastgrad.ops.shape import format_slice, slice_array
@@ -84,6 +84,13 @@ def _format_gather(args: list[str], params: dict[str, Any]) -> str:
     return f"{args[0]}[{format_index(args, params['index'], 1)}]"
 
 
+# Special points: repeated indices (their cotangents add up), negative and empty index
+# arrays, infinities and nan in the gathered values.
+_X = np.array([[1.5, -2.0, 0.5, 4.0], [3.0, np.inf, np.nan, -0.5], [0.0, 2.0, 1.0, -1.0]])
+_I = np.array([0, 2, 2, 1])
+_J = np.array([3, 1, 1, -4])
+_BOTH = (("array", 0), ("array", 1))
+
 register(
     Primitive(
         "gather",
@@ -97,6 +104,12 @@ register(
         lambda t, out, x, *idx, index: gather(t[0], idx, index),
         kind="other",
         format=_format_gather,
+        special_points=(
+            at(_X, _I, _J, index=_BOTH),
+            at(_X, np.arange(3), np.array([1, 1, 2]), index=_BOTH),  # the row-pick pattern
+            at(_X, np.array([[1, 1], [0, 2]]), index=(("slice", 0, 3, 1), ("array", 0))),
+            at(_X, np.zeros(0, np.int64), index=(("array", 0),)),
+        ),
     )
 )
 register(
@@ -110,6 +123,11 @@ register(
         ),
         lambda t, out, x, *idx, shape, index: scatter_add(t[0], idx, shape, index),
         kind="other",
+        special_points=(
+            at(_X[0], _I, _J, shape=(3, 4), index=_BOTH),
+            at(_X[1, :3], np.arange(3), np.array([1, 1, 2]), shape=(3, 4), index=_BOTH),
+            at(np.zeros(0), np.zeros(0, np.int64), shape=(3,), index=(("array", 0),)),
+        ),
     )
 )
 

@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.core.ir import Aval
+from fastgrad.core.primitive import REGISTRY, Primitive, at, points, register
+from fastgrad.core.tracing import bind
 from fastgrad.ops.base import apply_elementwise, tangent_sum
-from fastgrad.ops.elementwise import abs, elementwise, maximum, subtract, where
+from fastgrad.ops.elementwise import abs, elementwise, maximum, where
 
 __all__ = [
     "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "cbrt", "cos",
@@ -30,84 +33,215 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
+# Special points (see core.primitive.Point): zeros, domain edges, huge arguments (near
+# overflow in float32 and float64), infinities and nan.
+inf, nan = math.inf, math.nan
+_NONFINITE = (inf, -inf, nan)
+_LOG_POINTS = points(1.0, 0.5, 1e-300, 5e-324, 1e-40, 1e300, 0.0, -0.0, -1.0, *_NONFINITE)
+
+
+def _nan_below(x: Any, bound: float) -> Any:
+    """x, plus nan where x < bound: outside its domain a function is nan, and so must its
+    derivatives be, at every order (log'(-1) is not -1). Added, not selected: a selected
+    constant nan would have zero derivatives."""
+    return x + where(x < bound, math.nan, 0.0).astype(x.dtype)
+
+
+def _arccosh_d(x: Any) -> Any:
+    x = _nan_below(x, 1)
+    return sqrt(x * x - 1)
+
+
 # Unary float functions: d/dx, written with the output `out` where that is cheaper. The VJP
 # (first line) scales the cotangent `g` by it, the JVP (second line) the tangent `t[0]`,
 # never None for an op with one input.
 # fmt: off
 elementwise("exp", np.exp, lambda g, out, x: (g * out,),
-            jvp=lambda t, out, x: t[0] * out)
+            jvp=lambda t, out, x: t[0] * out,
+            special_points=points(0.0, 1.0, -745.0, -800.0, 88.0, 89.0, 709.0, 710.0,
+                                  *_NONFINITE))
 elementwise("exp2", np.exp2, lambda g, out, x: (g * out * math.log(2),),
-            jvp=lambda t, out, x: t[0] * out * math.log(2))
+            jvp=lambda t, out, x: t[0] * out * math.log(2),
+            # Not in [1024, 1025.6): there exp2 overflows but its derivatives (computed
+            # from it) would not.
+            special_points=points(0.0, 1.5, -1074.0, -1100.0, 127.5, 1023.25, 1100.0,
+                                  *_NONFINITE))
 elementwise("expm1", np.expm1, lambda g, out, x: (g * (out + 1),),
-            jvp=lambda t, out, x: t[0] * (out + 1))
-elementwise("log", np.log, lambda g, out, x: (g / x,), ("positive",),
-            jvp=lambda t, out, x: t[0] / x)
-elementwise("log2", np.log2, lambda g, out, x: (g / (x * math.log(2)),), ("positive",),
-            jvp=lambda t, out, x: t[0] / (x * math.log(2)))
-elementwise("log10", np.log10, lambda g, out, x: (g / (x * math.log(10)),), ("positive",),
-            jvp=lambda t, out, x: t[0] / (x * math.log(10)))
-elementwise("log1p", np.log1p, lambda g, out, x: (g / (x + 1),), ("above_minus_one",),
-            jvp=lambda t, out, x: t[0] / (x + 1))
-elementwise("sqrt", np.sqrt, lambda g, out, x: (g / (out * 2),), ("positive",),
-            jvp=lambda t, out, x: t[0] / (out * 2))
+            jvp=lambda t, out, x: t[0] * (out + 1),
+            special_points=points(0.0, 1e-20, -1.5, -50.0, 88.0, 709.0, 710.0, *_NONFINITE))
+elementwise("log", np.log, lambda g, out, x: (g / _nan_below(x, 0),), ("positive",),
+            jvp=lambda t, out, x: t[0] / _nan_below(x, 0), special_points=_LOG_POINTS)
+elementwise("log2", np.log2, lambda g, out, x: (g / (_nan_below(x, 0) * math.log(2)),),
+            ("positive",),
+            jvp=lambda t, out, x: t[0] / (_nan_below(x, 0) * math.log(2)),
+            special_points=_LOG_POINTS)
+elementwise("log10", np.log10, lambda g, out, x: (g / (_nan_below(x, 0) * math.log(10)),),
+            ("positive",),
+            jvp=lambda t, out, x: t[0] / (_nan_below(x, 0) * math.log(10)),
+            special_points=_LOG_POINTS)
+elementwise("log1p", np.log1p, lambda g, out, x: (g / _nan_below(x + 1, 0),),
+            ("above_minus_one",),
+            jvp=lambda t, out, x: t[0] / _nan_below(x + 1, 0),
+            special_points=points(0.0, 1e-20, -0.5, -0.999999, -1.0, -2.0, 1e300,
+                                  *_NONFINITE))
+# sqrt(-0.0) is -0.0: adding +0.0 makes it +0.0, so sqrt'(-0.0) is +inf, as at +0.0.
+elementwise("sqrt", np.sqrt, lambda g, out, x: (g / (out * 2 + 0.0),), ("positive",),
+            jvp=lambda t, out, x: t[0] / (out * 2 + 0.0),
+            special_points=points(0.0, -0.0, 4.0, 1e-300, 5e-324, 1e300, -1.0, *_NONFINITE))
 elementwise("cbrt", np.cbrt, lambda g, out, x: (g / (out * out * 3),), ("nonzero",),
-            jvp=lambda t, out, x: t[0] / (out * out * 3))
+            jvp=lambda t, out, x: t[0] / (out * out * 3),
+            special_points=points(0.0, -8.0, 27.0, 1e-300, -1e300, *_NONFINITE))
 elementwise("sin", np.sin, lambda g, out, x: (g * cos(x),),
-            jvp=lambda t, out, x: t[0] * cos(x))
+            jvp=lambda t, out, x: t[0] * cos(x),
+            special_points=points(0.0, 1.5, math.pi / 2, 1e22, *_NONFINITE))
 elementwise("cos", np.cos, lambda g, out, x: (-g * sin(x),),
-            jvp=lambda t, out, x: -t[0] * sin(x))
+            jvp=lambda t, out, x: -t[0] * sin(x),
+            special_points=points(0.0, 1.5, math.pi, 1e22, *_NONFINITE))
 elementwise("tan", np.tan, lambda g, out, x: (g * (out * out + 1),), ("unit",),
-            jvp=lambda t, out, x: t[0] * (out * out + 1))
+            jvp=lambda t, out, x: t[0] * (out * out + 1),
+            special_points=points(0.0, 1.0, 1.5707963, -1.5707963267948966, *_NONFINITE))
 elementwise("arcsin", np.arcsin, lambda g, out, x: (g / sqrt(1 - x * x),), ("unit",),
-            jvp=lambda t, out, x: t[0] / sqrt(1 - x * x))
+            jvp=lambda t, out, x: t[0] / sqrt(1 - x * x),
+            special_points=points(0.0, 0.5, 1.0, -1.0, 1.5, *_NONFINITE))
 elementwise("arccos", np.arccos, lambda g, out, x: (-g / sqrt(1 - x * x),), ("unit",),
-            jvp=lambda t, out, x: -t[0] / sqrt(1 - x * x))
+            jvp=lambda t, out, x: -t[0] / sqrt(1 - x * x),
+            special_points=points(0.0, 0.5, 1.0, -1.0, -1.5, *_NONFINITE))
 elementwise("arctan", np.arctan, lambda g, out, x: (g / (x * x + 1),),
-            jvp=lambda t, out, x: t[0] / (x * x + 1))
+            jvp=lambda t, out, x: t[0] / (x * x + 1),
+            special_points=points(0.0, 1.0, 1e20, 1e300, *_NONFINITE))
 elementwise("sinh", np.sinh, lambda g, out, x: (g * cosh(x),),
-            jvp=lambda t, out, x: t[0] * cosh(x))
+            jvp=lambda t, out, x: t[0] * cosh(x),
+            special_points=points(0.0, 1.5, 89.0, 710.0, 711.0, -711.0, *_NONFINITE))
 elementwise("cosh", np.cosh, lambda g, out, x: (g * sinh(x),),
-            jvp=lambda t, out, x: t[0] * sinh(x))
+            jvp=lambda t, out, x: t[0] * sinh(x),
+            special_points=points(0.0, 1.5, 89.0, 710.0, 711.0, -711.0, *_NONFINITE))
 elementwise("tanh", np.tanh, lambda g, out, x: (g * (1 - out * out),),
-            jvp=lambda t, out, x: t[0] * (1 - out * out))
+            jvp=lambda t, out, x: t[0] * (1 - out * out),
+            special_points=points(0.0, 0.5, 10.0, 20.0, -20.0, 400.0, *_NONFINITE))
 elementwise("arcsinh", np.arcsinh, lambda g, out, x: (g / sqrt(x * x + 1),),
-            jvp=lambda t, out, x: t[0] / sqrt(x * x + 1))
-elementwise("arccosh", np.arccosh, lambda g, out, x: (g / sqrt(x * x - 1),), ("above_one",),
-            jvp=lambda t, out, x: t[0] / sqrt(x * x - 1))
-elementwise("arctanh", np.arctanh, lambda g, out, x: (g / (1 - x * x),), ("unit",),
-            jvp=lambda t, out, x: t[0] / (1 - x * x))
+            jvp=lambda t, out, x: t[0] / sqrt(x * x + 1),
+            special_points=points(0.0, 1.0, 1e20, -1e300, *_NONFINITE))
+elementwise("arccosh", np.arccosh, lambda g, out, x: (g / _arccosh_d(x),), ("above_one",),
+            jvp=lambda t, out, x: t[0] / _arccosh_d(x),
+            special_points=points(1.0, 2.0, 1e20, 1e300, 0.5, *_NONFINITE))
+elementwise("arctanh", np.arctanh, lambda g, out, x: (g / _nan_below(1 - x * x, 0),),
+            ("unit",),
+            jvp=lambda t, out, x: t[0] / _nan_below(1 - x * x, 0),
+            special_points=points(0.0, 0.5, -0.999, 1.0, -1.0, 1.5, *_NONFINITE))
 elementwise("sigmoid", np.exp, lambda g, out, x: (g * out * (1 - out),), impl=_sigmoid,
-            jvp=lambda t, out, x: t[0] * out * (1 - out))
+            jvp=lambda t, out, x: t[0] * out * (1 - out),
+            special_points=points(0.0, 2.0, -40.0, 40.0, -800.0, 800.0, *_NONFINITE))
 # fmt: on
-# fmt: on
 
 
-def _power_vjp(g: Any, out: Any, x: Any, y: Any) -> tuple[Any, Any]:
-    # Follows JAX at the edges: d/dx is 0 at x == y == 0 (not 0 * inf), d/dy is 0 where
-    # x == 0. Elsewhere the plain formula, so that second derivatives stay exact.
-    gx = g * where((x == 0) & (y == 0), 0.0, y * power(x, y - 1))
-    gy = g * out * log(where(x == 0, 1.0, x))
-    return gx, gy
+# power and its derivatives. d/dx x**y = y x**(y-1) and d/dy x**y = x**y log(x); their own
+# derivatives bring powers of log(x), so the y-derivatives go through `power_log`, the
+# function x**y log(x)**k, whose derivatives are again of that form:
+#   d/dx power_log(x, y, k) = y power_log(x, y-1, k) + k power_log(x, y-1, k-1)
+#   d/dy power_log(x, y, k) = power_log(x, y, k+1)
+# with power_log(x, y, 0) = x**y. At x == 0, y > 0 it is 0 (the limit: x**y wins over
+# log(x)**k), so every derivative at a zero base is the true one (0, or +-inf where it
+# diverges) at every order, with no 0 * inf. The term y * p(x, y-1) is exactly 0 where
+# y == 0 (d/dx x**0 = 0 for every x): at x == 0 its factor would be inf, so the base is
+# replaced there by a safe 1 *inside* the term. A masked value must never be able to make
+# inf or nan: differentiated again, its zero cotangent would meet it as 0 * inf.
 
 
-def _power_jvp(t: Any, out: Any, x: Any, y: Any) -> Any:
-    # The same partial derivatives as _power_vjp, with the same edges.
+def _power_or_log(x: Any, y: Any, k: int) -> Any:
+    return power(x, y) if k == 0 else bind(REGISTRY["power_log"], x, y, k=k)
+
+
+def _d_power_dx(x: Any, y: Any, k: int) -> Any:
+    """d/dx of x**y log(x)**k."""
+    safe_x = where((x == 0) & (y == 0), 1.0, x)
+    d = y * _power_or_log(safe_x, y - 1, k)
+    return d if k == 0 else d + _power_or_log(x, y - 1, k - 1) * k
+
+
+def _power_log_vjp(g: Any, out: Any, x: Any, y: Any, *, k: int = 0) -> tuple[Any, Any]:
+    return g * _d_power_dx(x, y, k), g * _power_or_log(x, y, k + 1)
+
+
+def _power_log_jvp(t: Any, out: Any, x: Any, y: Any, *, k: int = 0) -> Any:
     return tangent_sum(
-        t,
-        lambda tx: tx * where((x == 0) & (y == 0), 0.0, y * power(x, y - 1)),
-        lambda ty: ty * out * log(where(x == 0, 1.0, x)),
+        t, lambda tx: tx * _d_power_dx(x, y, k), lambda ty: ty * _power_or_log(x, y, k + 1)
     )
 
 
+def _power_log_impl(x: np.ndarray, y: np.ndarray, *, k: int) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        out = np.asarray(np.power(x, y) * np.log(x) ** k)
+        # The limits where x**y goes to 0 faster than log(x)**k grows.
+        vanish = ((x == 0) & (y > 0)) | ((x == np.inf) & (y < 0))
+    return np.where(vanish, np.zeros((), out.dtype), out)
+
+
+def _power_log_eval(x: Aval, y: Aval, *, k: int) -> Aval:
+    if x.shape != y.shape or x.dtype != y.dtype or x.dtype.kind != "f":
+        raise TypeError(f"power_log needs two float operands of one type, got {x} and {y}")
+    return Aval(x.shape, x.dtype, weak=x.weak and y.weak)
+
+
+_POWER_POINTS = points(
+    # A zero base with integer and non-integer exponents, negative ones included.
+    (0.0, 0.0), (0.0, 1.0), (0.0, 2.0), (0.0, 3.0), (0.0, 0.5), (0.0, 1.5), (0.0, 2.5),
+    (0.0, -1.0), (0.0, -0.5), (-0.0, 2.0),
+    (2.0, 0.0), (2.0, 1.0), (2.0, 0.5), (-2.0, 2.0), (-2.0, 3.0), (-2.0, 0.5), (1.0, 3.5),
+    (1e200, 2.0), (10.0, 400.0), (0.5, 2000.0),
+    (inf, 2.0), (inf, -1.0), (inf, 0.0), (2.0, inf), (0.5, inf), (2.0, -inf),
+    (nan, 0.0), (1.0, nan), (nan, 2.0), (2.0, nan),
+)  # fmt: skip
+
+_POWER_LOG_POINTS = (
+    (0.0, 0.0), (0.0, 1.0), (0.0, 2.0), (0.0, 0.5), (0.0, -1.0), (1.0, 2.0), (0.5, 3.0),
+    (3.0, -1.5), (-2.0, 2.0), (inf, -1.0), (inf, 2.0), (nan, 1.0), (2.0, nan),
+)  # fmt: skip
+
 # fmt: off
-elementwise("power", np.power, _power_vjp, ("positive", "real"), loop="{0} ** {1}",
-            jvp=_power_jvp)
-elementwise("arctan2", np.arctan2,
-            lambda g, out, y, x: (g * x / (x * x + y * y), -g * y / (x * x + y * y)),
-            ("real", "positive"),  # away from the branch cut along x < 0
-            jvp=lambda t, out, y, x: tangent_sum(t, lambda ty: ty * x / (x * x + y * y),
-                                                  lambda tx: -tx * y / (x * x + y * y)))
+elementwise("power", np.power, _power_log_vjp, ("positive", "real"), loop="{0} ** {1}",
+            jvp=_power_log_jvp, special_points=_POWER_POINTS)
 # fmt: on
+register(
+    Primitive(
+        "power_log",
+        _power_log_eval,
+        _power_log_impl,
+        _power_log_vjp,
+        _power_log_jvp,
+        kind="other",  # no loop expression: a library call of the NumPy reference
+        domain=("positive", "real"),
+        format=lambda args, params: f"{args[0]} ** {args[1]} * log({args[0]}) ** {params['k']}",
+        special_points=tuple(at(x, y, k=k) for k in (1, 2) for x, y in _POWER_LOG_POINTS),
+    )
+)
+
+
+def _arctan2_d(a: Any, y: Any, x: Any) -> Any:
+    """a / (x**2 + y**2), scaled by max(|x|, |y|) so that the squares neither underflow
+    (1e-200) nor overflow (1e200). The scale cancels exactly, so its own derivatives add
+    nothing."""
+    s = maximum(abs(x), abs(y))
+    xs, ys = x / s, y / s
+    return (a / s) / ((xs * xs + ys * ys) * s)
+
+
+# fmt: off
+elementwise("arctan2", np.arctan2,
+            lambda g, out, y, x: (g * _arctan2_d(x, y, x), -g * _arctan2_d(y, y, x)),
+            ("real", "positive"),  # away from the branch cut along x < 0
+            jvp=lambda t, out, y, x: tangent_sum(t, lambda ty: ty * _arctan2_d(x, y, x),
+                                                  lambda tx: -tx * _arctan2_d(y, y, x)),
+            special_points=points((1.0, 2.0), (1.0, -2.0), (-1.0, -2.0), (0.0, 1.0),
+                                  (1e200, 1e200), (1e-200, 1e-200), (inf, 1.0), (1.0, inf),
+                                  (1.0, -inf), (inf, inf), (nan, 1.0), (1.0, nan)))
+elementwise("logaddexp", np.logaddexp,
+            lambda g, out, x, y: (g * sigmoid(x - y), g * sigmoid(y - x)),
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * sigmoid(x - y),
+                                                  lambda ty: ty * sigmoid(y - x)),
+            special_points=points((0.3, 0.3), (0.0, 0.0), (1.0, 2.0), (1000.0, 0.0),
+                                  (-1000.0, 0.0), (1e300, 1e300), (40.0, -40.0), (inf, 1.0),
+                                  (-inf, 1.0), (inf, inf), (-inf, -inf), (inf, -inf),
+                                  (nan, 1.0), (1.0, nan)))
 # fmt: on
 
 
@@ -235,9 +369,9 @@ def arctan2(x: Any, y: Any) -> Any:
 
 
 def logaddexp(x: Any, y: Any) -> Any:
-    """log(exp(x) + exp(y)) without overflow."""
-    big = maximum(x, y)
-    return big + log1p(exp(-abs(subtract(x, y))))
+    """log(exp(x) + exp(y)) without overflow (NumPy's value); its derivatives are
+    sigmoid(x - y) and sigmoid(y - x), smooth at x == y at every order."""
+    return apply_elementwise("logaddexp", x, y)
 
 
 def softplus(x: Any) -> Any:
@@ -246,4 +380,5 @@ def softplus(x: Any) -> Any:
 
 
 def log_sigmoid(x: Any) -> Any:
+    """log(sigmoid(x)) = -softplus(-x), without overflow."""
     return -softplus(-x)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.primitive import REGISTRY, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
     broadcast_shapes,
@@ -31,6 +31,8 @@ from fastgrad.ops.shape import ravel, transpose
 __all__ = ["dot", "matmul", "outer", "tensordot", "vdot"]
 
 # ---------------------------------------------------------------- records
+
+_A = np.array([[1.5, -2.0, 0.5], [3.0, 0.0, -1.0]])
 
 
 def _matmul_eval(a: Aval, b: Aval) -> Aval:
@@ -55,6 +57,16 @@ register(
         lambda t, out, a, b: tangent_sum(t, lambda ta: matmul(ta, b), lambda tb: matmul(a, tb)),
         kind="other",
         format=format_infix("@"),
+        # Size-0 and size-1 contractions, zeros, infinities and nan.
+        special_points=(
+            at(_A, _A.T),
+            at(_A[:, :1], _A[:1]),
+            at(np.zeros((2, 0)), np.zeros((0, 3))),
+            at(np.zeros((0, 2)), _A[:, :1] * 0.0),
+            at(_A.reshape(2, 1, 3), _A.reshape(2, 3, 1)),
+            at(np.array([[0.0, np.inf]]), np.array([[1.0], [2.0]])),
+            at(np.array([[np.nan, 1.0]]), np.array([[0.0], [2.0]])),
+        ),
     )
 )
 

@@ -15,12 +15,21 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.primitive import REGISTRY, Point, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import astype, broadcast_to, normalize_axis, reshape, sum
-from fastgrad.ops.elementwise import divide, isfinite, square, stop_gradient, subtract, where
+from fastgrad.ops.elementwise import (
+    abs,
+    add,
+    divide,
+    isfinite,
+    square,
+    stop_gradient,
+    subtract,
+    where,
+)
 from fastgrad.ops.math import exp, log, sqrt
-from fastgrad.ops.shape import squeeze
+from fastgrad.ops.shape import concatenate, ones_like, squeeze, transpose
 
 __all__ = [
     "amax", "amin", "argmax", "argmin", "log_softmax", "logsumexp", "max", "mean", "min",
@@ -86,20 +95,40 @@ def _extremum_jvp(t: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: 
 def _prod_others(x: Any, axis: tuple[int, ...]) -> Any:
     """For each element of `x`, the product of the other elements of its slice along `axis`.
 
-    out / x fails where x has zeros. The product of the other elements is: out / x with no
-    zero in the slice; the product of the nonzeros at the single zero; 0 otherwise. Exact to
-    first order everywhere; its own derivative is exact away from zeros only
-    (test_reductions_on_random_shapes_and_axes).
+    No division (out / x fails at zeros, and its derivative is wrong at them): the reduced
+    axes are moved last and flattened, and `_others_last` builds the products from a tree
+    of pairwise products. Made of multiplies, slices and reshapes only, so it is exact with
+    zeros, infinities and nan anywhere, and so are its derivatives at every order.
     """
-    is_zero = x == 0
-    zeros = _unreduce(sum(is_zero, axis=axis, keepdims=True), x.shape, axis, True)
-    nonzero_prod = prod(where(is_zero, 1.0, x), axis=axis, keepdims=True)
-    nonzero_prod = _unreduce(nonzero_prod, x.shape, axis, True)
-    return where(
-        zeros == 0,
-        nonzero_prod / where(is_zero, 1.0, x),
-        where((zeros == 1) & is_zero, nonzero_prod, 0.0),
-    )
+    shape = x.shape
+    kept = [a for a in range(len(shape)) if a not in axis]
+    order = kept + list(axis)
+    n = math.prod(shape[a] for a in axis)
+    rows = reshape(transpose(x, order), (math.prod(shape[a] for a in kept), n))
+    others = reshape(_others_last(rows), tuple(shape[a] for a in order))
+    return transpose(others, tuple(np.argsort(order).tolist()))
+
+
+def _others_last(x: Any) -> Any:
+    """For a (m, n) array, the product of the other entries of each row, per entry."""
+    m, n = x.shape
+    if n <= 1:
+        return ones_like(x)
+    levels = 1 << (n - 1).bit_length()  # n padded with ones to a power of two
+    if levels > n:  # fewer than n ones are needed: levels < 2n
+        x = concatenate([x, ones_like(x[:, : levels - n])], axis=1)
+    # Going up: products of blocks of 2, 4, ... entries.
+    blocks = [x]
+    while blocks[-1].shape[1] > 1:
+        pairs = reshape(blocks[-1], (m, blocks[-1].shape[1] // 2, 2))
+        blocks.append(pairs[:, :, 0] * pairs[:, :, 1])
+    # Going down: the product outside each block, times its sibling's product.
+    outside = ones_like(blocks[-1])
+    for level in reversed(blocks[:-1]):
+        half = level.shape[1] // 2
+        pairs = reshape(level, (m, half, 2))
+        outside = reshape(reshape(outside, (m, half, 1)) * pairs[:, :, ::-1], (m, 2 * half))
+    return outside[:, :n]
 
 
 def _prod_vjp(g: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
@@ -111,7 +140,11 @@ def _prod_jvp(t: Any, out: Any, x: Any, *, axis: tuple[int, ...], keepdims: bool
 
 
 def reduction(
-    name: str, impl: Callable[..., Any], vjp: Callable[..., Any], jvp: Callable[..., Any]
+    name: str,
+    impl: Callable[..., Any],
+    vjp: Callable[..., Any],
+    jvp: Callable[..., Any],
+    special_points: tuple[Point, ...],
 ) -> Primitive:
     return register(
         Primitive(
@@ -122,14 +155,41 @@ def reduction(
             jvp,
             kind="reduction",
             format=_reduce_format(name),
+            special_points=special_points,
         )
     )
 
 
-reduction("sum", np.sum, _sum_vjp, _sum_jvp)
-reduction("max", np.max, _extremum_vjp, _extremum_jvp)
-reduction("min", np.min, _extremum_vjp, _extremum_jvp)
-reduction("prod", np.prod, _prod_vjp, _prod_jvp)
+# Special points: size-1 and size-0 axes, zeros, ties, infinities and nan.
+inf, nan = math.inf, math.nan
+_ARR = np.array([[1.5, -2.0, 0.5], [3.0, 0.25, -1.0]])
+
+
+def _over(x: Any, *axes: tuple[int, ...], keepdims: bool = False, **kw: Any) -> list[Point]:
+    x = np.asarray(x, dtype=np.float64)
+    return [at(x, axis=a, keepdims=keepdims, **kw) for a in axes]
+
+
+_SHAPES = [
+    *_over(_ARR, (0,), (1,), (0, 1)),
+    *_over(_ARR, (1,), keepdims=True),
+    *_over(np.array(2.5), ()),  # a 0-d array: nothing to reduce
+    *_over([[0.5, -1.5, 2.0]], (0,)),  # a size-1 axis
+    *_over(np.array([[inf, 1.0], [-inf, 2.0], [nan, 3.0]]), (1,)),
+]
+_EMPTY = [*_over(np.zeros((0, 3)), (0,), (0, 1)), *_over(np.zeros((2, 0)), (0,))]
+_TIES = [
+    at(np.array(x), axis=a, keepdims=False, convention="max-min-reduction-ties")
+    for x, a in (([1.0, 3.0, 3.0, 0.0], (0,)), ([[2.0, 2.0, 2.0], [1.0, -1.0, 1.0]], (1,)),
+                 ([inf, inf, 1.0], (0,)), ([-inf, -inf], (0,)))
+]  # fmt: skip
+_ZEROS = _over(np.array([[2.0, 0.0, 3.0, 0.5, 1.5], [0.0, 0.0, 4.0, 1.0, 1.0]]), (1,), (0, 1))
+_ZEROS += _over(np.array([[0.0, inf, 2.0], [0.0, 1e200, 1e200]]), (1,))
+
+reduction("sum", np.sum, _sum_vjp, _sum_jvp, tuple(_SHAPES + _EMPTY))
+reduction("max", np.max, _extremum_vjp, _extremum_jvp, tuple(_SHAPES + _TIES))
+reduction("min", np.min, _extremum_vjp, _extremum_jvp, tuple(_SHAPES + _TIES))
+reduction("prod", np.prod, _prod_vjp, _prod_jvp, tuple(_SHAPES + _EMPTY + _ZEROS))
 
 
 def _arg_eval(x: Aval, *, axis: int | None) -> Aval:
@@ -147,6 +207,16 @@ for _name in ("argmax", "argmin"):
             functools.partial(lambda f, x, *, axis: f(x, axis=axis), getattr(np, _name)),
             None,
             kind="reduction",
+            # Ties go to the first index, a nan wins, as in NumPy.
+            special_points=tuple(
+                at(np.array(x), axis=a)
+                for x, a in (
+                    ([1.0, 3.0, 3.0], None),
+                    ([[1.0, nan], [2.0, 2.0]], 1),
+                    ([[-inf, inf, 0.0]], None),
+                    ([[0.5], [0.5]], 0),
+                )
+            ),  # fmt: skip
         )
     )
 
@@ -196,6 +266,13 @@ def var(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
 
 
 def std(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
+    """Standard deviation over `axis`; its derivative is exactly 0 over one element."""
+    shape = aval_of(x).shape
+    if ddof == 0 and math.prod(shape[a] for a in normalize_axis(axis, len(shape))) == 1:
+        # One element per slice: the deviation is identically 0 (nan if the value is not
+        # finite, as in NumPy). sqrt(var) would put sqrt'(0) = inf into the derivative;
+        # |x - mean| has the same value and the true derivative, 0, at every order.
+        return sum(abs(subtract(x, mean(x, axis, keepdims=True))), axis, keepdims)
     return sqrt(var(x, axis, keepdims, ddof))
 
 
@@ -226,9 +303,8 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     >>> float(logsumexp(np.array([1000.0, 1000.0])))  # naive exp overflows here
     1000.6931471805599
     """
-    shift = stop_gradient(max(x, axis, keepdims=True))
-    shift = where(isfinite(shift), shift, 0.0)
-    out = log(sum(exp(subtract(x, shift)), axis, keepdims=True)) + shift
+    shift = _shift(x, axis)
+    out = add(log(sum(exp(subtract(x, shift)), axis, keepdims=True)), shift)
     if not keepdims:
         out = squeeze(out, normalize_axis(axis, aval_of(x).ndim))
     return out
@@ -236,8 +312,15 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 def softmax(x: Any, axis: Any = -1) -> Any:
     """exp(x) / sum(exp(x)) over `axis`, shifted by a stop_gradient'ed maximum."""
-    unnormalized = exp(subtract(x, stop_gradient(max(x, axis, keepdims=True))))
-    return unnormalized / sum(unnormalized, axis, keepdims=True)
+    unnormalized = exp(subtract(x, _shift(x, axis)))
+    return divide(unnormalized, sum(unnormalized, axis, keepdims=True))
+
+
+def _shift(x: Any, axis: Any) -> Any:
+    """The maximum over `axis`, stop_gradient'ed (the result does not depend on it), or 0
+    where it is not finite: x - inf would make nan of the entries that are not inf."""
+    shift = stop_gradient(max(x, axis, keepdims=True))
+    return where(isfinite(shift), shift, 0.0)
 
 
 def log_softmax(x: Any, axis: Any = -1) -> Any:

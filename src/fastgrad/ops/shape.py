@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.primitive import REGISTRY, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
     astype,
@@ -35,6 +35,11 @@ __all__ = [
 ]  # fmt: skip
 
 # ---------------------------------------------------------------- records
+
+# Special points: size-0 and size-1 axes, 0-d arrays, infinities and nan. These ops are
+# linear, so their derivatives are the same everywhere; the points check the shapes.
+_M = np.array([[1.5, -2.0, 0.5], [3.0, np.inf, np.nan]])
+_EMPTY = np.zeros((0, 3))
 
 
 def _broadcast_eval(x: Aval, *, shape: tuple[int, ...]) -> Aval:
@@ -64,6 +69,13 @@ register(
         _broadcast_vjp,
         lambda t, out, x, *, shape: broadcast_to(t[0], shape),
         kind="structural",
+        special_points=(
+            at(_M[:, :1], shape=(2, 4)),
+            at(_M[1], shape=(2, 2, 3)),
+            at(np.array(2.5), shape=(2, 3)),
+            at(_M[:1], shape=(0, 3)),
+            at(_EMPTY, shape=(2, 0, 3)),
+        ),
     )
 )
 
@@ -82,6 +94,12 @@ register(
         lambda g, out, x, *, shape: (reshape(g, x.shape),),
         lambda t, out, x, *, shape: reshape(t[0], shape),
         kind="structural",
+        special_points=(
+            at(_M, shape=(3, 2)),
+            at(_M[:1, :1], shape=()),
+            at(np.array(2.5), shape=(1, 1)),
+            at(_EMPTY, shape=(3, 0)),
+        ),
     )
 )
 
@@ -100,6 +118,11 @@ register(
         lambda g, out, x, *, axes: (transpose(g, tuple(np.argsort(axes).tolist())),),
         lambda t, out, x, *, axes: transpose(t[0], axes),
         kind="structural",
+        special_points=(
+            at(_M, axes=(1, 0)),
+            at(_M.reshape(2, 1, 3), axes=(2, 0, 1)),
+            at(_EMPTY.reshape(0, 3, 1), axes=(1, 2, 0)),
+        ),
     )
 )
 
@@ -144,6 +167,12 @@ register(
         lambda g, out, x, *, index: (slice_scatter(g, x.shape, index),),
         lambda t, out, x, *, index: slice_array(t[0], index),
         kind="structural",
+        special_points=(
+            at(_M, index=((1, 2, 1), (0, 3, 2))),
+            at(_M, index=((1, -1, -1), (2, -1, -1))),  # x[::-1, ::-1]
+            at(_M, index=((0, 0, 1), (0, 3, 1))),  # an empty slice
+            at(_EMPTY, index=((0, 0, 1), (1, 3, 1))),
+        ),
         format=lambda args, params: (
             f"{args[0]}[{', '.join(format_slice(*t) for t in params['index'])}]"
         ),
@@ -157,6 +186,11 @@ register(
         lambda g, out, x, *, shape, index: (slice_array(g, index),),
         lambda t, out, x, *, shape, index: slice_scatter(t[0], shape, index),
         kind="structural",
+        special_points=(
+            at(_M[:1, ::2], shape=(2, 3), index=((1, 2, 1), (0, 3, 2))),
+            at(_M[:, ::-1], shape=(2, 3), index=((1, -1, -1), (2, -1, -1))),
+            at(_EMPTY, shape=(2, 3), index=((0, 0, 1), (0, 3, 1))),
+        ),
     )
 )
 
@@ -201,6 +235,11 @@ register(
         _concat_vjp,
         _concat_jvp,
         kind="structural",
+        special_points=(
+            at(_M, _M[:, :1], axis=1),
+            at(_M, _EMPTY, _M[:1], axis=0),
+            at(_EMPTY, _EMPTY, axis=0),
+        ),
     )
 )
 

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.special as sp
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.primitive import REGISTRY, Point, Primitive, points, register
 from fastgrad.core.tracing import Tracer, aval_of, bind, is_python_scalar
 from fastgrad.ops.base import (
     astype,
@@ -79,15 +79,30 @@ def special(
     vjp: Callable[..., Any],
     jvp: Callable[..., Any],
     domain: tuple[str, ...],
+    special_points: tuple[Point, ...],
 ) -> Primitive:
     """Register an elementwise function computed by SciPy as a library call (kind "other":
     a fused loop has no scalar version of it)."""
     return register(
-        Primitive(name, _same_float_eval(name), _scipy_impl(fn), vjp, jvp, domain=domain)
+        Primitive(
+            name,
+            _same_float_eval(name),
+            _scipy_impl(fn),
+            vjp,
+            jvp,
+            domain=domain,
+            special_points=special_points,
+        )
     )
 
 
-def _unary(name: str, fn: Any, derivative: Callable[[Any, Any], Any], domain: str) -> None:
+def _unary(
+    name: str,
+    fn: Any,
+    derivative: Callable[[Any, Any], Any],
+    domain: str,
+    special_points: tuple[Point, ...],
+) -> None:
     """A one-operand function whose derivative is `derivative(out, x)`."""
     special(
         name,
@@ -95,7 +110,16 @@ def _unary(name: str, fn: Any, derivative: Callable[[Any, Any], Any], domain: st
         lambda g, out, x: (g * derivative(out, x),),
         lambda t, out, x: t[0] * derivative(out, x),
         (domain,),
+        special_points,
     )
+
+
+# Special points (see core.primitive.Point): poles, edges of the domain, where the value
+# under- or overflows, tiny and huge arguments, infinities and nan. The gamma, beta, Bessel
+# and log_ndtr records have none yet (PENDING in tests/test_special_points.py).
+inf, nan = math.inf, math.nan
+_NONFINITE = (inf, -inf, nan)
+_ERF = points(0.0, -0.0, 0.5, -3.0, 6.0, 30.0, 1e-300, *_NONFINITE)
 
 
 def _i1e_derivative(out: Any, x: Any) -> Any:
@@ -105,17 +129,21 @@ def _i1e_derivative(out: Any, x: Any) -> Any:
 
 
 # fmt: off
-_unary("erf", sp.erf, lambda out, x: exp(-x * x) * (2 / _SQRT_PI), "real")
-_unary("erfc", sp.erfc, lambda out, x: exp(-x * x) * (-2 / _SQRT_PI), "real")
-_unary("erfinv", sp.erfinv, lambda out, x: exp(out * out) * (_SQRT_PI / 2), "unit")
-_unary("erfcinv", sp.erfcinv, lambda out, x: exp(out * out) * (-_SQRT_PI / 2), "below_two")
-_unary("ndtri", sp.ndtri, lambda out, x: exp(out * out * 0.5) * _SQRT_2PI, "unit_interval")
-_unary("log_ndtr", sp.log_ndtr, lambda out, x: exp(-x * x * 0.5 - out) / _SQRT_2PI, "real")
-_unary("gammaln", sp.gammaln, lambda out, x: digamma(x), "positive")
-_unary("digamma", sp.digamma, lambda out, x: polygamma(1, x), "positive")
-_unary("gamma", sp.gamma, lambda out, x: out * digamma(x), "positive")
-_unary("i0e", sp.i0e, lambda out, x: i1e(x) - sign(x) * out, "real")
-_unary("i1e", sp.i1e, _i1e_derivative, "real")
+_unary("erf", sp.erf, lambda out, x: exp(-x * x) * (2 / _SQRT_PI), "real", _ERF)
+_unary("erfc", sp.erfc, lambda out, x: exp(-x * x) * (-2 / _SQRT_PI), "real",
+       points(0.0, 0.5, -3.0, 6.0, 26.5, 30.0, -30.0, *_NONFINITE))
+_unary("erfinv", sp.erfinv, lambda out, x: exp(out * out) * (_SQRT_PI / 2), "unit",
+       points(0.0, 0.5, -0.999999, 1.0, -1.0, 1.5, 1e-300, *_NONFINITE))
+_unary("erfcinv", sp.erfcinv, lambda out, x: exp(out * out) * (-_SQRT_PI / 2), "below_two",
+       points(1.0, 0.5, 1.5, 2e-10, 0.0, 2.0, 2.5, -0.5, *_NONFINITE))
+_unary("ndtri", sp.ndtri, lambda out, x: exp(out * out * 0.5) * _SQRT_2PI, "unit_interval",
+       points(0.5, 0.25, 1e-10, 0.0, 1.0, 1.5, *_NONFINITE))
+_unary("log_ndtr", sp.log_ndtr, lambda out, x: exp(-x * x * 0.5 - out) / _SQRT_2PI, "real", ())
+_unary("gammaln", sp.gammaln, lambda out, x: digamma(x), "positive", ())
+_unary("digamma", sp.digamma, lambda out, x: polygamma(1, x), "positive", ())
+_unary("gamma", sp.gamma, lambda out, x: out * digamma(x), "positive", ())
+_unary("i0e", sp.i0e, lambda out, x: i1e(x) - sign(x) * out, "real", ())
+_unary("i1e", sp.i1e, _i1e_derivative, "real", ())
 # fmt: on
 
 
@@ -129,6 +157,7 @@ special(
     _polygamma_vjp,
     lambda t, out, n, x: None if t[1] is None else t[1] * polygamma(n + 1, x),
     ("order", "positive"),
+    (),
 )
 
 
@@ -152,8 +181,8 @@ def _log_beta_rule(scale: Callable[[Any], Any]) -> tuple[Callable[..., Any], Cal
     return vjp, jvp
 
 
-special("beta", sp.beta, *_log_beta_rule(lambda out: out), ("positive", "positive"))
-special("betaln", sp.betaln, *_log_beta_rule(lambda out: 1.0), ("positive", "positive"))
+special("beta", sp.beta, *_log_beta_rule(lambda out: out), ("positive", "positive"), ())
+special("betaln", sp.betaln, *_log_beta_rule(lambda out: 1.0), ("positive", "positive"), ())
 
 
 # ---------------------------------------------------------------- the primitives' functions

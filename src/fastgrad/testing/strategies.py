@@ -77,7 +77,7 @@ def arrays(
 # Smooth ops with a "real" domain that cannot blow up on bounded inputs.
 _UNARY = ["negative", "sin", "cos", "tanh", "arctan", "sigmoid", "square", "exp", "sinh",
           "arcsinh", "log", "sqrt", "log1p", "reciprocal", "arcsin", "abs", "cosh"]  # fmt: skip
-_BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power"]
+_BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "logaddexp"]
 _REDUCE = ["sum", "max", "min", "mean", "prod", "logsumexp"]
 
 

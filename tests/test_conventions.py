@@ -1,0 +1,302 @@
+"""One test per row of docs/conventions.md: the derivative at kinks, ties, jumps, edges of
+the domain and non-finite values, at orders 1 to 3, in every mode combination, in float32
+and float64.
+
+`test_the_table_and_the_tests_agree` keeps the doc, these tests and the ops' special
+points (their `convention=` names) in step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.core.primitive import REGISTRY
+from fastgrad.testing import directional_derivative
+from test_special_points import COMPOSITES
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "conventions.md"
+DTYPES = [np.float32, np.float64]
+inf, nan = np.inf, np.nan
+
+
+def modes_of(k: int) -> list[tuple[str, ...]]:
+    return list(itertools.product(("rev", "fwd"), repeat=k))
+
+
+def assert_orders(
+    fun: Any, args: Any, expected: Any, dirs: Any = None, u: Any = None, dtypes: Any = DTYPES
+) -> None:
+    """`expected[k-1]` is the k-th derivative of `fun` at `args` along `dirs` (one tuple
+    per order; default: ones for every argument), per element for an elementwise `fun`
+    or contracted with `u`; checked in every mode combination and both float dtypes."""
+    for dtype in dtypes:
+        with np.errstate(over="ignore"):  # beyond float32's range: inf
+            xs = tuple(np.asarray(a, dtype=dtype) for a in args)
+        ds = [tuple(np.ones_like(x) for x in xs)] * len(expected) if dirs is None else dirs
+        ds = [tuple(np.asarray(d, dtype=dtype) for d in level) for level in ds]
+        uu = None if u is None else np.asarray(u, dtype=dtype)
+        for k, want in enumerate(expected, start=1):
+            for modes in modes_of(k):
+                got = directional_derivative(fun, xs, ds[:k], modes, uu)
+                np.testing.assert_allclose(
+                    got, want, rtol=1e-6, atol=1e-6, equal_nan=True,
+                    err_msg=f"order {k} by {'-over-'.join(reversed(modes))}, {dtype.__name__}",
+                )  # fmt: skip
+
+
+def test_abs_at_zero():
+    x = [0.0, -0.0]
+    assert_orders(fnp.abs, (x,), [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    # The same as abs written as maximum(x, -x), whose tie splits.
+    assert_orders(lambda x: fnp.maximum(x, -x), (x,), [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    np.testing.assert_array_equal(fg.grad(lambda x: fnp.sum(fnp.abs(x)))(np.array([-2.0, 3.0])),
+                                  [-1.0, 1.0])  # fmt: skip
+
+
+def test_relu_at_zero():
+    assert_orders(fnp.relu, ([0.0, -0.0],), [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert_orders(fnp.relu, ([2.0, -2.0],), [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    np.testing.assert_array_equal(fnp.relu(np.array([nan, -inf, inf])), [nan, 0.0, inf])
+
+
+def test_maximum_minimum_ties():
+    x = np.array([1.0, 0.0, inf, -inf])
+    y = np.array([1.0, -0.0, inf, -inf])
+    zeros = np.zeros(4)
+    for op in (fnp.maximum, fnp.minimum):
+        assert_orders(lambda x, op=op: op(x, y), (x,), [np.full(4, 0.5), zeros, zeros])
+        assert_orders(lambda y, op=op: op(x, y), (y,), [np.full(4, 0.5), zeros, zeros])
+        # Mixed second and third derivatives are 0 too.
+        ones = np.ones(4)
+        assert_orders(op, (x, y), [ones, zeros, zeros],
+                      dirs=[(ones, ones), (ones, -ones), (-ones, ones)])  # fmt: skip
+    gx, gy = fg.grad(lambda x, y: fnp.sum(fnp.maximum(x, y)), argnums=(0, 1))(
+        np.array([1.0, 2.0, 3.0]), np.full(3, 2.0)
+    )
+    np.testing.assert_array_equal(gx, [0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(gy, [1.0, 0.5, 0.0])
+
+
+def test_max_min_reduction_ties():
+    x = np.array([1.0, 3.0, 3.0, 0.0])
+    np.testing.assert_array_equal(fg.grad(fnp.max)(x), [0.0, 0.5, 0.5, 0.0])
+    np.testing.assert_array_equal(fg.hessian(fnp.max)(x), np.zeros((4, 4)))
+    m = np.array([[2.0, 2.0, 2.0], [1.0, -1.0, 1.0], [inf, inf, 0.0]])
+    g = fg.grad(lambda m: fnp.sum(fnp.min(m, axis=1)))(m)
+    np.testing.assert_allclose(g, [[1 / 3] * 3, [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    g = fg.grad(lambda m: fnp.sum(fnp.max(m, axis=1)))(m)
+    np.testing.assert_allclose(g, [[1 / 3] * 3, [0.5, 0.0, 0.5], [0.5, 0.5, 0.0]])
+    # Every order, every mode: along v the derivative is the mean of v over the ties.
+    v = np.array([0.5, 1.0, -2.0, 4.0])
+    assert_orders(fnp.max, (x,), [-0.5, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
+    assert_orders(fnp.min, (-x,), [-0.5, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
+
+
+def test_clip_at_bounds():
+    x = np.array([0.0, 1.0, 0.5, -1.0])
+    lo, hi = np.zeros(4), np.ones(4)
+    zeros = np.zeros(4)
+    assert_orders(lambda x: fnp.clip(x, lo, hi), (x,), [[0.5, 0.5, 1.0, 0.0], zeros, zeros])
+    assert_orders(lambda lo: fnp.clip(x, lo, hi), (lo,), [[0.5, 0.0, 0.0, 1.0], zeros, zeros])
+    assert_orders(lambda hi: fnp.clip(x, lo, hi), (hi,), [[0.0, 0.5, 0.0, 0.0], zeros, zeros])
+    g = fg.grad(lambda x: fnp.sum(fnp.clip(x, 0.0, 1.0)))(x)  # Python-scalar bounds
+    np.testing.assert_array_equal(g, [0.5, 0.5, 1.0, 0.0])
+
+
+def test_piecewise_constant():
+    x = [0.0, -0.0, 2.0, 2.5, -0.5, 1.3, inf, -inf, nan]
+    zeros = np.zeros(len(x))
+    for op in (fnp.sign, fnp.floor, fnp.ceil, fnp.rint):
+        assert_orders(op, (x,), [zeros, zeros, zeros])
+        graph = fg.make_graph(fg.grad(lambda x, op=op: fnp.sum(op(x) * x)))(np.ones(3))
+        assert op.__name__ not in {n.op.name for n in graph.nodes[-3:]}  # nothing flows back
+    assert_orders(fnp.angle, (x,), [zeros, zeros, zeros])  # 0 or pi on real numbers
+
+
+def test_where():
+    c = np.array([True, False, True, False])
+    x = np.array([nan, 1.0, inf, 2.0])
+    y = np.array([1.0, nan, 3.0, -inf])
+    zeros = np.zeros(4)
+    assert_orders(lambda x: fnp.where(c, x, y), (x,), [c.astype(float), zeros, zeros])
+    assert_orders(lambda y: fnp.where(c, x, y), (y,), [(~c).astype(float), zeros, zeros])
+    # The unselected operand's infinite derivative, times 0, is nan: guard the operand.
+    z = np.array([0.0, 4.0])
+    naive = fg.grad(lambda x: fnp.sum(fnp.where(x > 0, fnp.sqrt(x), 0.0)))(z)
+    assert np.isnan(naive[0]) and naive[1] == 0.25
+    safe = fg.grad(lambda x: fnp.sum(fnp.where(x > 0, fnp.sqrt(fnp.where(x > 0, x, 1.0)), 0.0)))(z)
+    np.testing.assert_array_equal(safe, [0.0, 0.25])
+
+
+def test_stop_gradient():
+    x = [0.0, 1.5, inf, nan]
+    zeros = np.zeros(4)
+    assert_orders(fnp.stop_gradient, (x,), [zeros, zeros, zeros])
+    assert_orders(lambda x: x * fnp.stop_gradient(x), ([3.0],), [[3.0], [0.0], [0.0]])
+
+
+def test_std_of_equal_values():
+    # n > 1 equal values: the spread is a cone, no derivative.
+    assert np.all(np.isnan(fg.grad(fnp.std)(np.array([1.0, 1.0, 1.0]))))
+    # One value: std is identically 0, and so are its derivatives (issue 11, case 3).
+    for x, axis in ((np.float64(2.0), None), (np.ones((1, 3)), 0), (np.ones((2, 1)), 1)):
+        f = lambda x, axis=axis: fnp.sum(fnp.std(x, axis=axis))  # noqa: E731
+        np.testing.assert_array_equal(fg.grad(f)(x), np.zeros_like(x))
+        np.testing.assert_array_equal(fg.hessian(f)(x), np.zeros(np.shape(x) * 2))
+        v = np.ones_like(x) * 0.75
+        assert_orders(f, (x,), [0.0, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
+    assert np.isnan(fnp.std(np.array([inf])))  # NumPy's value
+    # var has a derivative there: 0 over equal values.
+    np.testing.assert_array_equal(fg.grad(fnp.var)(np.array([1.0, 1.0])), [0.0, 0.0])
+
+
+def test_power_at_zero_base():
+    y = np.array([0.0, 1.0, 2.0, 3.0, 0.5, 1.5, -1.0])
+    x = np.zeros_like(y)
+    dx = [[0.0, 1.0, 0.0, 0.0, inf, 0.0, -inf],
+          [0.0, 0.0, 2.0, 0.0, -inf, inf, inf],
+          [0.0, 0.0, 0.0, 6.0, inf, -inf, -inf]]  # fmt: skip
+    assert_orders(lambda x: fnp.power(x, y), (x,), dx)
+    dy = [[-inf, 0.0, 0.0, 0.0, 0.0, 0.0, -inf], [inf, 0.0, 0.0, 0.0, 0.0, 0.0, inf]]
+    assert_orders(lambda y: fnp.power(x, y), (y,), dy)
+    # Issue 11, case 2: x**0 is 1, so every derivative in x is 0, in every mode.
+    f = lambda x: fnp.power(x, 0.0)  # noqa: E731
+    assert float(fg.grad(fg.grad(f))(0.0)) == 0.0
+    assert float(fg.grad(lambda x: fg.jvp(f, (x,), (1.0,))[1])(0.0)) == 0.0
+    assert float(fg.jvp(fg.grad(f), (0.0,), (1.0,))[1]) == 0.0
+    assert float(fg.grad(fg.grad(fg.grad(f)))(0.0)) == 0.0
+
+
+def test_logaddexp_infinities():
+    x = np.array([inf, -inf, inf, -inf, inf])
+    y = np.array([inf, -inf, 1.0, 1.0, -inf])
+    np.testing.assert_array_equal(fnp.logaddexp(x, y), np.logaddexp(x, y))
+    second = [nan, nan, 0.0, 0.0, 0.0]
+    assert_orders(lambda x: fnp.logaddexp(x, y), (x,), [[nan, nan, 1.0, 0.0, 1.0], second, second])
+    assert_orders(lambda y: fnp.logaddexp(x, y), (y,), [[nan, nan, 0.0, 1.0, 0.0]])
+    # Issue 11, case 1: at a tie the Hessian is s(1-s) [[1, -1], [-1, 1]], s = 1/2.
+    h = fg.hessian(lambda z: fnp.logaddexp(z[0], z[1]))(np.array([0.3, 0.3]))
+    np.testing.assert_allclose(h, [[0.25, -0.25], [-0.25, 0.25]], rtol=1e-15)
+    one, zero = np.ones(1), np.zeros(1)
+    ex, ey = (one, zero), (zero, one)  # d/dx, then d/dy, then d/dx: 1/2, -1/4, 0
+    assert_orders(fnp.logaddexp, ([0.3], [0.3]), [[0.5], [-0.25], [0.0]], dirs=[ex, ey, ex])
+    assert_orders(fnp.logaddexp, ([0.3], [0.3]), [[0.5], [0.25], [0.0]], dirs=[ex, ex, ex])
+    assert_orders(fnp.softplus, ([0.0],), [[0.5], [0.25], [0.0]])
+    assert_orders(fnp.log_sigmoid, ([0.0],), [[0.5], [-0.25], [0.0]])
+
+
+def test_outside_domain():
+    for op, x in ((fnp.log, -1.0), (fnp.log2, -1.0), (fnp.log10, -inf), (fnp.log1p, -2.0),
+                  (fnp.arctanh, 2.0), (fnp.arccosh, 0.5), (fnp.arccosh, -2.0),
+                  (fnp.sqrt, -1.0), (fnp.arcsin, 2.0), (fnp.arccos, -2.0)):  # fmt: skip
+        assert np.isnan(op(x))
+        assert_orders(op, ([x],), [[nan], [nan], [nan]])
+
+
+def test_nan_inputs():
+    x = np.array([nan, 1.0])
+    assert_orders(lambda x: fnp.sum(x), (x,), [1.5, 0.0, 0.0], dirs=[(np.array([1.0, 0.5]),)] * 3,
+                  u=1.0)  # fmt: skip
+    assert_orders(lambda x: x * 2.0, ([nan],), [[2.0], [0.0], [0.0]])
+    assert_orders(fnp.floor, ([nan],), [[0.0], [0.0], [0.0]])
+    for op in (lambda x: fnp.maximum(x, 1.0), lambda x: fnp.minimum(x, 1.0), fnp.relu,
+               lambda x: fnp.clip(x, 0.0, 1.0), fnp.exp, fnp.tanh, fnp.abs):  # fmt: skip
+        assert_orders(op, ([nan],), [[nan]])
+    assert np.all(np.isnan(fg.grad(fnp.max)(np.array([1.0, nan]))))
+
+
+def test_infinite_inputs():
+    assert_orders(fnp.exp, ([-inf, inf],), [[0.0, inf], [0.0, inf], [0.0, inf]])
+    assert_orders(fnp.arctan, ([inf, -inf],), [[0.0, 0.0]])  # then inf/inf: nan
+    assert_orders(fnp.sigmoid, ([inf, -inf],), [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert_orders(fnp.softplus, ([inf, -inf],), [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert_orders(lambda x: fnp.maximum(x, 1.0), ([inf, -inf],), [[1.0, 0.0]])
+    g = fg.grad(fnp.logsumexp)(np.array([inf, 1.0]))
+    assert np.isnan(g[0]) and g[1] == 0.0  # inf/inf for the infinite entry: nan, not 1
+
+
+def test_edges_of_the_domain():
+    assert_orders(fnp.sqrt, ([0.0, -0.0],), [[inf, inf], [-inf, -inf]])
+    assert_orders(fnp.cbrt, ([0.0],), [[inf]])
+    assert_orders(fnp.arcsin, ([1.0, -1.0],), [[inf, inf]])
+    assert_orders(fnp.arccos, ([1.0, -1.0],), [[-inf, -inf]])
+    assert_orders(fnp.arccosh, ([1.0],), [[inf]])
+    assert_orders(lambda x: fnp.power(x, 0.5), ([0.0],), [[inf], [-inf], [inf]])
+
+
+def test_overflow():
+    assert_orders(fnp.exp, ([710.0],), [[inf], [inf], [inf]])
+    # The value overflows, its derivatives need not.
+    assert_orders(fnp.square, ([1e200],), [[2e200], [2.0], [0.0]], dtypes=[np.float64])
+    with np.errstate(over="ignore"):
+        assert np.isinf(fnp.square(np.float64(1e200)))
+    # Two overflowed partials of opposite signs meet as inf - inf.
+    got = directional_derivative(fnp.power, (np.array(10.0), np.array(400.0)),
+                                 [(np.array(1.0), np.array(-1.0))], ("fwd",))  # fmt: skip
+    assert not np.isfinite(got)
+
+
+def test_astype():
+    x = np.array([0.1, 1e39, inf])
+    assert_orders(lambda x: fnp.astype(x, np.float32) * 1.0, (x,), [[1.0, 1.0, 1.0]])
+    g = fg.grad(lambda x: fnp.sum(fnp.astype(fnp.astype(x, np.int64), np.float64) * x))(
+        np.array([2.7, -2.7])
+    )
+    np.testing.assert_array_equal(g, [2.0, -2.0])  # the cast to int has no derivative
+
+
+def test_prod_with_zeros():
+    x = np.array([0.0, 2.0, 3.0])
+    np.testing.assert_array_equal(fg.grad(fnp.prod)(x), [6.0, 0.0, 0.0])
+    np.testing.assert_array_equal(fg.hessian(fnp.prod)(x), [[0, 3, 2], [3, 0, 0], [2, 0, 0]])
+    # The third derivative along e0, e1, e2 is 1.
+    e = np.eye(3)
+    assert_orders(fnp.prod, (x,), [6.0, 3.0, 1.0], dirs=[(e[0],), (e[1],), (e[2],)], u=1.0)
+    two = np.array([[0.0, 0.0, 3.0], [1.0, 2.0, 0.0]])
+    g = fg.grad(lambda m: fnp.sum(fnp.prod(m, axis=1)))(two)
+    np.testing.assert_array_equal(g, [[0.0, 0.0, 0.0], [0.0, 0.0, 2.0]])
+    h = fg.hessian(lambda v: fnp.prod(v))(two[0])
+    np.testing.assert_array_equal(h, [[0, 3, 0], [3, 0, 0], [0, 0, 0]])
+
+
+# ---------------------------------------------------------------- the table itself
+
+ROW = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|", re.MULTILINE)
+
+
+def documented_rows() -> list[str]:
+    return ROW.findall(DOC.read_text())
+
+
+def test_the_table_and_the_tests_agree():
+    rows = documented_rows()
+    assert len(rows) == len(set(rows)), "a row of docs/conventions.md is there twice"
+    tests = {name[5:] for name in globals() if name.startswith("test_")} - {
+        "the_table_and_the_tests_agree",
+        "each_row_says_how_jax_does_it",
+    }
+    assert {r.replace("-", "_") for r in rows} == tests, (
+        "every row of docs/conventions.md needs a test here named test_<id>, and every "
+        "test here a row"
+    )
+    used = {pt.convention for p in REGISTRY.values() for pt in p.special_points} | {
+        pt.convention for c in COMPOSITES.values() for pt in c.points
+    }
+    used.discard(None)
+    assert used <= set(rows), f"conventions named by special points but not documented: " \
+                              f"{sorted(used - set(rows))}"  # fmt: skip
+
+
+@pytest.mark.parametrize("row", documented_rows())
+def test_each_row_says_how_jax_does_it(row):
+    line = next(line for line in DOC.read_text().splitlines() if line.startswith(f"| `{row}`"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert len(cells) == 4 and cells[3], f"row {row}: id | where | derivative | JAX"

@@ -1,0 +1,718 @@
+"""Every op and every fastgrad.numpy function at its awkward points, against an oracle.
+
+Each primitive lists its `special_points` in its record (next to its `domain`): ties,
+kinks, zeros, domain edges, huge, infinite and nan inputs, size-0 and size-1 axes. The
+composites of fastgrad.numpy list theirs in COMPOSITES below. At every point, in float32
+and float64:
+
+- the value matches the oracle (tests/mpmath_oracle.py, mpmath: no code shared with fastgrad),
+  and NumPy's inf/nan where it has no finite value;
+- the derivatives of orders 1, 2 and 3, taken by every sequence of modes (rev, fwd,
+  rev-over-fwd, fwd-over-rev, rev-over-rev, fwd-over-fwd and the eight of order 3), match
+  what the oracle expects there (see oracle.expect): the derivative, a divergence (inf or
+  nan), a limit at inf, or, at a kink, the row of docs/conventions.md the point names
+  (tested in test_conventions.py);
+- the fused kernels give what the reference interpreter gives.
+
+A new op without special points, without an oracle, or with a kink no convention covers
+fails here with a message saying what to add.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import mpmath
+import numpy as np
+import pytest
+import scipy.special
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+import mpmath_oracle as oracle
+from fastgrad.core.primitive import REGISTRY, Point, at
+from fastgrad.core.tracing import bind
+from fastgrad.testing import directional_derivative
+
+inf, nan = math.inf, math.nan
+DTYPES = [np.float32, np.float64]
+ORDER = 3
+MODES = {k: list(itertools.product(("rev", "fwd"), repeat=k)) for k in range(1, ORDER + 1)}
+# Tolerance, relative to the derivative or (below 1 in magnitude) absolute: rules such as
+# tanh' = 1 - tanh**2 lose what is below the rounding of 1 (tanh'(20) = 1.7e-17 is 0).
+RTOL = {np.float32: 1e-4, np.float64: 1e-11}
+EXEMPT = {"const": "a constant has no inputs"}
+# Ops and functions that came with numpy.linalg, scipy.special, x.at[...] and complex
+# numbers before this audit covered them: each still needs special points and an oracle.
+# Listed here so that the gap is visible; any op not listed (a new one) fails the
+# registry tests below. Remove a name when it gets its points.
+PENDING = set(
+    "beta betaln cholesky debug_print det digamma eigh gamma gammaln i0e i1e inv log_ndtr"
+    " pinv polygamma qr scatter scatter_max scatter_min"
+    " scatter_multiply slogdet solve svd triangular_solve at".split()
+)
+DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
+
+
+# ---------------------------------------------------------------- the composites
+
+
+def _mp_softmax(x: Any, axis: int = -1) -> Any:
+    e = np.vectorize(mpmath.exp, otypes=[object])(x)
+    total = np.broadcast_to(np.sum(e, axis=axis, keepdims=True), e.shape)
+    return np.vectorize(oracle.guard(oracle._div), otypes=[object])(e, total)
+
+
+def _mp_logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    total = np.sum(np.vectorize(mpmath.exp, otypes=[object])(x), axis=axis, keepdims=keepdims)
+    return np.vectorize(mpmath.log, otypes=[object])(total)
+
+
+def _mp_mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    x = np.asarray(x, dtype=object)
+    count = math.prod(np.shape(x)[a] for a in _axes(axis, x.ndim))
+    total = np.sum(x, axis=axis, keepdims=keepdims)
+    return oracle._mp_array(total) / count if count else total * mpmath.nan
+
+
+def _mp_var(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
+    x = np.asarray(x, dtype=object)
+    count = math.prod(np.shape(x)[a] for a in _axes(axis, x.ndim))
+    centered = x - _mp_mean(x, axis, keepdims=True)
+    return oracle._mp_array(np.sum(centered * centered, axis=axis, keepdims=keepdims)) / (
+        count - ddof
+    )
+
+
+def _mp_std(*args: Any, **kw: Any) -> Any:
+    return np.vectorize(mpmath.sqrt, otypes=[object])(_mp_var(*args, **kw))
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(a % ndim for a in (axis if isinstance(axis, tuple) else (axis,)))
+
+
+def _scalar(f: Any) -> Any:
+    return oracle.guard(f)
+
+
+def _clip(x: Any, lo: Any, hi: Any) -> Any:
+    return oracle._minimum(oracle._maximum(x, lo), hi)
+
+
+def _relu(x: Any) -> Any:
+    return oracle._maximum(x, mpmath.mpf(0))
+
+
+@dataclass
+class Composite:
+    """A fastgrad.numpy function with no record of its own: its oracle and its points
+    (`at(*args, **kwargs)`; float args are differentiated). `fg` calls the function when
+    its signature is not (*args, **kwargs)."""
+
+    mp: Any
+    points: tuple[Point, ...]
+    elementwise: bool = False
+    fg: Any = None
+
+
+_V = np.array([[1.5, -2.0, 0.5], [3.0, 0.25, -1.0]])
+_COL = np.array([[0.5], [-1.5]])
+_BIG = np.array([[1000.0, 1000.0, 999.0], [-1000.0, 0.0, 0.5]])
+_HUGE = np.array([1e300, 1e300, -1e300])
+_NONFIN = np.array([[inf, 1.0], [-inf, 2.0], [-inf, -inf]])
+
+COMPOSITES: dict[str, Composite] = {
+    "relu": Composite(
+        _scalar(_relu),
+        (
+            at(0.0, convention="relu-at-zero"),
+            at(-0.0, convention="relu-at-zero"),
+            at(1.5),
+            at(-1.5),
+            at(inf),
+            at(-inf),
+            at(nan),
+        ),
+        elementwise=True,
+    ),  # fmt: skip
+    "softplus": Composite(
+        _scalar(lambda x: mpmath.log1p(mpmath.exp(x))),
+        tuple(at(x) for x in (0.0, 2.0, 40.0, -40.0, 1000.0, -1000.0, 100.0, inf, -inf, nan)),
+        elementwise=True,
+    ),
+    "log_sigmoid": Composite(
+        _scalar(lambda x: -mpmath.log1p(mpmath.exp(-x))),
+        tuple(at(x) for x in (0.0, 2.0, 40.0, -40.0, 1000.0, -1000.0, 100.0, inf, -inf, nan)),
+        elementwise=True,
+    ),
+    "clip": Composite(
+        _scalar(_clip),
+        (
+            at(0.5, 0.0, 1.0),
+            at(-2.0, 0.0, 1.0),
+            at(3.0, 0.0, 1.0),
+            at(2.0, 1.0, 0.0),
+            at(0.0, 0.0, 1.0, convention="clip-at-bounds"),
+            at(1.0, 0.0, 1.0, convention="clip-at-bounds"),
+            at(inf, 0.0, 1.0),
+            at(-inf, 0.0, 1.0),
+            at(nan, 0.0, 1.0),
+        ),
+        elementwise=True,
+    ),  # fmt: skip
+    "mean": Composite(
+        _mp_mean,
+        (
+            at(_V, axis=0),
+            at(_V, axis=None, keepdims=True),
+            at(np.array(2.5)),
+            at(_COL, axis=1),
+            at(np.zeros((0, 3)), axis=0),
+            at(_NONFIN, axis=1),
+        ),
+    ),  # fmt: skip
+    "var": Composite(
+        _mp_var,
+        (
+            at(_V, axis=1),
+            at(_V, axis=None),
+            at(_V, axis=1, ddof=1),
+            at(np.array(2.5)),
+            at(_COL, axis=1),
+            at(_COL.T, axis=0),
+            at(_BIG[1:], axis=1),
+            at(np.array([[0.5, 0.5, 0.5]]), axis=1),
+            at(_NONFIN, axis=1),
+        ),
+    ),  # fmt: skip
+    "std": Composite(
+        _mp_std,
+        (
+            at(_V, axis=1),
+            at(_V, axis=1, ddof=1),
+            at(_V, axis=None, keepdims=True),
+            at(np.array(2.5)),
+            at(_COL, axis=1),
+            at(_COL.T, axis=0),
+            at(_BIG[1:], axis=1),
+            at(np.array([[0.5, 0.5, 0.5]]), axis=1, convention="std-of-equal-values"),
+            at(np.array([inf])),
+            at(_NONFIN, axis=1),
+        ),
+    ),  # fmt: skip
+    "logsumexp": Composite(
+        _mp_logsumexp,
+        (
+            at(_V, axis=1),
+            at(_V, axis=None),
+            at(_BIG, axis=1),
+            at(_HUGE),
+            at(np.array(2.5)),
+            at(_COL, axis=1),
+            at(np.array([[0.5, 0.5, 0.5]]), axis=1, keepdims=True),
+            at(_NONFIN, axis=1),
+        ),
+    ),  # fmt: skip
+    "softmax": Composite(
+        _mp_softmax,
+        (
+            at(_V),
+            at(_V, axis=0),
+            at(_BIG),
+            at(_HUGE),
+            at(_COL),
+            at(np.array([0.5, 0.5, 0.5])),
+            at(_NONFIN),
+        ),
+    ),  # fmt: skip
+    "log_softmax": Composite(
+        lambda x, axis=-1: np.asarray(x, dtype=object) - _mp_logsumexp(x, axis, True),
+        (at(_V), at(_V, axis=0), at(_BIG), at(_COL), at(_NONFIN)),
+    ),
+    "vdot": Composite(
+        lambda a, b: np.sum(np.asarray(a, dtype=object) * b), (at(_V, _V * 2), at(_V, _V))
+    ),
+    "outer": Composite(
+        lambda a, b: np.multiply.outer(np.asarray(a, dtype=object).reshape(-1), b.reshape(-1)),
+        (at(_V[0], _V[1]), at(np.zeros(0), _V[0])),
+    ),
+    "dot": Composite(
+        lambda a, b: oracle._mp_array(np.dot(np.asarray(a, dtype=object), b)),
+        (at(_V, _V[0]), at(_V[0], _V[1]), at(_V, _V.T), at(np.float64(2.0), _V)),
+    ),
+    "tensordot": Composite(
+        lambda a, b, axes: oracle._mp_array(np.tensordot(np.asarray(a, dtype=object), b, axes)),
+        (at(_V, _V, axes=((0, 1), (0, 1))), at(_V, _V.T, axes=1)),
+    ),
+    "expand_dims": Composite(
+        lambda x, axis: np.expand_dims(np.asarray(x, dtype=object), axis), (at(_V, axis=1),)
+    ),
+    "squeeze": Composite(
+        lambda x, axis=None: np.squeeze(np.asarray(x, dtype=object), axis), (at(_COL),)
+    ),
+    "ravel": Composite(lambda x: np.ravel(np.asarray(x, dtype=object)), (at(_V),)),
+    "stack": Composite(
+        lambda a, b, axis=0: np.stack([np.asarray(a, dtype=object), b], axis=axis),
+        (at(_V, _V * 2, axis=1),),
+        fg=lambda a, b, axis=0: fnp.stack([a, b], axis=axis),
+    ),
+    "swapaxes": Composite(
+        lambda x, axis1, axis2: np.swapaxes(np.asarray(x, dtype=object), axis1, axis2),
+        (at(_V, axis1=0, axis2=1),),
+    ),
+    "full_like": Composite(
+        lambda x, fill_value: oracle._mp_array(
+            np.full(np.shape(x), mpmath.mpf(fill_value), dtype=object)
+        ),
+        (at(_V, fill_value=2.5),),
+    ),
+    "zeros_like": Composite(
+        lambda x: oracle._mp_array(np.zeros(np.shape(x), dtype=object)), (at(_V),)
+    ),
+    "ones_like": Composite(
+        lambda x: oracle._mp_array(np.ones(np.shape(x), dtype=object)), (at(_V),)
+    ),
+    "asarray": Composite(lambda x: x, (at(_V), at(np.array(nan)))),
+    # Complex-number functions, on real numbers (the oracle has no -0.0: angle(-0.0) is pi).
+    **{
+        name: Composite(
+            _scalar(f),
+            tuple(at(x) for x in (0.0, -0.0, 1.5, -2.0, inf, -inf, nan)),
+            elementwise=True,
+        )
+        for name, f in (
+            ("real", lambda x: x),
+            ("conj", lambda x: x),
+            ("conjugate", lambda x: x),
+            ("imag", lambda x: mpmath.mpf(0)),
+        )
+    },
+    "angle": Composite(
+        _scalar(lambda x: x if mpmath.isnan(x) else mpmath.pi if x < 0 else mpmath.mpf(0)),
+        (at(0.0, convention="piecewise-constant"), at(1.5), at(-2.0), at(inf), at(-inf), at(nan)),
+        elementwise=True,
+    ),
+    "array": Composite(lambda x: x, (at(_V),)),
+}
+# fastgrad.numpy names that are NumPy's own (constants, array creation).
+NUMPY_NAMES = {name for name in fnp.__all__ if getattr(np, name, None) is getattr(fnp, name)}
+
+
+def test_every_op_has_special_points():
+    missing = sorted(
+        n for n, p in REGISTRY.items() if n not in EXEMPT.keys() | PENDING and not p.special_points
+    )
+    assert not missing, (
+        f"primitives without special points: {missing}. Add `special_points=` to each "
+        "record, next to its `domain` (see fastgrad.core.primitive.Point and `at`): the "
+        "ties, kinks, zeros, domain edges, huge, infinite and nan inputs, and size-0 and "
+        "size-1 axes where the op is awkward. Registry: " + ", ".join(sorted(REGISTRY))
+    )
+
+
+def test_pending_lists_only_uncovered_names():
+    covered = {n for n, p in REGISTRY.items() if p.special_points} | set(COMPOSITES)
+    unknown = PENDING - set(REGISTRY) - set(fnp.__all__)
+    assert not (PENDING & covered) and not unknown, (
+        f"remove from PENDING: {sorted(PENDING & covered)} (covered), {sorted(unknown)} "
+        "(no such op or function)"
+    )
+
+
+def test_every_differentiable_op_has_an_oracle():
+    missing = sorted(
+        n
+        for n, p in REGISTRY.items()
+        if n not in EXEMPT.keys() | PENDING and p.vjp is not None and oracle.mp_function(n) is None
+    )
+    assert not missing, (
+        f"primitives without an oracle: {missing}. Write each again with mpmath in "
+        "tests/mpmath_oracle.py (SCALAR for elementwise ops, ARRAY for the others)."
+    )
+
+
+def test_every_numpy_function_is_covered():
+    uncovered = []
+    for name in fnp.__all__:
+        fn = getattr(fnp, name)
+        if name in NUMPY_NAMES | PENDING or name in REGISTRY or name in COMPOSITES:
+            continue
+        if any(fn is getattr(fnp, other) for other in list(REGISTRY) + list(COMPOSITES)
+               if hasattr(fnp, other)):  # fmt: skip
+            continue  # an alias (absolute, amax, true_divide...)
+        uncovered.append(name)
+    assert not uncovered, (
+        f"fastgrad.numpy functions without special points: {uncovered}. A function that "
+        "applies a primitive of the same name is covered by the primitive's record; for "
+        "one composed of several, add an entry to COMPOSITES in "
+        "tests/test_special_points.py (its mpmath version and its points)."
+    )
+
+
+# ---------------------------------------------------------------- evaluating a point
+
+
+@dataclass
+class Case:
+    """One point of one function: how fastgrad computes it and how the oracle does."""
+
+    name: str
+    seed: int
+    point: Point
+    op: Any  # the fastgrad function: op(*args, **params)
+    mp_op: Any  # the oracle's version
+    floats: list[np.ndarray]  # the float args, in the dtype under test
+    where: list[int]  # their positions among the args
+    elementwise: bool  # scalar args: batched into arrays, derivatives per element
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.point!r}"
+
+    def args(self, floats: Any, others: Any = None) -> list[Any]:
+        args = list(self.point.args if others is None else others)
+        for i, x in zip(self.where, floats, strict=True):
+            args[i] = x
+        return [np.asarray(a) if isinstance(a, bool) else a for a in args]
+
+    def fg_fun(self, *floats: Any) -> Any:
+        return self.op(*self.args(floats), **self.point.params)
+
+    def mp_fun(self, *floats: Any) -> Any:
+        return self.mp_op(*self.args(floats), **self.point.params)
+
+
+def _is_float(a: Any) -> bool:
+    return isinstance(a, float) or (
+        isinstance(a, np.ndarray | np.generic) and np.asarray(a).dtype.kind == "f"
+    )
+
+
+def cases(name: str, dtype: Any) -> list[Case]:
+    if name in COMPOSITES:
+        comp = COMPOSITES[name]
+        op, mp_op, pts = comp.fg or getattr(fnp, name), comp.mp, comp.points
+        scalar = [comp.elementwise] * len(pts)
+    else:
+        prim = REGISTRY[name]
+        op = lambda *a, _p=prim, **kw: bind(_p, *a, **kw)  # noqa: E731
+        mp_op, pts = oracle.mp_function(name), prim.special_points
+        if mp_op is None and prim.vjp is not None:
+            pytest.fail(
+                f"{name} has no oracle: write it again with mpmath in tests/mpmath_oracle.py"
+            )
+        scalar = [all(isinstance(a, float | bool | int) for a in pt.args) for pt in pts]
+    out = []
+    for seed, (pt, elementwise) in enumerate(zip(pts, scalar, strict=True)):
+        where = [i for i, a in enumerate(pt.args) if _is_float(a)]
+        with np.errstate(over="ignore"):  # beyond float32's range: inf
+            floats = [np.asarray(pt.args[i], dtype=dtype) for i in where]
+        out.append(Case(name, seed, pt, op, mp_op, floats, where, elementwise))
+    return out
+
+
+def directions(case: Case) -> list[list[np.ndarray]]:
+    """dirs[j][i]: the direction of order j + 1 for float input i (dyadic, exact)."""
+    rng = np.random.default_rng(case.seed)
+    if case.elementwise and len(case.floats) == 1:
+        return [[np.ones_like(case.floats[0])] for _ in range(ORDER)]
+    return [
+        [np.asarray(rng.choice(DIRECTIONS, size=np.shape(x)), dtype=x.dtype) for x in case.floats]
+        for _ in range(ORDER)
+    ]
+
+
+def cotangent(case: Case, value: np.ndarray) -> Any:
+    if case.elementwise:
+        return None
+    rng = np.random.default_rng(case.seed + 1000)
+    return np.asarray(rng.choice(DIRECTIONS, size=value.shape), dtype=value.dtype)
+
+
+_ORACLE: dict[Any, Any] = {}
+
+
+def expect(case: Case, dirs: Any, u: Any) -> tuple[Any, list[oracle.Expect]]:
+    """The oracle at this point, computed once for both dtypes when the inputs agree."""
+    key = (
+        case.label,
+        tuple(np.asarray(x, np.float64).tobytes() for x in case.floats),
+        tuple(np.asarray(d, np.float64).tobytes() for level in dirs for d in level),
+        None if u is None else np.asarray(u, np.float64).tobytes(),
+    )
+    if key not in _ORACLE:
+        problem = oracle.Problem(
+            case.mp_fun,
+            [oracle.to_mp(x) for x in case.floats],
+            [[oracle.to_mp(d) for d in level] for level in dirs],
+            None if u is None else oracle.to_mp(u),
+        )
+        with np.errstate(all="ignore"):
+            _ORACLE[key] = oracle.expect(problem, ORDER)
+    return _ORACLE[key]
+
+
+def _close(got: Any, want: Any, dtype: Any) -> bool:
+    if np.isnan(want):
+        return bool(np.isnan(got))
+    if np.isinf(want):
+        return bool(got == want)
+    rtol = RTOL[np.dtype(dtype).type]
+    return bool(abs(float(got) - float(want)) <= rtol * max(1.0, abs(float(want))))
+
+
+def check_derivative(got: Any, e: oracle.Expect, dtype: Any) -> str | None:
+    """None if `got` is what `e` allows, else why not."""
+    got = np.asarray(got).item()
+    if e.kind == "value":
+        want = oracle.to_float(e.value, dtype)
+        if np.isinf(want) and not np.isfinite(got) and not (np.isinf(got) and got != want):
+            return None  # beyond the float range: partial derivatives overflow, inf - inf
+        return None if _close(got, want, dtype) else f"expected {want!r}"
+    if e.kind == "nonfinite":
+        if np.isfinite(got):
+            return "expected inf or nan (the derivative diverges or is undefined)"
+        if e.sign and np.isinf(got) and np.sign(got) != e.sign:
+            return f"expected {'+' if e.sign > 0 else '-'}inf (or nan)"
+        return None
+    if e.kind == "limit":
+        if not np.isfinite(got):
+            return None
+        if e.value is None:
+            return "expected inf or nan: no value is right at this non-finite input"
+        want = oracle.to_float(e.value, dtype)
+        return None if _close(got, want, dtype) else f"expected {want!r} (or inf/nan)"
+    raise AssertionError(e.kind)
+
+
+def _from_mp(v: Any, dtype: Any) -> np.ndarray:
+    return np.vectorize(lambda z: oracle.to_float(z, dtype), otypes=[dtype])(v)
+
+
+def numpy_value(case: Case) -> Any:
+    """NumPy's own value, where NumPy has the function (for inf, nan and signed zeros)."""
+    if case.name in oracle.VALUE_ONLY:
+        return oracle.VALUE_ONLY[case.name](*case.point.args, **case.point.params)
+    prim = REGISTRY.get(case.name)
+    fn = getattr(np, case.name, None) if prim is not None and prim.ufunc is not None else None
+    if prim is not None and prim.special_points and prim.kind == "other":
+        fn = getattr(scipy.special, case.name, None)  # a SciPy function (its poles)
+    if fn is None or case.name in ("where", "sigmoid", "astype", "stop_gradient"):
+        return None
+    with np.errstate(all="ignore"):
+        return fn(*case.args(case.floats))
+
+
+def check_value(case: Case, value: Any, mp_value: Any) -> list[str]:
+    numpy_like = numpy_value(case)
+    if value.dtype.kind != "f":
+        if numpy_like is not None and not np.array_equal(value, numpy_like):
+            return [f"{case.label}: value {value!r}, NumPy says {numpy_like!r}"]
+        return []
+    if case.elementwise:
+        want = oracle.to_float(mp_value, value.dtype)
+        if not np.isfinite(want) and numpy_like is not None:
+            want = np.asarray(numpy_like).item()
+        ok = _close(value.item(), want, value.dtype) and not (
+            np.isinf(want) and np.isfinite(value.item())
+        )
+        return [] if ok else [f"{case.label}: value {value.item()!r}, expected {want!r}"]
+    mp_out = np.asarray(case.mp_fun(*[oracle.to_mp(x) for x in case.floats]), dtype=object)
+    want = _from_mp(mp_out, value.dtype)
+    if want.shape != value.shape:
+        return [f"{case.label}: shape {value.shape}, expected {want.shape}"]
+    bad = [
+        (i, value[i], want[i])
+        for i in np.ndindex(value.shape)
+        if not _close(value[i], want[i], value.dtype)
+    ]
+    return [f"{case.label}: value at {i} is {g!r}, expected {w!r}" for i, g, w in bad[:3]]
+
+
+def _needs_convention(case: Case, k: int) -> str:
+    return (
+        f"{case.label}: order {k}: the one-sided derivatives differ (a kink, tie or jump) "
+        "and no convention covers the point. Name the row of docs/conventions.md that "
+        "fixes it, with at(..., convention=...), and test that row in "
+        "tests/test_conventions.py."
+    )
+
+
+def check_cases(group: list[Case], dtype: Any, jit: Any = None) -> list[str]:
+    """Check points at once: one elementwise batch (the points stacked into arrays,
+    derivatives per element), or one array point."""
+    first = group[0]
+    if first.elementwise:
+        others = [
+            np.array([c.point.args[j] for c in group]) if j not in first.where else None
+            for j in range(len(first.point.args))
+        ]
+        floats = [np.stack([c.floats[i] for c in group]) for i in range(len(first.where))]
+
+        def fun(*fl: Any) -> Any:
+            return first.op(*first.args(fl, others), **first.point.params)
+
+    else:
+        assert len(group) == 1
+        fun, floats = first.fg_fun, first.floats
+    values = np.asarray(fun(*floats))
+    failures: list[str] = []
+    if values.dtype.kind != "f":
+        for i, c in enumerate(group):
+            failures += check_value(c, values[i] if first.elementwise else values, None)
+        return failures
+    us = [cotangent(c, values) for c in group]
+    dirs = [directions(c) for c in group]
+    expected = [expect(c, d, u) for c, d, u in zip(group, dirs, us, strict=True)]
+    for i, (c, (mp_value, _)) in enumerate(zip(group, expected, strict=True)):
+        failures += check_value(c, values[i] if first.elementwise else values, mp_value)
+    if values.size == 0 or all(np.size(x) == 0 for x in floats):
+        return failures + _check_shapes(fun, floats, dirs[0], us[0])
+    stacked = [
+        [np.stack([d[j][i] for d in dirs]) if first.elementwise else dirs[0][j][i]
+         for i in range(len(floats))]
+        for j in range(ORDER)
+    ]  # fmt: skip
+    active = list(range(len(group)))
+    for k in range(1, ORDER + 1):
+        todo: dict[bool, list[int]] = {}
+        for i in list(active):
+            c, e = group[i], expected[i][1][k - 1]
+            if e.kind == "kink" and c.point.convention is None:
+                failures.append(_needs_convention(c, k))
+            if e.kind == "kink" or c.point.convention is not None:
+                active.remove(i)  # a convention's own test fixes the derivatives here
+                continue
+            todo.setdefault(e.single, []).append(i)
+        for single, which in todo.items():
+            level_dirs = [stacked[0]] * k if single else stacked[:k]
+            for modes in MODES[k]:
+                got = derivative(fun, floats, level_dirs, modes, us[0], jit)
+                for i in which:
+                    g = got[i] if first.elementwise else got
+                    why = check_derivative(g, expected[i][1][k - 1], dtype)
+                    if why:
+                        failures.append(
+                            f"{group[i].label}: order {k} by {'-over-'.join(reversed(modes))}:"
+                            f" got {np.asarray(g)!r}, {why}"
+                        )
+    return failures
+
+
+def derivative(fun: Any, floats: Any, dirs: Any, modes: Any, u: Any, jit: Any = None) -> Any:
+    def run(*xs: Any) -> Any:
+        return directional_derivative(fun, xs, dirs, modes, u)
+
+    if jit is not None:
+        run = fg.jit(run, fuse=jit)
+    return np.asarray(run(*floats))
+
+
+def _check_shapes(fun: Any, floats: Any, dirs: Any, u: Any) -> list[str]:
+    """Size-0 inputs or outputs: every mode runs and gives a scalar."""
+    failures = []
+    for k in range(1, ORDER + 1):
+        for modes in MODES[k]:
+            got = derivative(fun, floats, dirs[:k], modes, u)
+            if u is not None and got.shape != ():
+                failures.append(f"order {k} by {modes}: shape {got.shape}")
+    return failures
+
+
+def groups(name: str, dtype: Any) -> list[list[Case]]:
+    """The points of `name`: elementwise ones batched by params, the others one by one."""
+    batches: dict[str, list[Case]] = {}
+    out = []
+    for c in cases(name, dtype):
+        if c.elementwise:
+            key = repr((sorted(c.point.params.items()), c.where))
+            if key not in batches:
+                batches[key] = []
+                out.append(batches[key])
+            batches[key].append(c)
+        else:
+            out.append([c])
+    return out
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def _names() -> list[str]:
+    return sorted(n for n in REGISTRY if n not in EXEMPT.keys() | PENDING) + sorted(COMPOSITES)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", _names())
+def test_value_and_derivatives_at_special_points(name, dtype):
+    failures = []
+    for group in groups(name, dtype):
+        failures += check_cases(group, dtype)
+    assert not failures, f"{len(failures)} failure(s):\n" + "\n".join(failures[:40])
+
+
+# ---------------------------------------------------------------- fused kernels
+
+
+def _elementwise_batches(dtype: Any) -> list[tuple[str, Any, list[np.ndarray], Any]]:
+    """(name, function, stacked float inputs, stacked directions) for every elementwise
+    primitive's points (those with float values)."""
+    out = []
+    for name in sorted(REGISTRY):
+        prim = REGISTRY[name]
+        if prim.kind != "elementwise" or prim.vjp is None:
+            continue
+        for group in groups(name, dtype):
+            first = group[0]
+            others = [
+                np.array([c.point.args[j] for c in group]) if j not in first.where else None
+                for j in range(len(first.point.args))
+            ]
+            floats = [np.stack([c.floats[i] for c in group]) for i in range(len(first.where))]
+
+            def fun(*fl: Any, _first: Case = first, _others: Any = others) -> Any:
+                return _first.op(*_first.args(fl, _others), **_first.point.params)
+
+            dirs = [directions(c) for c in group]
+            stacked = [[np.stack([d[j][i] for d in dirs]) for i in range(len(floats))]
+                       for j in range(2)]  # fmt: skip
+            if np.asarray(fun(*floats)).dtype.kind == "f":
+                out.append((name, fun, floats, stacked))
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_fused_kernels_agree_with_the_reference_at_special_points(dtype):
+    """Every elementwise op's value and derivatives (order 1 reverse, order 2 forward over
+    reverse) at its points, in one fused program against the reference interpreter."""
+    batches = _elementwise_batches(dtype)
+
+    def everything(*flat: Any) -> list[Any]:
+        outs, it = [], iter(flat)
+        for _, fun, floats, dirs in batches:
+            xs = [next(it) for _ in floats]
+            outs.append(fun(*xs))
+            outs.append(directional_derivative(fun, xs, dirs[:1], ("rev",)))
+            outs.append(directional_derivative(fun, xs, dirs, ("rev", "fwd")))
+        return outs
+
+    flat = [x for _, _, floats, _ in batches for x in floats]
+    fused = fg.jit(everything)(*flat)
+    reference = fg.jit(everything, fuse=False)(*flat)
+    rtol = 4e-6 if dtype == np.float32 else 1e-13
+    failures = []
+    for k, (f, r) in enumerate(zip(fused, reference, strict=True)):
+        name, what = batches[k // 3][0], ("value", "order 1", "order 2")[k % 3]
+        f, r = np.asarray(f), np.asarray(r)
+        with np.errstate(invalid="ignore", over="ignore"):
+            same = (f == r) | (np.isnan(f) & np.isnan(r))
+            same |= np.isfinite(r) & (np.abs(f - r) <= rtol * np.maximum(1, np.abs(r)))
+        if not np.all(same):
+            failures.append(f"{name} {what}: fused {f[~same]}, reference {r[~same]}")
+    assert not failures, "\n".join(failures)
