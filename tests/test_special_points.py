@@ -44,7 +44,14 @@ MODES = {k: list(itertools.product(("rev", "fwd"), repeat=k)) for k in range(1, 
 # Tolerance, relative to the derivative or (below 1 in magnitude) absolute: rules such as
 # tanh' = 1 - tanh**2 lose what is below the rounding of 1 (tanh'(20) = 1.7e-17 is 0).
 RTOL = {np.float32: 1e-4, np.float64: 1e-11}
-EXEMPT = {"const": "a constant has no inputs"}
+EXEMPT = {
+    "const": "a constant has no inputs",
+    # Samplers take only an integer key: there is no input point to place and no
+    # derivative; tests/test_random.py checks their bits and their statistics.
+    "random_bits": "a sampler of a key",
+    "random_normal": "a sampler of a key",
+    "random_uniform": "a sampler of a key",
+}
 # Ops and functions that came with numpy.linalg, scipy.special, x.at[...] and complex
 # numbers before this audit covered them: each still needs special points and an oracle.
 # Listed here so that the gap is visible; any op not listed (a new one) fails the
