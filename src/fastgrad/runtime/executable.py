@@ -207,11 +207,22 @@ class Executable:
         for step in self.plan:
             if isinstance(step, _KernelStep) and step.tier is not None:
                 step.tier.wait = True
+            elif isinstance(step, LoopStep):
+                for body in step.bodies:  # a loop body's plan is an Executable too
+                    body.settle()
 
     @property
     def compiled(self) -> bool:
-        """Whether every loop runs its final kernel (no NumPy tier left)."""
-        return all(s.tier is None for s in self.plan if isinstance(s, _KernelStep))
+        """Whether every loop runs its final kernel (no NumPy tier left), loop bodies'
+        kernels included."""
+        return all(
+            s.tier is None
+            if isinstance(s, _KernelStep)
+            else all(body.compiled for body in s.bodies)
+            if isinstance(s, LoopStep)
+            else True
+            for s in self.plan
+        )
 
     @property
     def kernels(self) -> list[KernelSource]:
