@@ -192,6 +192,34 @@ def test_value_and_grad_runs_the_forward_loop_once():
     assert [s.call.reverse for s in loops] == [False, True]
 
 
+def test_a_loop_of_small_matmuls_runs_them_on_one_blas_thread():
+    from threadpoolctl import threadpool_info
+
+    def blas_threads(x):  # x only ties the call to the step
+        threads = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+        return np.array(min(threads, default=1), dtype=np.int64)
+
+    def f(W, xs):
+        def step(h, x):
+            seen = fg.pure_callback(blas_threads, fg.ShapeDtypeStruct((), np.int64), x[0, 0])
+            return fnp.tanh(h @ W + x), seen
+
+        return fg.scan(step, xs[0], xs)
+
+    small, big = rng.standard_normal((3, 3)), rng.standard_normal((130, 130))
+    xs_small, xs_big = rng.standard_normal((4, 2, 3)), rng.standard_normal((2, 130, 130))
+    loop = lambda W, xs: [s for s in f.lower(W, xs).executable.plan if isinstance(s, LoopStep)]  # noqa: E731
+    f = fg.jit(f)
+    assert [s.small_matmuls for s in loop(small, xs_small)] == [True]
+    assert [s.small_matmuls for s in loop(big, xs_big)] == [False]  # 130^3 multiply-adds
+    h, seen = f(small, xs_small)
+    assert set(seen.tolist()) == {1}
+    h_ref = xs_small[0]
+    for x in xs_small:
+        h_ref = np.tanh(h_ref @ small + x)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-12)
+
+
 def test_float32_scan_keeps_float32():
     xs = rng.standard_normal(5).astype(np.float32)
     f = lambda w: fnp.sum(fg.scan(lambda c, x: (c * w + x, c), 0.0, xs)[1])  # noqa: E731

@@ -5,12 +5,17 @@ stacked outputs and views of the stacked inputs; nothing is traced again.
 
 The loop itself runs in Python (a few microseconds per iteration); a plan runtime with a
 LOOP opcode can take it over from `LoopStep`, which knows the body plans and the slots.
+A loop whose bodies' matmuls are all small runs with BLAS on one thread (see SMALL_MATMUL).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from functools import cache
 from typing import Any
+
+import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Graph, Node
@@ -29,6 +34,11 @@ from fastgrad.transforms.scan import SCAN, ScanCall, scan_loop
 # and lists the kernels it runs.
 Body = Any
 OPS = frozenset({SCAN.name, WHILE.name, SWITCH.name})
+# A matmul with up to this many multiply-adds runs on one BLAS thread inside a loop. Waking
+# BLAS's threads costs each step of a loop, and on a busy machine a wake-up waits for a
+# scheduler slice: a float32 (32, 128) @ (128, 128) took 2.1 ms on two threads against
+# 0.1 ms on one, with the load average at 13 on the 2-core development machine.
+SMALL_MATMUL = 1 << 21
 
 
 class LoopStep:
@@ -59,9 +69,11 @@ class LoopStep:
             self._run = lambda arrays: branches[branch_index(call, arrays[0])](arrays[1:])
         else:
             raise TypeError(f"no compiled execution for {call!r}")
+        self.small_matmuls = _only_small_matmuls(self.bodies)
 
     def run(self, env: list[Any]) -> None:
-        outs = self._run([env[i] for i in self.ins])
+        with one_blas_thread() if self.small_matmuls else nullcontext():
+            outs = self._run([env[i] for i in self.ins])
         for k, slot in self.outs:
             env[slot] = outs[k]
 
@@ -89,6 +101,32 @@ class LoopPlanner:
         self.done.add(key)
         outs = [(n.params["index"], slot_of(n.out)) for n in self.groups[key]]
         return LoopStep(node.params["call"], [slot_of(v) for v in node.inputs], outs, self.build)
+
+
+def _only_small_matmuls(bodies: list[Body]) -> bool:
+    """Whether the bodies (and the loops nested in them) have a matmul, and all of theirs
+    are small enough to run best on one BLAS thread."""
+    sizes = []
+    for body in bodies:
+        for node in body.graph.nodes:
+            if node.op.name == "matmul":  # out (..., m, n) from a (..., m, k)
+                sizes.append(int(np.prod(node.out.aval.shape)) * node.inputs[0].aval.shape[-1])
+        for step in body.plan:
+            if isinstance(step, LoopStep) and not step.small_matmuls:
+                return False
+    return bool(sizes) and max(sizes) <= SMALL_MATMUL
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """A context in which NumPy's BLAS runs on one thread (restored on exit)."""
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
+@cache
+def _blas_controller() -> Any:
+    from threadpoolctl import ThreadpoolController  # finds BLAS once: ~30 ms
+
+    return ThreadpoolController()
 
 
 def _key(node: Node) -> Any:
