@@ -55,17 +55,18 @@ class LoopStep:
         self.ins = ins
         self.outs = outs
         self.bodies: list[Body]
+        # Bodies are called with `.run`: the plan that runs this step has set errstate.
         if isinstance(call, ScanCall):
             self.bodies = [build(call.body)]
-            body = self.bodies[0]
+            body = self.bodies[0].run
             self._run = lambda arrays: scan_loop(call, arrays, body)
         elif isinstance(call, WhileCall):
             self.bodies = [build(call.cond), build(call.body)]
-            cond, body = self.bodies
+            cond, body = (b.run for b in self.bodies)
             self._run = lambda arrays: while_loop_run(call, arrays, cond, body)
         elif isinstance(call, SwitchCall):
             self.bodies = [build(b) for b in call.branches]
-            branches = self.bodies
+            branches = [b.run for b in self.bodies]
             self._run = lambda arrays: branches[branch_index(call, arrays[0])](arrays[1:])
         else:
             raise TypeError(f"no compiled execution for {call!r}")

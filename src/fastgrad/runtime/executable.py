@@ -114,8 +114,7 @@ class _CallStep:
     dtype: np.dtype
 
     def run(self, env: list[Any]) -> None:
-        with np.errstate(all="ignore"):
-            value = self.impl(*(env[i] for i in self.ins), **self.params)
+        value = self.impl(*(env[i] for i in self.ins), **self.params)  # under plan's errstate
         env[self.out] = np.asarray(value, dtype=self.dtype)
 
 
@@ -195,6 +194,13 @@ class Executable:
         )
 
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
+        # As the kernels do, library calls give inf and nan rather than warn or raise: one
+        # errstate for the whole plan, loop bodies included, rather than one per call.
+        with np.errstate(all="ignore"):
+            return self.run(args)
+
+    def run(self, args: Sequence[Any]) -> list[np.ndarray]:
+        """A call without setting NumPy's errstate: for loop bodies, whose loop did."""
         env = self.template.copy()
         env[: len(args)] = args
         for step in self.plan:
