@@ -70,7 +70,15 @@ class LoopStep:
             self._run = lambda arrays: branches[branch_index(call, arrays[0])](arrays[1:])
         else:
             raise TypeError(f"no compiled execution for {call!r}")
-        self.small_matmuls = _only_small_matmuls(self.bodies)
+        # A loop (not a switch, whose branch runs once) limits BLAS for all it runs, loops
+        # nested in it included, so these need not limit it again at each step.
+        self.largest_matmul = _largest_matmul(self.bodies)
+        self.small_matmuls = (
+            not isinstance(call, SwitchCall) and 0 < self.largest_matmul <= SMALL_MATMUL
+        )
+        if self.small_matmuls:
+            for step in _nested_loops(self.bodies):
+                step.small_matmuls = False
 
     def run(self, env: list[Any]) -> None:
         with one_blas_thread() if self.small_matmuls else nullcontext():
@@ -104,18 +112,19 @@ class LoopPlanner:
         return LoopStep(node.params["call"], [slot_of(v) for v in node.inputs], outs, self.build)
 
 
-def _only_small_matmuls(bodies: list[Body]) -> bool:
-    """Whether the bodies (and the loops nested in them) have a matmul, and all of theirs
-    are small enough to run best on one BLAS thread."""
-    sizes = []
+def _nested_loops(bodies: list[Body]) -> list[LoopStep]:
+    return [step for body in bodies for step in body.plan if isinstance(step, LoopStep)]
+
+
+def _largest_matmul(bodies: list[Body]) -> int:
+    """Multiply-adds of the largest matmul in the bodies and the loops nested in them (0:
+    none)."""
+    sizes = [s.largest_matmul for s in _nested_loops(bodies)]
     for body in bodies:
         for node in body.graph.nodes:
             if node.op.name == "matmul":  # out (..., m, n) from a (..., m, k)
                 sizes.append(int(np.prod(node.out.aval.shape)) * node.inputs[0].aval.shape[-1])
-        for step in body.plan:
-            if isinstance(step, LoopStep) and not step.small_matmuls:
-                return False
-    return bool(sizes) and max(sizes) <= SMALL_MATMUL
+    return max(sizes, default=0)
 
 
 def one_blas_thread() -> AbstractContextManager[Any]:
