@@ -40,6 +40,8 @@ class Ops:
     arange: Any
     softplus: Any = None  # D1 only, which only fastgrad runs of the autodiff systems
     normal: Any = None  # R1 only: normal(key, shape, dtype)
+    scan: Any = None  # S1-S4 (loops): fastgrad and JAX only
+    checkpoint: Any = None
 
 
 class NotApplicable(Exception):
@@ -74,6 +76,9 @@ class System:
 
     def convert(self, workload: Workload, inputs: tuple) -> tuple:
         return inputs
+
+    def settle(self, fn, args) -> None:
+        """Finish whatever the first call left compiling (default: nothing)."""
 
     def details(self, fn, args) -> dict:
         """Figures beyond the timings, measured after the steady state (default: none)."""
@@ -112,12 +117,19 @@ class Fastgrad(System):
             arange=np.arange,
             softplus=fnp.softplus,
             normal=fg.random.normal,
+            scan=fg.scan,
+            checkpoint=fg.checkpoint,
         )
         return {"version": _dist_version("fastgrad"), "threads": threads}
 
     def build(self, workload):
         fg = self.fg
         return fg.jit(fg.value_and_grad(bind(workload, self.ops), argnums=workload.argnums))
+
+    def settle(self, fn, args):
+        # A first call runs on NumPy while its kernels compile in the background; the
+        # steady state is that of the kernels, so wait for them.
+        fn.compile(*args)
 
 
 class HandNumpy(System):
@@ -209,6 +221,8 @@ class Jax(System):
             exp=jnp.exp,
             stop_gradient=jax.lax.stop_gradient,
             arange=jnp.arange,
+            scan=jax.lax.scan,
+            checkpoint=jax.checkpoint,
         )
         # XLA's CPU backend picks its own thread pool size.
         return {"version": jax.__version__, "threads": None}
@@ -333,6 +347,9 @@ class Dask(Fastgrad):
         import fastgrad.dask
 
         return fastgrad.dask.value_and_grad(bind(workload, self.ops), argnums=workload.argnums)
+
+    def settle(self, fn, args):
+        """Nothing: the workers compile, and the first call already waited for them."""
 
     def details(self, fn, args):
         from .dask_timing import per_call_breakdown

@@ -278,7 +278,100 @@ DASK = Workload(
     note="run only when named; the dask rows split each call into compute and overhead",
     systems=("fastgrad", "numpy", "dask-1", "dask-2"),
 )
-OPT_IN: tuple[Workload, ...] = (DASK,)
+
+
+# ---------------------------------------------------------------- loops (run when named)
+# S1-S4: an RNN over T steps, batch 32, hidden 128, input 64 (run with --dtype float32).
+# S1 loops with scan, S2 unrolls the same loop in Python (one graph node per step), S3/S4
+# a two-layer cell whose gradient stores three arrays per step, or one with checkpoint.
+
+RNN_BATCH, RNN_HIDDEN, RNN_IN = 32, 128, 64
+
+
+def rnn_cell(ops, wx, wh, b):
+    return lambda h, x: ops.tanh(x @ wx + h @ wh + b)
+
+
+def rnn_scan_loss(ops, wx, wh, b, xs, h0):
+    """S1: mean square of every hidden state, the loop a scan."""
+    cell = rnn_cell(ops, wx, wh, b)
+
+    def step(h, x):
+        h = cell(h, x)
+        return h, h
+
+    _, hs = ops.scan(step, h0, xs)
+    return ops.mean(hs * hs)
+
+
+def rnn_unrolled_loss(ops, wx, wh, b, xs, h0):
+    """S2: S1 unrolled in Python."""
+    cell, h, total = rnn_cell(ops, wx, wh, b), h0, 0.0
+    for t in range(xs.shape[0]):
+        h = cell(h, xs[t])
+        total = total + ops.sum(h * h)
+    return total / (xs.shape[0] * RNN_BATCH * RNN_HIDDEN)
+
+
+def _deep_rnn(ops, wx, wh, b, xs, h0, remat):
+    def step(h, x):
+        a = ops.tanh(x @ wx + h @ wh + b)
+        return ops.tanh(a @ wh + h), None
+
+    h, _ = ops.scan(ops.checkpoint(step) if remat else step, h0, xs)
+    return ops.mean(h * h)
+
+
+def deep_rnn_loss(ops, wx, wh, b, xs, h0):
+    """S3: a two-layer cell; its gradient stacks h, the first layer and the new h."""
+    return _deep_rnn(ops, wx, wh, b, xs, h0, remat=False)
+
+
+def deep_rnn_checkpoint_loss(ops, wx, wh, b, xs, h0):
+    """S4: S3 with the cell checkpointed: only h is stacked, the rest recomputed."""
+    return _deep_rnn(ops, wx, wh, b, xs, h0, remat=True)
+
+
+def rnn_inputs(steps, dtype, rng):
+    return (
+        _normal(rng, (RNN_IN, RNN_HIDDEN), dtype, scale=RNN_IN**-0.5),
+        _normal(rng, (RNN_HIDDEN, RNN_HIDDEN), dtype, scale=RNN_HIDDEN**-0.5),
+        np.zeros(RNN_HIDDEN, dtype),
+        _normal(rng, (steps, RNN_BATCH, RNN_IN), dtype),
+        np.zeros((RNN_BATCH, RNN_HIDDEN), dtype),
+    )
+
+
+def _rnn_workload(key, name, title, loss, default, quick, systems, note=""):
+    return Workload(
+        key=key,
+        name=name,
+        title=title,
+        size_name="T",
+        default_size=default,
+        quick_size=quick,
+        argnums=(0, 1, 2),
+        loss=loss,
+        make_inputs=rnn_inputs,
+        min_bytes=lambda t, isz: (t * RNN_BATCH * RNN_IN + 2 * RNN_HIDDEN**2) * isz,
+        shape=lambda t: f"xs: ({t:,}, {RNN_BATCH}, {RNN_IN}), hidden {RNN_HIDDEN}",
+        note=note or "per-step work is small: time is the loop and its calls, not bandwidth",
+        systems=systems,
+    )
+
+
+LOOPS: tuple[Workload, ...] = (
+    _rnn_workload("S1", "rnn-scan", "RNN with scan, grads for all weights", rnn_scan_loss,
+                  1000, 50, ("fastgrad", "jax")),
+    _rnn_workload("S2", "rnn-unrolled", "S1 unrolled in Python", rnn_unrolled_loss,
+                  50, 10, ("fastgrad",)),
+    _rnn_workload("S3", "deep-rnn", "two-layer RNN cell with scan", deep_rnn_loss,
+                  10_000, 100, ("fastgrad", "jax"), note="compare peak mem with S4"),
+    _rnn_workload("S4", "deep-rnn-remat", "S3 with the cell checkpointed",
+                  deep_rnn_checkpoint_loss, 10_000, 100, ("fastgrad", "jax"),
+                  note="compare peak mem with S3"),
+)  # fmt: skip
+OPT_IN: tuple[Workload, ...] = (DASK, *LOOPS)
 
 
 def find(name: str) -> Workload:

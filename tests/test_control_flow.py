@@ -192,6 +192,49 @@ def test_value_and_grad_runs_the_forward_loop_once():
     assert [s.call.reverse for s in loops] == [False, True]
 
 
+def loop_steps(fun, *args):
+    """The control-flow steps of the plan of `fun` jitted, for these arguments."""
+    return [s for s in fg.jit(fun).lower(*args).executable.plan if isinstance(s, LoopStep)]
+
+
+def test_a_loop_of_small_matmuls_runs_them_on_one_blas_thread():
+    from threadpoolctl import threadpool_info
+
+    def blas_threads(x):  # x only ties the call to the step
+        threads = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+        return np.array(min(threads, default=1), dtype=np.int64)
+
+    def f(W, xs):
+        def step(h, x):
+            seen = fg.pure_callback(blas_threads, fg.ShapeDtypeStruct((), np.int64), x[0, 0])
+            return fnp.tanh(h @ W + x), seen
+
+        return fg.scan(step, xs[0], xs)
+
+    small, big = rng.standard_normal((3, 3)), rng.standard_normal((130, 130))
+    xs_small, xs_big = rng.standard_normal((4, 2, 3)), rng.standard_normal((2, 130, 130))
+    assert [s.small_matmuls for s in loop_steps(f, small, xs_small)] == [True]
+    assert [s.small_matmuls for s in loop_steps(f, big, xs_big)] == [False]  # 130^3 > 2^21
+    h, seen = fg.jit(f)(small, xs_small)
+    assert set(seen.tolist()) == {1}
+    h_ref = xs_small[0]
+    for x in xs_small:
+        h_ref = np.tanh(h_ref @ small + x)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-12)
+
+    # A switch runs once: no limit of its own. A loop over one limits BLAS for both.
+    def branch(W, x):
+        return fg.cond(x[0, 0] > 0, lambda x: x @ W, lambda x: -x, x)
+
+    (switch,) = loop_steps(branch, small, xs_small[0])
+    assert switch.largest_matmul == 2 * 3 * 3 and not switch.small_matmuls
+    (outer,) = loop_steps(
+        lambda W, xs: fg.scan(lambda c, x: (c + branch(W, x), None), xs[0], xs), small, xs_small
+    )
+    (inner,) = [s for s in outer.bodies[0].plan if isinstance(s, LoopStep)]
+    assert outer.small_matmuls and not inner.small_matmuls
+
+
 def test_float32_scan_keeps_float32():
     xs = rng.standard_normal(5).astype(np.float32)
     f = lambda w: fnp.sum(fg.scan(lambda c, x: (c * w + x, c), 0.0, xs)[1])  # noqa: E731

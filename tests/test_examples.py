@@ -4,7 +4,8 @@ Each example is imported from its file (examples/ is not a package) and its `run
 with small sizes; the assertions are the claims the example prints: the stable softmax is
 finite where the naive one is nan and equal where both are finite, EM never decreases the
 log-likelihood and agrees with scikit-learn, contrastive divergence lowers the
-reconstruction error, adversarial training raises the accuracy under attack. The Dask
+reconstruction error, adversarial training raises the accuracy under attack, the RNN
+written with scan learns and has the gradient of its unrolled loop. The Dask
 examples run on the two-worker LocalCluster of conftest.py: L-BFGS on the cluster agrees
 with one process and with scikit-learn, gradient descent descends, and the large logistic
 regression learns and plots its loss curve.
@@ -190,6 +191,17 @@ def test_adversarial_training_raises_fgsm_accuracy():
     assert np.abs(x_adv - x).max() <= np.float32(0.1) + 1e-6
 
 
+# ---------------------------------------------------------------- RNN with scan
+
+
+def test_rnn_with_scan_learns_and_matches_the_unrolled_loop():
+    r = load("rnn_digits").run(hidden=32, epochs=6, subset=600, verbose=False)
+    assert r["gradient_difference"] < 1e-5 and r["loss_difference"] < 1e-6
+    assert r["graph_nodes"]["scan"] < r["graph_nodes"]["unrolled"] / 3
+    assert r["losses"][-1] < 0.6 * r["losses"][0]
+    assert r["test_accuracy"] > 0.5  # chance is 0.1
+
+
 # ---------------------------------------------------------------- Dask
 
 
@@ -235,6 +247,7 @@ def test_dask_logistic_learns_and_plots(dask_client, tmp_path):
         ("em_gmm", ["--max-iter", "3"], "never decreased"),
         ("rbm_cd", ["--epochs", "1", "--subset", "100", "--hidden", "4"], "filters written"),
         ("adversarial", ["--epochs", "1", "--adv-epochs", "1", "--subset", "200"], "FGSM"),
+        ("rnn_digits", ["--epochs", "1", "--subset", "200", "--hidden", "8"], "unrolled"),
     ],
 )
 def test_command_lines(name, argv, expected, tmp_path, capsys):

@@ -54,6 +54,12 @@ def kernel_steps(jitted):
     return [s for s in plan(jitted).plan if hasattr(s, "tier")]
 
 
+def body_kernel_steps(jitted):
+    """The kernel steps of the plans of the loops' bodies."""
+    loops = [s for s in plan(jitted).plan if hasattr(s, "bodies")]
+    return [k for s in loops for body in s.bodies for k in body.plan if hasattr(k, "tier")]
+
+
 def loss(x, y):
     return fnp.sum(fnp.tanh(x * y + fnp.sin(x)) * fnp.exp(-y * y) / (1 + x * x))
 
@@ -120,6 +126,37 @@ def test_compile_and_warmup_wait_for_the_kernels(monkeypatch):
     g = fg.warmup(lambda x: fnp.sum(fnp.log1p(x) * 2.0), x)
     assert plan(g).compiled
     np.testing.assert_allclose(g(x), np.sum(np.log1p(x) * 2.0), rtol=1e-14)
+
+
+def test_a_loop_body_runs_on_numpy_until_settled(held):
+    """A scan's body has its own plan with its own tiers: `compiled` looks into it, and
+    `compile` (settle) waits for its kernels too."""
+
+    def loss(w, xs):
+        _, ys = fg.scan(lambda h, x: (fnp.tanh(h * w + x), fnp.sin(h) * x), 0.0 * w, xs)
+        return fnp.sum(ys)
+
+    w, xs = np.linspace(0.5, 1.0, 3), np.linspace(-1, 1, 12).reshape(4, 3)
+    f = fg.jit(fg.value_and_grad(loss))
+    expected = fg.jit(fg.value_and_grad(loss), fuse=False)(w, xs)
+    first = f(w, xs)
+    assert body_kernel_steps(f) and held.jobs
+    assert not plan(f).compiled  # the bodies' kernels wait in the queue
+    np.testing.assert_allclose(first[0], expected[0], **TOL)
+    np.testing.assert_allclose(first[1], expected[1], **TOL)
+    held.release()
+    np.testing.assert_allclose(f(w, xs)[1], expected[1], **TOL)
+    assert plan(f).compiled
+
+
+def test_compile_waits_for_the_kernels_of_loop_bodies(monkeypatch):
+    monkeypatch.setattr(fg.config, "compile", "background")
+    xs = np.linspace(-1, 1, 10).reshape(5, 2)
+    f = fg.jit(lambda c, xs: fg.scan(lambda c, x: (c + fnp.cos(x) * 2.5, c), c, xs)[1])
+    f.compile(xs[0], xs)
+    assert [s.tier for s in body_kernel_steps(f)] == [None] and plan(f).compiled
+    expected = np.cumsum(np.cos(xs) * 2.5, axis=0)[:-1] + xs[0]
+    np.testing.assert_allclose(f(xs[0], xs)[1:], expected, rtol=1e-12)
 
 
 def test_sync_compiles_before_the_first_call_returns(monkeypatch):

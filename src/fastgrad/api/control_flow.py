@@ -196,7 +196,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
     traced bounds a `while_loop` (forward mode only).
 
     >>> import fastgrad as fg
-    >>> fg.fori_loop(0, 4, lambda i, x: x * 2.0 + i, 1.0)
+    >>> fg.fori_loop(0, 4, lambda i, x: x * 2.0 + i, 1.0)  # (((1*2+0)*2+1)*2+2)*2+3
     array(27.)
     """
     if _is_static_int(lower) and _is_static_int(upper):

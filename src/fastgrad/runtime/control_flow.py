@@ -5,12 +5,17 @@ stacked outputs and views of the stacked inputs; nothing is traced again.
 
 The loop itself runs in Python (a few microseconds per iteration); a plan runtime with a
 LOOP opcode can take it over from `LoopStep`, which knows the body plans and the slots.
+A loop whose bodies' matmuls are all small runs with BLAS on one thread (see SMALL_MATMUL).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from functools import cache
 from typing import Any
+
+import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Graph, Node
@@ -29,6 +34,11 @@ from fastgrad.transforms.scan import SCAN, ScanCall, scan_loop
 # and lists the kernels it runs.
 Body = Any
 OPS = frozenset({SCAN.name, WHILE.name, SWITCH.name})
+# A matmul with up to this many multiply-adds runs on one BLAS thread inside a loop. Waking
+# BLAS's threads costs each step of a loop, and on a busy machine a wake-up waits for a
+# scheduler slice: a float32 (32, 128) @ (128, 128) took 2.1 ms on two threads against
+# 0.1 ms on one, with the load average at 13 on the 2-core development machine.
+SMALL_MATMUL = 1 << 21
 
 
 class LoopStep:
@@ -45,23 +55,34 @@ class LoopStep:
         self.ins = ins
         self.outs = outs
         self.bodies: list[Body]
+        # Bodies are called with `.run`: the plan that runs this step has set errstate.
         if isinstance(call, ScanCall):
             self.bodies = [build(call.body)]
-            body = self.bodies[0]
+            body = self.bodies[0].run
             self._run = lambda arrays: scan_loop(call, arrays, body)
         elif isinstance(call, WhileCall):
             self.bodies = [build(call.cond), build(call.body)]
-            cond, body = self.bodies
+            cond, body = (b.run for b in self.bodies)
             self._run = lambda arrays: while_loop_run(call, arrays, cond, body)
         elif isinstance(call, SwitchCall):
             self.bodies = [build(b) for b in call.branches]
-            branches = self.bodies
+            branches = [b.run for b in self.bodies]
             self._run = lambda arrays: branches[branch_index(call, arrays[0])](arrays[1:])
         else:
             raise TypeError(f"no compiled execution for {call!r}")
+        # A loop (not a switch, whose branch runs once) limits BLAS for all it runs, loops
+        # nested in it included, so these need not limit it again at each step.
+        self.largest_matmul = _largest_matmul(self.bodies)
+        self.small_matmuls = (
+            not isinstance(call, SwitchCall) and 0 < self.largest_matmul <= SMALL_MATMUL
+        )
+        if self.small_matmuls:
+            for step in _nested_loops(self.bodies):
+                step.small_matmuls = False
 
     def run(self, env: list[Any]) -> None:
-        outs = self._run([env[i] for i in self.ins])
+        with one_blas_thread() if self.small_matmuls else nullcontext():
+            outs = self._run([env[i] for i in self.ins])
         for k, slot in self.outs:
             env[slot] = outs[k]
 
@@ -89,6 +110,33 @@ class LoopPlanner:
         self.done.add(key)
         outs = [(n.params["index"], slot_of(n.out)) for n in self.groups[key]]
         return LoopStep(node.params["call"], [slot_of(v) for v in node.inputs], outs, self.build)
+
+
+def _nested_loops(bodies: list[Body]) -> list[LoopStep]:
+    return [step for body in bodies for step in body.plan if isinstance(step, LoopStep)]
+
+
+def _largest_matmul(bodies: list[Body]) -> int:
+    """Multiply-adds of the largest matmul in the bodies and the loops nested in them (0:
+    none)."""
+    sizes = [s.largest_matmul for s in _nested_loops(bodies)]
+    for body in bodies:
+        for node in body.graph.nodes:
+            if node.op.name == "matmul":  # out (..., m, n) from a (..., m, k)
+                sizes.append(int(np.prod(node.out.aval.shape)) * node.inputs[0].aval.shape[-1])
+    return max(sizes, default=0)
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """A context in which NumPy's BLAS runs on one thread (restored on exit)."""
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
+@cache
+def _blas_controller() -> Any:
+    from threadpoolctl import ThreadpoolController  # finds BLAS once: ~30 ms
+
+    return ThreadpoolController()
 
 
 def _key(node: Node) -> Any:

@@ -115,8 +115,7 @@ class _CallStep:
     dtype: np.dtype
 
     def run(self, env: list[Any]) -> None:
-        with np.errstate(all="ignore"):
-            value = self.impl(*(env[i] for i in self.ins), **self.params)
+        value = self.impl(*(env[i] for i in self.ins), **self.params)  # under plan's errstate
         env[self.out] = np.asarray(value, dtype=self.dtype)
 
 
@@ -196,6 +195,13 @@ class Executable:
         )
 
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
+        # As the kernels do, library calls give inf and nan rather than warn or raise: one
+        # errstate for the whole plan, loop bodies included, rather than one per call.
+        with np.errstate(all="ignore"):
+            return self.run(args)
+
+    def run(self, args: Sequence[Any]) -> list[np.ndarray]:
+        """A call without setting NumPy's errstate: for loop bodies, whose loop did."""
         env = self.template.copy()
         env[: len(args)] = args
         for step in self.plan:
@@ -208,11 +214,22 @@ class Executable:
         for step in self.plan:
             if isinstance(step, _KernelStep) and step.tier is not None:
                 step.tier.wait = True
+            elif isinstance(step, LoopStep):
+                for body in step.bodies:  # a loop body's plan is an Executable too
+                    body.settle()
 
     @property
     def compiled(self) -> bool:
-        """Whether every loop runs its final kernel (no NumPy tier left)."""
-        return all(s.tier is None for s in self.plan if isinstance(s, _KernelStep))
+        """Whether every loop runs its final kernel (no NumPy tier left), loop bodies'
+        kernels included."""
+        return all(
+            s.tier is None
+            if isinstance(s, _KernelStep)
+            else all(body.compiled for body in s.bodies)
+            if isinstance(s, LoopStep)
+            else True
+            for s in self.plan
+        )
 
     @property
     def kernels(self) -> list[KernelSource]:
