@@ -186,7 +186,7 @@ class Executable:
             ins=[slot_of(v) for v in source.inputs],
             outs=[slot_of(v) for v in source.outputs],
             sizes=sizes,
-            nchunks=max(1, min(first, MAX_CHUNKS)),
+            nchunks=_chunks(source, first, parallel),
             parallel=parallel,
             # NumPy scalars, so Numba types each by its dtype (float32 stays float32).
             scalars=tuple(self.constants[id(v)].reshape(())[()] for v in source.scalars),
@@ -218,6 +218,16 @@ class Executable:
         """The plan's kernels, then those of the loop bodies it runs."""
         own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
+
+
+def _chunks(source: KernelSource, first: int, parallel: bool) -> int:
+    """Chunks of the first outer axis. A column kernel's results do not depend on their
+    count: one per thread, each walking whole rows. Elsewhere a fixed count, since full
+    reductions keep one partial per chunk."""
+    if source.column:
+        threads = numba.config.NUMBA_NUM_THREADS if parallel else 1  # type: ignore[attr-defined]
+        return max(1, min(first, threads))
+    return max(1, min(first, MAX_CHUNKS))
 
 
 def compile_graph(graph: Graph) -> Executable:
