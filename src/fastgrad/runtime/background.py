@@ -226,7 +226,7 @@ class KernelTier:
     def _submit(self, step: Any, env: list[Any]) -> None:
         import numba
 
-        args, _ = step.arguments(env)
+        args = step.arguments(env)
         types = tuple(numba.typeof(a) for a in args)
         batch = _batches[-1] if _batches else Batch(f"a loop over {self.shape}")
         self.jobs = []
