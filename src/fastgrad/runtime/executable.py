@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -124,6 +125,43 @@ class _KernelStep:
             env[slot] = buf if view is None else buf.reshape(view)
         return [*self._head, *arrays, *outs]
 
+    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None] | None:
+        """This step as a call with its arguments bound: the buffers, constants and views in
+        `static` slots of `env` once and for all, the other slots read at each call. None
+        while its kernel is not settled (not loaded yet, or compiling in the background)."""
+        kernel = self.kernel
+        if kernel is None or self.tier is not None:
+            return None
+        if self.checks:
+            return partial(self.run, env)
+        args = list(self._head)
+        dynamic = []  # (position, slot, raveled)
+        for slot, reshape in zip(self.ins, self._reshape_in, strict=True):
+            value = env[slot] if slot in static else None
+            if value is not None and reshape:
+                raveled = np.ascontiguousarray(value).reshape(-1)
+                value = raveled if np.may_share_memory(raveled, value) else None  # no copy
+            if value is None:
+                dynamic.append((len(args), slot, reshape))
+            args.append(value)
+        args.extend(None if buffer is None else env[buffer] for buffer in self._buffers)
+        fresh = []  # (position, output index, shape, dtype, graph shape, slot)
+        for k, shape, dtype, view, slot in self._fresh:
+            fresh.append((len(self._head) + len(self.ins) + k, k, shape, dtype, view, slot))
+        if not dynamic and not fresh:
+            return partial(kernel, *args)
+
+        def call() -> None:
+            for position, slot, reshape in dynamic:
+                value = env[slot]
+                args[position] = np.ascontiguousarray(value).reshape(-1) if reshape else value
+            for position, k, shape, dtype, view, slot in fresh:
+                buf = args[position] = staggered_empty(shape, dtype, k)
+                env[slot] = buf if view is None else buf.reshape(view)
+            kernel(*args)
+
+        return call
+
     def _numpy_answers(self, env: list[Any]) -> bool:
         """Ask the tier; when NumPy computed the loop, its results go into the preallocated
         buffers, which views made once per arena still look at."""
@@ -157,6 +195,12 @@ class _MatmulStep:
             env[self.out] = np.matmul(a, b, out=staggered_empty(self.shape, self.dtype, 0))
         else:
             np.matmul(a, b, out=env[self.buffer])
+
+    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None]:
+        """The matmul with its operands and output bound when they are fixed buffers."""
+        if self.buffer is None or not all(slot in static for slot in self.ins):
+            return partial(self.run, env)
+        return partial(np.matmul, env[self.ins[0]], env[self.ins[1]], out=env[self.buffer])
 
 
 @dataclass
@@ -360,7 +404,7 @@ def _arena(
     plain = {k for k, v in enumerate(template) if v is not None} - set(range(len(inputs)))
     static = set(plain)
     static_views: list[_ViewStep] = []
-    runs = []
+    steps: list[PlanStep] = []
     for step in plan:
         if isinstance(step, _KernelStep):
             slots: list[int | None] = []
@@ -375,8 +419,8 @@ def _arena(
                     template.append(None)
                 buffers.append(Buffer(slot, shape, dtype, out, view or shape))
                 slots.append(slot)
-                plain.add(out)
-                static.add(out)
+                plain.update((slot, out))
+                static.update((slot, out))
             step.bind(slots)
         elif isinstance(step, _MatmulStep):
             step.buffer = None if step.out in fresh else step.out
@@ -392,5 +436,5 @@ def _arena(
             if step.op == "reshape":
                 plain.add(step.out)
             continue
-        runs.append(step.run)
-    return Arena(template, buffers, static_views, runs, outputs)
+        steps.append(step)
+    return Arena(template, buffers, static_views, steps, outputs, static)
