@@ -124,6 +124,7 @@ def run_workload(spec: dict, result: dict) -> dict:
 
     if not spec.get("first_call_only"):
         result["stage"] = "steady state"
+        system.settle(fn, args)
         # Reset the peak so that the steady-state figure leaves out the compiler's and
         # the inputs' memory: what remains is the calls' outputs and temporaries.
         resettable = measure.reset_peak_rss()

@@ -84,6 +84,9 @@ class System:
     def sync(self, out) -> None:
         """Wait until `out` is computed (for systems that run asynchronously)."""
 
+    def settle(self, fn, args) -> None:
+        """Before the steady state: wait for work a first call left running (default: none)."""
+
     def to_numpy(self, out) -> tuple[float, list[np.ndarray]]:
         value, grads = out
         return float(value), [np.asarray(g) for g in grads]
@@ -116,6 +119,11 @@ class Fastgrad(System):
     def build(self, workload):
         fg = self.fg
         return fg.jit(fg.value_and_grad(bind(workload, self.ops), argnums=workload.argnums))
+
+    def settle(self, fn, args):
+        # A first call runs on NumPy while kernels compile in the background; the steady
+        # state is that of the compiled kernels.
+        self.fg.warmup(fn, *args)
 
 
 class HandNumpy(System):
@@ -331,6 +339,9 @@ class Dask(Fastgrad):
         import fastgrad.dask
 
         return fastgrad.dask.value_and_grad(bind(workload, self.ops), argnums=workload.argnums)
+
+    def settle(self, fn, args):
+        pass  # the kernels compile on the workers, out of reach of fg.warmup here
 
     def details(self, fn, args):
         from .dask_timing import per_call_breakdown
