@@ -10,10 +10,12 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime.arena import staggered_empty
+from fastgrad.runtime.arena import plan_offsets, staggered_empty
 from fastgrad.runtime.executable import _CallStep, _KernelStep, _MatmulStep, _ViewStep
 
 rng = np.random.default_rng(7)
@@ -182,3 +184,32 @@ def test_prepared_steps_follow_new_inputs():
     before = sys.getrefcount(xs)
     f(*args[:3], xs, args[4])
     assert sys.getrefcount(xs) == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 20000), st.integers(0, 30), st.integers(0, 10)), max_size=25)
+)
+def test_buffers_live_at_once_never_overlap(raw):
+    """plan_offsets: buffers whose spans of steps meet get disjoint, aligned memory."""
+    spans = sorted(
+        ((size, first, first + length) for size, first, length in raw), key=lambda s: s[1]
+    )
+    offsets, total = plan_offsets(spans)
+    for (size, _, _), offset in zip(spans, offsets, strict=True):
+        assert offset % 64 == 0 and offset + size <= total
+    for i, (size_a, first_a, last_a) in enumerate(spans):
+        for j in range(i):
+            size_b, first_b, last_b = spans[j]
+            if first_a <= last_b and first_b <= last_a:
+                a, b = offsets[i], offsets[j]
+                assert a + size_a <= b or b + size_b <= a
+
+
+def test_rnn_buffers_share_memory_by_liveness():
+    args = rnn_inputs(np.float32, steps=8)
+    f = fg.jit(fg.value_and_grad(rnn, argnums=(0, 1, 2)))
+    f(*args)
+    arena = f.lower(*args).executable.arena
+    _, total = plan_offsets([(b.nbytes, b.first, b.last) for b in arena.buffers])
+    assert total < sum(b.nbytes for b in arena.buffers) / 2

@@ -1,5 +1,6 @@
-"""Buffers for a plan's values: one block of preallocated intermediates per arena, and fresh
-outputs, both laid out so that no two large buffers start at the same offset modulo 4 KiB.
+"""Buffers for a plan's values: one block of preallocated intermediates per arena (buffers
+whose lifetimes within a call do not meet share memory), and fresh outputs, both laid out
+so that neighbouring large buffers start at different offsets modulo 4 KiB.
 
 Loads and stores whose addresses agree in their low 12 bits look alike to the CPU's
 store-to-load check ("4K aliasing"): a loop streaming through such arrays ran 3-6x slower
@@ -51,6 +52,42 @@ class Buffer:
     dtype: np.dtype
     view_slot: int
     view_shape: tuple[int, ...]
+    # The steps that write it and last read it (directly or through a view): outside
+    # that span its memory may hold another buffer.
+    first: int = 0
+    last: int = 1 << 62
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+
+def plan_offsets(spans: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
+    """Byte offsets for buffers given as (size, first step, last step), in order of their
+    first step: each goes in the lowest gap left by buffers still live at its first
+    step, so buffers whose spans do not meet share memory. Large buffers are followed by
+    a few spare cache lines (STAGGER), so neighbours start at different page offsets.
+    Returns the offsets and the total size.
+
+    >>> plan_offsets([(4096, 0, 1), (4096, 1, 2), (4096, 2, 3)])
+    ([0, 4416, 0], 8832)
+    """
+    placed: list[tuple[int, int, int]] = []  # (offset, extent, last step)
+    offsets = []
+    total = 0
+    for nbytes, first, last in spans:
+        extent = nbytes + (STAGGER if nbytes >= PAGE else 0)
+        extent += -extent % ALIGN
+        placed = [p for p in placed if p[2] >= first]
+        offset = 0
+        for start, size, _ in sorted(placed):
+            if start - offset >= extent:
+                break
+            offset = max(offset, start + size)
+        placed.append((offset, extent, last))
+        offsets.append(offset)
+        total = max(total, offset + extent)
+    return offsets, total
 
 
 class Step(Protocol):
@@ -92,17 +129,11 @@ class Arena:
 
     def _fill(self) -> list[Any]:
         env = list(self.base)
-        sizes = [int(np.prod(b.shape)) * b.dtype.itemsize for b in self.buffers]
-        offsets = []
-        end = 0
-        for nbytes in sizes:
-            start = -end % ALIGN + end
-            offsets.append(start)
-            end = start + nbytes + (STAGGER if nbytes >= PAGE else 0)
+        offsets, end = plan_offsets([(b.nbytes, b.first, b.last) for b in self.buffers])
         block = np.empty(end + ALIGN, np.uint8)
         shift = -block.ctypes.data % ALIGN
-        for b, start, nbytes in zip(self.buffers, offsets, sizes, strict=True):
-            array = block[shift + start : shift + start + nbytes].view(b.dtype).reshape(b.shape)
+        for b, start in zip(self.buffers, offsets, strict=True):
+            array = block[shift + start : shift + start + b.nbytes].view(b.dtype).reshape(b.shape)
             env[b.slot] = array
             env[b.view_slot] = array.reshape(b.view_shape)
         for step in self.static_views:

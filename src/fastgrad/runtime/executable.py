@@ -437,4 +437,30 @@ def _arena(
                 plain.add(step.out)
             continue
         steps.append(step)
+    _spans(plan, buffers)
     return Arena(template, buffers, static_views, steps, outputs, static)
+
+
+def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
+    """Set each buffer's span: the step that writes it, and the last that reads it or a
+    value that may be a view of it (through views, library calls and loops)."""
+    aliases: dict[int, set[int]] = {}  # slot -> buffers whose memory it may be
+    for k, b in enumerate(buffers):
+        aliases[b.slot] = aliases[b.view_slot] = {k}
+    writes: dict[int, list[int]] = {}  # slot -> the buffers a step writes into it
+    for k, b in enumerate(buffers):
+        writes.setdefault(b.view_slot, []).append(k)
+    for i, step in enumerate(plan):
+        reads = [*step.ins, *getattr(step, "checks", ())]
+        for slot in reads:
+            for k in aliases.get(slot, ()):
+                buffers[k].last = i
+        if isinstance(step, _KernelStep | _MatmulStep):
+            for slot in step.outs if isinstance(step, _KernelStep) else [step.out]:
+                for k in writes.get(slot, ()):
+                    buffers[k].first = buffers[k].last = i
+        else:
+            outs = [slot for _, slot in step.outs] if isinstance(step, LoopStep) else [step.out]
+            seen = set().union(*(aliases.get(slot, set()) for slot in reads))
+            for slot in outs:
+                aliases.setdefault(slot, set()).update(seen)
