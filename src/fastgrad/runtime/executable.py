@@ -165,13 +165,15 @@ class _KernelStep:
     def _numpy_answers(self, env: list[Any]) -> bool:
         """Ask the tier; when NumPy computed the loop, its results go into the preallocated
         buffers, which views made once per arena still look at."""
-        assert self.tier is not None
+        tier = self.tier  # read once: a call in another thread may settle it meanwhile
+        if tier is None:
+            return False
         bound = [
             (out, env[out])
             for out, b in zip(self.outs, self._buffers, strict=True)
             if b is not None
         ]
-        if not self.tier.answer(self, env):
+        if not tier.answer(self, env):
             return False
         for slot, buffer in bound:
             np.copyto(buffer, env[slot])
@@ -417,7 +419,7 @@ def _arena(
                 slot = out if view is None else len(template)
                 if view is not None:
                     template.append(None)
-                buffers.append(Buffer(slot, shape, dtype, out, view or shape))
+                buffers.append(Buffer(slot, shape, dtype, out, shape if view is None else view))
                 slots.append(slot)
                 plain.update((slot, out))
                 static.update((slot, out))
