@@ -197,3 +197,24 @@ def test_the_numpy_tier_agrees_with_the_kernels(case):
     np.testing.assert_allclose(tiered[0], compiled[0], **TOL)
     for a, b in zip(tiered[1], compiled[1], strict=True):
         np.testing.assert_allclose(a, b, **TOL)
+
+
+def test_numpy_tier_fills_the_preallocated_buffers(held):
+    """While a kernel compiles, NumPy computes its loop: the results must land in the
+    buffers that views made once per call plan (a transpose here) look at."""
+
+    def f(a, b):
+        t = fnp.tanh(a) * 2 + 1
+        return fnp.sum((t.T @ b) ** 2)
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((5, 4)), rng.standard_normal((5, 3))
+    jf = fg.jit(fg.value_and_grad(f, argnums=(0, 1)))
+    reference = fg.jit(fg.value_and_grad(f, argnums=(0, 1)), fuse=False)
+    for scale in (1.0, -0.5):
+        value, grads = jf(a * scale, b)
+        assert held.jobs and not plan(jf).compiled  # still NumPy
+        ref_value, ref_grads = reference(a * scale, b)
+        np.testing.assert_allclose(value, ref_value, **TOL)
+        for g, r in zip(grads, ref_grads, strict=True):
+            np.testing.assert_allclose(g, r, **TOL)

@@ -239,7 +239,7 @@ class KernelTier:
     def _submit(self, step: Any, env: list[Any]) -> list[Job]:
         import numba
 
-        args, _ = step.arguments(env)
+        args = step.arguments(env)
         types = tuple(numba.typeof(a) for a in args)
         batches = _batches.open
         batch = batches[-1] if batches else Batch(f"a loop over {self.shape}")

@@ -1,18 +1,22 @@
 """Run a partitioned graph: fused kernels and library calls over a flat list of buffers.
 
 Every value has a slot; graph inputs and constants are filled in first, then each step
-reads its slots and fills its own. Kernel outputs are allocated with NumPy (which asks for
-huge pages) and passed in. A loop's kernel is generated, and compiled, on its first run:
-the serial variant for small sizes, the parallel one (prange) above a threshold. In
-background mode a kernel step asks its tier (runtime.background) at each run whether its
-kernel is ready; until then the tier runs the loop with NumPy.
+reads its slots and fills its own. Kernels and matmuls write into buffers preallocated in
+an arena (runtime.arena), or into fresh arrays for what the caller receives. A loop's
+kernel is generated, and compiled, on its first run: the serial variant for small sizes,
+the parallel one (prange) above a threshold. In background mode a kernel step asks its
+tier (runtime.background) at each run whether its kernel is ready; until then the tier
+runs the loop with NumPy.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numba
@@ -25,7 +29,9 @@ from fastgrad.compiler.kernel_cache import first_call, load_kernel
 from fastgrad.compiler.passes import simplify
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
+from fastgrad.ops.shape import _as_slices as as_slices
 from fastgrad.runtime import threading_layer  # noqa: F401  (before any parallel kernel)
+from fastgrad.runtime.arena import Arena, Buffer, staggered_empty
 from fastgrad.runtime.background import KernelTier
 from fastgrad.runtime.control_flow import OPS as LOOP_OPS
 from fastgrad.runtime.control_flow import LoopPlanner, LoopStep
@@ -64,13 +70,28 @@ class _KernelStep:
             v.aval.ndim == 0 or (flat and v.aval.ndim > 1) for v in self.source.inputs
         ]
         self._any_reshape = any(self._reshape_in)
-        self._allocations = []
+        self._head = (*self.sizes, self.nchunks, *self.scalars)
+        # Per output: the shape and dtype the kernel writes, and the shape the graph sees
+        # (None when equal).
+        self.allocations: list[tuple[tuple[int, ...], np.dtype]] = []
         self._views: list[tuple[int, ...] | None] = []
         for v in self.source.outputs:
             shape = v.aval.shape
             kernel_shape = (v.aval.size,) if (flat or not shape) and len(shape) != 1 else shape
-            self._allocations.append((kernel_shape, v.aval.dtype))
+            self.allocations.append((kernel_shape, v.aval.dtype))
             self._views.append(None if kernel_shape == shape else shape)
+        self.bind([None] * len(self.outs))
+
+    def bind(self, buffers: list[int | None]) -> None:
+        """Outputs written into preallocated buffers: `buffers[k]` is the slot holding output
+        k's buffer in the kernel's shape (its graph-shaped view sits in its own slot), or
+        None for an output allocated afresh at every call."""
+        self._buffers = buffers
+        self._fresh = [
+            (k, *self.allocations[k], self._views[k], self.outs[k])
+            for k, b in enumerate(buffers)
+            if b is None
+        ]
 
     def run(self, env: list[Any]) -> None:
         for slot in self.checks:  # kernels do not bounds-check; NumPy would raise here
@@ -79,22 +100,20 @@ class _KernelStep:
             if columns.size and (columns.min() < -k or columns.max() >= k):
                 bad = columns[(columns < -k) | (columns >= k)][0]
                 raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
-        tier = self.tier  # read once: another thread may settle it meanwhile
-        if tier is not None and tier.answer(self, env):
+        if self.tier is not None and self._numpy_answers(env):
             return  # computed with NumPy: the kernel is still compiling in the background
         kernel = self.kernel
         args, outs = self.arguments(env)
         if kernel is None:
             loaded = load_kernel(self.source.source, self.source.name)
-            first_call(loaded, *args)
+            kernel = partial(first_call, loaded)
+        kernel(*self.arguments(env))
+        if self.kernel is None:
             self.kernel = loaded
-        else:
-            kernel(*args)
-        for slot, buf, view in zip(self.outs, outs, self._views, strict=False):
-            env[slot] = buf if view is None else buf.reshape(view)
 
-    def arguments(self, env: list[Any]) -> tuple[list[Any], list[np.ndarray]]:
-        """The kernel's arguments for the values in `env`, and its fresh output arrays."""
+    def arguments(self, env: list[Any]) -> list[Any]:
+        """The kernel's arguments for the values in `env`. Outputs without a preallocated
+        buffer are allocated here and put in their slots."""
         if self._any_reshape:
             arrays = [
                 np.ascontiguousarray(env[slot]).reshape(-1) if reshape else env[slot]
@@ -102,12 +121,128 @@ class _KernelStep:
             ]
         else:
             arrays = [env[slot] for slot in self.ins]
-        outs = [np.empty(s, d) for s, d in self._allocations]
-        return [*self.sizes, self.nchunks, *self.scalars, *arrays, *outs], outs
+        outs = [None if b is None else env[b] for b in self._buffers]
+        for k, shape, dtype, view, slot in self._fresh:
+            buf = outs[k] = staggered_empty(shape, dtype, k)
+            env[slot] = buf if view is None else buf.reshape(view)
+        return [*self._head, *arrays, *outs]
+
+    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None] | None:
+        """This step as a call with its arguments bound: the buffers, constants and views in
+        `static` slots of `env` once and for all, the other slots read at each call. None
+        while its kernel is not settled (not loaded yet, or compiling in the background)."""
+        kernel = self.kernel
+        if kernel is None or self.tier is not None:
+            return None
+        if self.checks:
+            return partial(self.run, env)
+        args = list(self._head)
+        dynamic = []  # (position, slot, raveled)
+        for slot, reshape in zip(self.ins, self._reshape_in, strict=True):
+            value = env[slot] if slot in static else None
+            if value is not None and reshape:
+                raveled = np.ascontiguousarray(value).reshape(-1)
+                value = raveled if np.may_share_memory(raveled, value) else None  # no copy
+            if value is None:
+                dynamic.append((len(args), slot, reshape))
+            args.append(value)
+        args.extend(None if buffer is None else env[buffer] for buffer in self._buffers)
+        fresh = []  # (position, output index, shape, dtype, graph shape, slot)
+        for k, shape, dtype, view, slot in self._fresh:
+            fresh.append((len(self._head) + len(self.ins) + k, k, shape, dtype, view, slot))
+        if not dynamic and not fresh:
+            return partial(kernel, *args)
+
+        def call() -> None:
+            for position, slot, reshape in dynamic:
+                value = env[slot]
+                args[position] = np.ascontiguousarray(value).reshape(-1) if reshape else value
+            for position, k, shape, dtype, view, slot in fresh:
+                buf = args[position] = staggered_empty(shape, dtype, k)
+                env[slot] = buf if view is None else buf.reshape(view)
+            kernel(*args)
+
+        return call
+
+    def _numpy_answers(self, env: list[Any]) -> bool:
+        """Ask the tier; when NumPy computed the loop, its results go into the preallocated
+        buffers, which views made once per arena still look at."""
+        tier = self.tier  # read once: a call in another thread may settle it meanwhile
+        if tier is None:
+            return False
+        bound = [
+            (out, env[out])
+            for out, b in zip(self.outs, self._buffers, strict=True)
+            if b is not None
+        ]
+        if not tier.answer(self, env):
+            return False
+        for slot, buffer in bound:
+            np.copyto(buffer, env[slot])
+            env[slot] = buffer
+        return True
+
+
+@dataclass
+class _MatmulStep:
+    """BLAS through NumPy, writing into a preallocated output when it has one."""
+
+    ins: list[int]
+    out: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    buffer: int | None = None  # the slot of the preallocated output, or None: fresh
+
+    def run(self, env: list[Any]) -> None:
+        a, b = env[self.ins[0]], env[self.ins[1]]
+        if self.buffer is None:
+            env[self.out] = np.matmul(a, b, out=staggered_empty(self.shape, self.dtype, 0))
+        else:
+            np.matmul(a, b, out=env[self.buffer])
+
+    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None]:
+        """The matmul with its operands and output bound when they are fixed buffers."""
+        if self.buffer is None or not all(slot in static for slot in self.ins):
+            return partial(self.run, env)
+        return partial(np.matmul, env[self.ins[0]], env[self.ins[1]], out=env[self.buffer])
+
+
+@dataclass
+class _ViewStep:
+    """reshape, transpose, slice or broadcast_to: a NumPy view (a copy only where NumPy's
+    reshape needs one), with its arguments prepared once."""
+
+    op: str
+    arg: Any
+    ins: list[int]
+    out: int
+
+    def run(self, env: list[Any]) -> None:
+        env[self.out] = view(self.op, env[self.ins[0]], self.arg)
+
+
+def view(op: str, x: np.ndarray, arg: Any) -> np.ndarray:
+    if op == "slice":
+        return x[arg]
+    if op == "transpose":
+        return x.transpose(arg)
+    if op == "reshape":
+        return x.reshape(arg)
+    return np.broadcast_to(x, arg)
+
+
+_VIEW_ARG = {
+    "reshape": lambda params: params["shape"],
+    "broadcast_to": lambda params: params["shape"],
+    "transpose": lambda params: params["axes"],
+    "slice": lambda params: as_slices(params["index"]),
+}
 
 
 @dataclass
 class _CallStep:
+    """Any other op: its NumPy implementation."""
+
     impl: Any
     params: dict[str, Any]
     ins: list[int]
@@ -119,8 +254,17 @@ class _CallStep:
         env[self.out] = np.asarray(value, dtype=self.dtype)
 
 
+PlanStep = _KernelStep | _CallStep | _MatmulStep | _ViewStep | LoopStep
+
+
 class Executable:
-    """A graph ready to run: call it with the graph's input arrays."""
+    """A graph ready to run: call it with the graph's input arrays.
+
+    Intermediate values live in one arena of preallocated buffers, reused from call to
+    call (the first touch of fresh memory is what costs); what the caller receives is
+    always allocated afresh. A call that finds the arena in use (another thread, or a
+    re-entrant call) runs with buffers of its own.
+    """
 
     def __init__(self, graph: Graph, steps: Sequence[Step]):
         self.graph = graph
@@ -139,7 +283,7 @@ class Executable:
             if node.op.name == "const":
                 constants[id(node.out)] = node.params["value"]
         self.constants = constants
-        self.plan: list[_KernelStep | _CallStep | LoopStep] = []
+        self.plan: list[PlanStep] = []
         loops = LoopPlanner(graph, compile_graph)
         for step in self.steps:
             if isinstance(step, Call) and step.node.op.name in LOOP_OPS:
@@ -147,16 +291,7 @@ class Executable:
                 if loop is not None:
                     self.plan.append(loop)
             elif isinstance(step, Call):
-                n = step.node
-                self.plan.append(
-                    _CallStep(
-                        n.op.impl,
-                        n.params,
-                        [slot_of(v) for v in n.inputs],
-                        slot_of(n.out),
-                        n.out.aval.dtype,
-                    )
-                )
+                self.plan.append(self._call_step(step.node, slot_of))
             else:
                 self.plan.append(self._kernel_step(step, slot_of))
         self.outputs = [slot_of(v) for v in graph.outputs]
@@ -165,6 +300,16 @@ class Executable:
         for key, value in constants.items():
             if key in slot:
                 self.template[slot[key]] = value
+        self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs)
+        self._lock = threading.Lock()
+
+    def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
+        ins = [slot_of(v) for v in n.inputs]
+        if n.op.name == "matmul":
+            return _MatmulStep(ins, slot_of(n.out), n.out.aval.shape, n.out.aval.dtype)
+        if n.op.name in _VIEW_ARG:
+            return _ViewStep(n.op.name, _VIEW_ARG[n.op.name](n.params), ins, slot_of(n.out))
+        return _CallStep(n.op.impl, n.params, ins, slot_of(n.out), n.out.aval.dtype)
 
     def _kernel_step(self, loop: Loop, slot_of: Any) -> _KernelStep:
         size = int(np.prod(loop.shape))
@@ -186,7 +331,7 @@ class Executable:
             ins=[slot_of(v) for v in source.inputs],
             outs=[slot_of(v) for v in source.outputs],
             sizes=sizes,
-            nchunks=max(1, min(first, MAX_CHUNKS)),
+            nchunks=_chunks(source, first, parallel),
             parallel=parallel,
             # NumPy scalars, so Numba types each by its dtype (float32 stays float32).
             scalars=tuple(self.constants[id(v)].reshape(())[()] for v in source.scalars),
@@ -201,12 +346,14 @@ class Executable:
             return self.run(args)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
-        """A call without setting NumPy's errstate: for loop bodies, whose loop did."""
-        env = self.template.copy()
-        env[: len(args)] = args
-        for step in self.plan:
-            step.run(env)
-        return [env[i] for i in self.outputs]
+        """A call without setting NumPy's errstate: for loop bodies, whose loop did. A call
+        that meets another one running (another thread) gets an arena of its own."""
+        if self._lock.acquire(blocking=False):
+            try:
+                return self.arena.run(args)
+            finally:
+                self._lock.release()
+        return self.arena.fresh().run(args)
 
     def settle(self) -> None:
         """Make the next call wait for every kernel rather than run NumPy meanwhile."""
@@ -242,3 +389,101 @@ def compile_graph(graph: Graph) -> Executable:
     """A loop body's plan: simplified, partitioned and compiled like a whole function."""
     graph = simplify(graph)
     return Executable(graph, partition(graph))
+
+
+def _chunks(source: KernelSource, first: int, parallel: bool) -> int:
+    """Chunks of the first outer axis. A column kernel's results do not depend on their
+    count: one per thread, each walking whole rows. Elsewhere a fixed count, since full
+    reductions keep one partial per chunk."""
+    if source.column:
+        threads = numba.config.NUMBA_NUM_THREADS if parallel else 1  # type: ignore[attr-defined]
+        return max(1, min(first, threads))
+    return max(1, min(first, MAX_CHUNKS))
+
+
+def _arena(
+    plan: list[PlanStep],
+    template: list[Any],
+    outputs: list[int],
+    inputs: Sequence[Any],
+) -> Arena:
+    """Give every intermediate that kernels and matmuls write a preallocated buffer, bind
+    the steps to them, and set apart the views of buffers (made once per arena).
+
+    What the caller receives must be fresh at every call: the outputs, and what they may
+    be views of (the inputs of a view, of a library call or of a loop that may return
+    one). A reshape copies where its input is not contiguous, so only a reshape of a
+    buffer itself (or of a constant) is made once; other views of views run per call."""
+    fresh = set(outputs)
+    for step in reversed(plan):
+        if isinstance(step, _ViewStep | _CallStep) and step.out in fresh:
+            fresh.update(step.ins)
+        elif isinstance(step, LoopStep) and any(slot in fresh for _, slot in step.outs):
+            fresh.update(step.ins)
+    template = list(template)
+    buffers: list[Buffer] = []
+    # Slots whose value never changes identity during a call, and among them the ones
+    # holding a whole buffer or a constant (a reshape of those is a view or a constant).
+    plain = {k for k, v in enumerate(template) if v is not None} - set(range(len(inputs)))
+    static = set(plain)
+    static_views: list[_ViewStep] = []
+    steps: list[PlanStep] = []
+    for step in plan:
+        if isinstance(step, _KernelStep):
+            slots: list[int | None] = []
+            for out, (shape, dtype), view in zip(
+                step.outs, step.allocations, step._views, strict=True
+            ):
+                if out in fresh:
+                    slots.append(None)
+                    continue
+                slot = out if view is None else len(template)
+                if view is not None:
+                    template.append(None)
+                buffers.append(Buffer(slot, shape, dtype, out, shape if view is None else view))
+                slots.append(slot)
+                plain.update((slot, out))
+                static.update((slot, out))
+            step.bind(slots)
+        elif isinstance(step, _MatmulStep):
+            step.buffer = None if step.out in fresh else step.out
+            if step.buffer is not None:
+                buffers.append(Buffer(step.out, step.shape, step.dtype, step.out, step.shape))
+                plain.add(step.out)
+                static.add(step.out)
+        elif isinstance(step, _ViewStep) and (
+            step.ins[0] in plain or (step.op != "reshape" and step.ins[0] in static)
+        ):
+            static_views.append(step)
+            static.add(step.out)
+            if step.op == "reshape":
+                plain.add(step.out)
+            continue
+        steps.append(step)
+    _spans(plan, buffers)
+    return Arena(template, buffers, static_views, steps, outputs, static)
+
+
+def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
+    """Set each buffer's span: the step that writes it, and the last that reads it or a
+    value that may be a view of it (through views, library calls and loops)."""
+    aliases: dict[int, set[int]] = {}  # slot -> buffers whose memory it may be
+    for k, b in enumerate(buffers):
+        aliases[b.slot] = aliases[b.view_slot] = {k}
+    writes: dict[int, list[int]] = {}  # slot -> the buffers a step writes into it
+    for k, b in enumerate(buffers):
+        writes.setdefault(b.view_slot, []).append(k)
+    for i, step in enumerate(plan):
+        reads = [*step.ins, *getattr(step, "checks", ())]
+        for slot in reads:
+            for k in aliases.get(slot, ()):
+                buffers[k].last = i
+        if isinstance(step, _KernelStep | _MatmulStep):
+            for slot in step.outs if isinstance(step, _KernelStep) else [step.out]:
+                for k in writes.get(slot, ()):
+                    buffers[k].first = buffers[k].last = i
+        else:
+            outs = [slot for _, slot in step.outs] if isinstance(step, LoopStep) else [step.out]
+            seen = set().union(*(aliases.get(slot, set()) for slot in reads))
+            for slot in outs:
+                aliases.setdefault(slot, set()).update(seen)

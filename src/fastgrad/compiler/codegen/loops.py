@@ -16,10 +16,12 @@ from collections.abc import Set as AbstractSet
 
 import numpy as np
 
+from fastgrad.compiler.codegen.columns import column_run
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
     accumulate,
+    closure,
     combine,
     init_scalars,
     module_text,
@@ -124,6 +126,9 @@ class _Generator:
         self.subst: dict[int, str] = {}
         self.suffix = ""
         self.index_checks: list[Var] = []
+        # Where a full reduction accumulates: one scalar per chunk (column kernels: one
+        # per kept position).
+        self.scalar_acc = lambda k: f"s{k}"
 
     # ---- addressing
     def _row_map(self, shape: tuple[int, ...]) -> list[int]:
@@ -208,7 +213,7 @@ class _Generator:
         try:
             if id(x) not in level:
                 return self.address(x, self.loop.shape, "elem")
-            needed = _closure([self.by_id[id(x)]], self.loop.nodes, level)
+            needed = closure([self.by_id[id(x)]], self.loop.nodes, level)
             for n in self.loop.nodes:
                 if id(n.out) in needed:
                     self.recomputed.append(f"{n.op.name} (at the picked column)")
@@ -296,9 +301,9 @@ class _Generator:
         # down columns, with one accumulator per column of the chunk.
         column = (
             n_phases == 1
-            and len(self.outer) == 1
+            and bool(self.outer)
             and bool(self.inner)
-            and max(self.inner) < self.outer[0]
+            and max(self.inner) < min(self.outer)
             and not any(
                 level.get(id(v)) == "row"
                 for n in nodes
@@ -307,7 +312,7 @@ class _Generator:
             )
         )
         if column:
-            return self._column_run(w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
+            return column_run(self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
         w.indent()
         self.in_chunk = True
@@ -358,7 +363,7 @@ class _Generator:
                     and phase.get(id(n.inputs[0]), 0) == p
                 )
             ]
-            plan.append((sinks, reducers, _closure([*sinks, *reducers], nodes, level)))
+            plan.append((sinks, reducers, closure([*sinks, *reducers], nodes, level)))
         # An expensive value that a later pass needs again is kept in a row-sized scratch
         # buffer (it stays in cache) instead of being recomputed: exp in a softmax.
         stored: set[int] = set()
@@ -375,7 +380,7 @@ class _Generator:
         for p in range(n_phases):
             sinks, reducers, _ = plan[p]
             cut = {k for k in stored if phase[k] < p}
-            plan[p] = (sinks, reducers, _closure([*sinks, *reducers], nodes, level, cut))
+            plan[p] = (sinks, reducers, closure([*sinks, *reducers], nodes, level, cut))
         w.lines[scratch_at:scratch_at] = [
             "    " * scratch_depth
             + f"t{k} = np.empty(n{self.inner[0]}, {scalar_type(nodes[k].out.aval.dtype)})"
@@ -438,8 +443,6 @@ class _Generator:
         scalar_reductions: list[Node],
     ) -> KernelSource:
         """Close the chunk loop: combine the partials, then the scalar-level work."""
-        loop = self.loop
-        scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
         for k, n in enumerate(scalar_reductions):
             w(f"p{k}[c] = {settle(n, f's{k}')}")
         w.dedent()
@@ -449,6 +452,21 @@ class _Generator:
             w("for c in range(nchunks):")
             acc = f"v{self.index[id(n.out)]}"
             w(f"    {acc} = {combine(n.op.name, acc, f'p{k}[c]')}")
+        return self.tail(w, args, nodes, level, outputs, scalar_reductions)
+
+    def tail(
+        self,
+        w: Writer,
+        args: list[str],
+        nodes: list[Node],
+        level: dict[int, str],
+        outputs: set[int],
+        scalar_reductions: list[Node],
+        column: bool = False,
+    ) -> KernelSource:
+        """After the chunk loop and the full reductions: the scalar-level work."""
+        loop = self.loop
+        scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
         for n in nodes:
             if level[id(n.out)] == "scalar" and id(n.out) not in scalar_index:
                 w(f"v{self.index[id(n.out)]} = {self.expression(n, 'scalar')}")
@@ -470,78 +488,8 @@ class _Generator:
             recomputed=self.recomputed,
             imports=self.imports,
             index_checks=self.index_checks,
+            column=column,
         )
-
-    def _column_run(
-        self,
-        w: Writer,
-        args: list[str],
-        nodes: list[Node],
-        level: dict[int, str],
-        outputs: set[int],
-        reduce_phase: dict[int, int],
-        scalar_reductions: list[Node],
-    ) -> KernelSource:
-        """The loop nest with the reduced (leading) axes outside the kept one."""
-        o = self.outer[0]
-        scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
-        w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
-        w.indent()
-        self.in_chunk = True
-        body_begin, self.body_depth = len(w.lines), w.depth
-        w(f"lo = np.uint64((c * n{o}) // nchunks)")
-        w(f"hi = np.uint64(((c + 1) * n{o}) // nchunks)")
-        init_scalars(w, scalar_reductions)
-        rows = [n for n in nodes if id(n.out) in reduce_phase]
-        for n in rows:
-            k = self.index[id(n.out)]
-            w(f"r{k} = np.full(hi - lo, {reduction_init(n.op.name, n.out.aval.dtype)})")
-            if tracks_nan(n):
-                w(f"r{k}n = np.zeros(hi - lo, np.bool_)")
-        for a in self.inner:
-            w(f"for i{a} in range(np.uint64(n{a})):")
-            w.indent()
-        w(f"for i{o} in range(lo, hi):")
-        w.indent()
-        sums = [n for n in scalar_reductions if self._elem_input(n, level)]
-        needed = _closure(
-            [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs] + rows + sums,
-            nodes,
-            level,
-        )
-        for n in nodes:
-            if id(n.out) in needed:
-                k = self.index[id(n.out)]
-                self.assign(w, f"v{k}", self.expression(n, "elem"))
-                if id(n.out) in outputs:
-                    w(f"{self.address(n.out, self.loop.shape, 'elem')} = v{k}")
-        for n in rows + sums:
-            operand = self.reduced(n)
-            if id(n.out) in reduce_phase:
-                k = self.index[id(n.out)]
-                acc, flag = f"r{k}[i{o} - lo]", f"r{k}n[i{o} - lo]"
-            else:
-                acc = f"s{scalar_index[id(n.out)]}"
-                flag = acc + "n"
-            for line in accumulate(n, acc, operand, flag):
-                w(line)
-        w.dedent(len(self.inner) + 1)
-        w(f"for i{o} in range(lo, hi):")
-        w.indent()
-        for n in nodes:
-            if level[id(n.out)] != "row":
-                continue
-            k = self.index[id(n.out)]
-            if id(n.out) in reduce_phase:
-                expr = settle(n, f"r{k}[i{o} - lo]", f"r{k}n[i{o} - lo]")
-            else:
-                expr = self.expression(n, "row")
-            self.assign(w, f"v{k}", expr)
-            self.after_value(w, n, "row", outputs, scalar_index)
-        w.dedent()
-        self.body = (body_begin, len(w.lines))
-        self.in_chunk = False
-        return self._finish(w, args, nodes, level, outputs, scalar_reductions)
 
     def reduced(self, n: Node) -> str:
         """A reduction's operand at the current point, in the reduction's dtype."""
@@ -562,7 +510,7 @@ class _Generator:
             w(f"{self.address(n.out, n.out.aval.shape, level)} = v{k}")
         for s in self.loop.nodes:
             if id(s.out) in scalar_index and s.inputs[0] is n.out:
-                acc = f"s{scalar_index[id(s.out)]}"  # once per row: NaN-propagating as is
+                acc = self.scalar_acc(scalar_index[id(s.out)])  # once per row: NaN-propagating
                 w(f"{acc} = {combine(s.op.name, acc, f'v{k}')}")
 
 
@@ -573,28 +521,3 @@ _CHEAP_CALLS = frozenset({"abs", "maximum", "minimum", "sqrt", "floor", "ceil", 
 def _expensive(node: Node) -> bool:
     loop = node.op.loop or ""
     return loop.startswith("call:") and loop[5:] not in _CHEAP_CALLS
-
-
-def _closure(
-    sinks: list[Node], nodes: list[Node], level: dict[int, str], cut: AbstractSet[int] = frozenset()
-) -> set[int]:
-    """Ids of the elem values needed to compute `sinks` (their own included when elem);
-    values in `cut` are needed but not their inputs (they come from a scratch buffer)."""
-    by_id = {id(n.out): n for n in nodes}
-    needed: set[int] = set()
-    stack = [s for s in sinks]
-    while stack:
-        n = stack.pop()
-        targets = [n] if level[id(n.out)] == "elem" else []
-        if level[id(n.out)] != "elem":
-            targets = [by_id[id(v)] for v in n.inputs if id(v) in by_id and level[id(v)] == "elem"]
-        for t in targets:
-            if id(t.out) in needed:
-                continue
-            needed.add(id(t.out))
-            if id(t.out) in cut:
-                continue
-            stack.extend(
-                by_id[id(v)] for v in t.inputs if id(v) in by_id and level[id(v)] == "elem"
-            )
-    return needed

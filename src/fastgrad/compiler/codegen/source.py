@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,9 @@ class KernelSource:
     recomputed: list[str] = field(default_factory=list)
     imports: set[str] = field(default_factory=set)
     index_checks: list[Var] = field(default_factory=list)  # column indices into axis 1
+    # Reduced axes lead: rows are walked in order, the kept positions split into chunks,
+    # and results do not depend on the chunk count (one per thread suffices).
+    column: bool = False
 
 
 class Writer:
@@ -155,3 +159,28 @@ def module_text(signature: str, lines: list[str], imports: set[str], parallel: b
         header.append(f"from {module} import {', '.join(names)}  # {_module_hash(module)}")
     flags = f"parallel={parallel}, error_model='numpy', nogil=True"
     return "\n".join([*header, "", "", f"@njit({flags})", signature, *lines]) + "\n"
+
+
+def closure(
+    sinks: list[Node], nodes: list[Node], level: dict[int, str], cut: AbstractSet[int] = frozenset()
+) -> set[int]:
+    """Ids of the elem values needed to compute `sinks` (their own included when elem);
+    values in `cut` are needed but not their inputs (they come from a scratch buffer)."""
+    by_id = {id(n.out): n for n in nodes}
+    needed: set[int] = set()
+    stack = [s for s in sinks]
+    while stack:
+        n = stack.pop()
+        targets = [n] if level[id(n.out)] == "elem" else []
+        if level[id(n.out)] != "elem":
+            targets = [by_id[id(v)] for v in n.inputs if id(v) in by_id and level[id(v)] == "elem"]
+        for t in targets:
+            if id(t.out) in needed:
+                continue
+            needed.add(id(t.out))
+            if id(t.out) in cut:
+                continue
+            stack.extend(
+                by_id[id(v)] for v in t.inputs if id(v) in by_id and level[id(v)] == "elem"
+            )
+    return needed

@@ -1,0 +1,95 @@
+"""Reductions over leading axes (column kernels) against the reference interpreter: column
+sums and maxima with full reductions in the same loop, small trailing dimensions, NaNs;
+and against NumPy at shapes hypothesis draws."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.runtime.executable import _KernelStep
+from fastgrad.testing import strategies as fst
+
+rng = np.random.default_rng(11)
+
+
+def bias_loss(b, m):
+    z = fnp.tanh(m + b)
+    return fnp.sum(z * z) + fnp.mean(fnp.min(m * 3, axis=0))
+
+
+def column_stats(m):
+    return fnp.max(m, axis=0), fnp.sum(fnp.max(m, axis=0)), fnp.sum(m * 2)
+
+
+def small_trailing(x):
+    return fnp.sum(x * x, axis=0), fnp.max(x, axis=(0, 1)), fnp.sum(fnp.exp(x), axis=0).sum()
+
+
+CASES = [
+    (
+        fg.value_and_grad(bias_loss),
+        lambda dt: (
+            rng.standard_normal(7),
+            rng.standard_normal((9, 7)),
+        ),
+    ),
+    (small_trailing, lambda dt: (rng.standard_normal((37, 8, 2)),)),
+    (column_stats, lambda dt: (rng.standard_normal((13, 6)),)),
+    (lambda x: fnp.sum(x, axis=(0, 1)), lambda dt: (rng.standard_normal((5, 6, 3, 2)),)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matches_reference(case, dtype):
+    fun, make = CASES[case]
+    args = tuple(a.astype(dtype) for a in make(dtype))
+    fused = fg.pytree.flatten(fg.jit(fun)(*args))[0]
+    reference = fg.pytree.flatten(fg.jit(fun, fuse=False)(*args))[0]
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for f, r in zip(fused, reference, strict=True):
+        assert np.asarray(f).dtype == np.asarray(r).dtype
+        np.testing.assert_allclose(f, r, rtol=tol, atol=tol)
+    plan = fg.jit(fun).lower(*args).executable.plan
+    assert any(s.source.column for s in plan if isinstance(s, _KernelStep))
+
+
+def test_nan_propagates_through_column_max_and_full_sum():
+    m = rng.standard_normal((6, 4))
+    m[3, 2] = np.nan
+    col, total, s = fg.jit(column_stats)(m)
+    np.testing.assert_array_equal(np.isnan(col), [False, False, True, False])
+    assert np.isnan(total) and np.isnan(s)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    shape=fst.shapes(min_dims=2, max_dims=3, max_side=9),
+    lead=st.integers(1, 2),
+    op=st.sampled_from(["sum", "max"]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    data=st.data(),
+)
+def test_leading_axes_reduced_at_any_shape(shape, lead, op, dtype, data):
+    """Reduce the first `lead` axes of an elementwise expression, with a full sum of it in
+    the same loop. Oracle: NumPy on the same maths, in float64."""
+    lead = min(lead, len(shape) - 1)
+    axes = tuple(range(lead))
+    x = data.draw(fst.arrays(shape, dtype))
+    reduce = getattr(fnp, op)
+
+    def f(x):
+        z = fnp.tanh(x) * x + 1
+        return reduce(z, axis=axes), fnp.sum(z)
+
+    col, total = fg.jit(f)(x)
+    z = np.tanh(x.astype(np.float64)) * x + 1
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert col.dtype == dtype and col.shape == shape[lead:]
+    np.testing.assert_allclose(col, getattr(np, op)(z, axis=axes), rtol=tol, atol=tol)
+    np.testing.assert_allclose(total, z.sum(), rtol=tol, atol=tol * z.size)
+    plan = fg.jit(f).lower(x).executable.plan
+    assert any(s.source.column for s in plan if isinstance(s, _KernelStep))
