@@ -23,6 +23,7 @@ from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.tracing import Tracer, aval_of, bind, is_python_scalar
 from fastgrad.ops.base import (
     astype,
+    batch_stacked,
     broadcast_shapes,
     broadcast_to,
     coerce,
@@ -83,7 +84,15 @@ def special(
     """Register an elementwise function computed by SciPy as a library call (kind "other":
     a fused loop has no scalar version of it)."""
     return register(
-        Primitive(name, _same_float_eval(name), _scipy_impl(fn), vjp, jvp, domain=domain)
+        Primitive(
+            name,
+            _same_float_eval(name),
+            _scipy_impl(fn),
+            vjp,
+            jvp,
+            batch_stacked(name),
+            domain=domain,
+        )
     )
 
 
