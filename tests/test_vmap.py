@@ -324,3 +324,84 @@ def test_vmap_of_a_jitted_function_is_compiled_once():
     np.testing.assert_allclose(batched(x * 2), np.sin(x * 2).sum(axis=1))
     (derived,) = f._derived.values()
     assert isinstance(derived, Jitted) and len(derived._cache) == 1
+
+
+# ---------------------------------------------------------------- control flow, custom rules
+
+
+def scan_fn(c0, xs):
+    def step(c, x):
+        c = c * 0.9 + fnp.sin(x)
+        return c, c * 2
+
+    c, ys = fg.scan(step, c0, xs)
+    return fnp.sum(ys, axis=0) + c
+
+
+@fg.custom_vjp
+def scaled_tanh(x, w):
+    return fnp.tanh(x * w)
+
+
+# A rule that is not the true gradient, so that the test sees it is the one used.
+scaled_tanh.defvjp(lambda x, w: (fnp.tanh(x * w), (x, w)), lambda r, g: (g * r[1], g * r[0]))
+W3 = RNG.normal(size=3)
+
+CONTROL = {
+    "scan": (scan_fn, [(2,), (5, 2)], (0, 0)),
+    "scan_shared_carry": (scan_fn, [(2,), (5, 2)], (None, 0)),
+    "grad_of_scan": (
+        lambda c, xs: fg.grad(lambda c: fnp.sum(scan_fn(c, xs)))(c),
+        [(2,), (5, 2)],
+        (0, None),
+    ),
+    "cond": (lambda p, x: fg.cond(p > 0, lambda x: x * 2, lambda x: -x, x), [(), (3,)], (0, 0)),
+    "cond_shared_predicate": (
+        lambda p, x: fg.cond(p > 0, lambda x: x * 2, lambda x: -x, x),
+        [(), (3,)],
+        (None, 0),
+    ),
+    "switch": (
+        lambda i, x: fg.switch(i.astype(np.int64), [fnp.sin, fnp.cos, fnp.exp], x),
+        [(), (3,)],
+        (0, 0),
+    ),
+    "while_loop": (
+        lambda x: fg.while_loop(
+            lambda c: c[0] < 10.0, lambda c: (fnp.abs(c[0]) * 2 + 0.1, c[1] + 1), (x, 0)
+        )[1],
+        [()],
+        (0,),
+    ),
+    "fori_loop": (lambda n, x: fg.fori_loop(0, 3, lambda i, c: c * x, n), [(), ()], (0, 0)),
+    "checkpoint": (
+        lambda x: fg.grad(lambda x: fnp.sum(fg.checkpoint(lambda y: fnp.sin(y) * y)(x)))(x),
+        [(4,)],
+        (0,),
+    ),
+    "custom_vjp": (lambda x: scaled_tanh(x, W3), [(3,)], (0,)),
+    "grad_of_custom_vjp": (
+        lambda x: fg.grad(lambda w: fnp.sum(scaled_tanh(x, w)))(W3),
+        [(3,)],
+        (0,),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL))
+@pytest.mark.parametrize("jit", [False, True])
+def test_control_flow_matches_a_loop(case, jit):
+    f, shapes, axes = CONTROL[case]
+    args = [
+        RNG.normal(size=s if ax is None else (4, *s)) * 3
+        for s, ax in zip(shapes, axes, strict=True)
+    ]
+    check(f, args, axes, jit=jit, tol=1e-9)
+
+
+def test_grad_through_vmapped_custom_rule_sums_the_shared_cotangent():
+    xs = RNG.normal(size=(4, 3))
+    got = fg.grad(lambda w: fnp.sum(fg.vmap(lambda x: scaled_tanh(x, w))(xs)))(W3)
+    want = sum(fg.grad(lambda w, x=x: fnp.sum(scaled_tanh(x, w)))(W3) for x in xs)
+    np.testing.assert_allclose(got, want)
+    np.testing.assert_allclose(want, xs.sum(axis=0))  # the user's rule, not the true gradient

@@ -45,7 +45,10 @@ def batch_values(
                 calls[key] = node.op.extra["call_batch"](flags, *args, call=node.params["call"])
             out = calls[key][node.params["index"]]
         elif node.op.batch is None:
-            raise NotImplementedError(f"vmap: primitive {node.op.name} has no batching rule")
+            raise NotImplementedError(
+                f"vmap: primitive {node.op.name} has no batching rule, so a function that "
+                "uses it cannot be vmapped; call it once per example instead"
+            )
         else:
             out = node.op.batch(flags, *args, **node.params)
         env[id(node.out)] = out
