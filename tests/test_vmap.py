@@ -3,6 +3,7 @@ drawn by hypothesis; derivatives of vmap and vmap of derivatives, at orders 1 an
 
 import numpy as np
 import pytest
+import scipy.special
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -405,3 +406,38 @@ def test_grad_through_vmapped_custom_rule_sums_the_shared_cotangent():
     want = sum(fg.grad(lambda w, x=x: fnp.sum(scaled_tanh(x, w)))(W3) for x in xs)
     np.testing.assert_allclose(got, want)
     np.testing.assert_allclose(want, xs.sum(axis=0))  # the user's rule, not the true gradient
+
+
+def divmod_host(x):
+    return np.floor(x), x - np.floor(x)
+
+
+host_erf = fg.primitive(scipy.special.erf)
+host_erf.defvjp(lambda g, out, x: (g * (2 / np.sqrt(np.pi)) * fnp.exp(-x * x),))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_callbacks_run_once_per_example(jit):
+    xs = RNG.normal(size=(4, 3))
+    sort = lambda x: fg.pure_callback(np.sort, fg.ShapeDtypeStruct((3,), x.dtype), x)  # noqa: E731
+    check(sort, [xs], 0, jit=jit)
+    shapes = (fg.ShapeDtypeStruct((3,), xs.dtype),) * 2
+    check(lambda x: fg.pure_callback(divmod_host, shapes, x), [xs], 0, jit=jit)
+    check(lambda x: fnp.sum(host_erf(x) * x), [xs], 0, jit=jit)
+    check(fg.grad(lambda x: fnp.sum(host_erf(x) * x)), [xs], 0, jit=jit)
+
+
+def test_the_derivative_of_a_vmapped_callback_says_what_to_do():
+    f = fg.vmap(lambda x: fnp.sum(host_erf(x)))
+    with pytest.raises(TypeError, match=r"differentiate inside the vmap"):
+        fg.grad(lambda x: fnp.sum(f(x)))(RNG.normal(size=(2, 3)))
+
+
+def test_every_call_primitive_has_a_batching_rule():
+    from fastgrad.transforms.control_flow import REMAT, SWITCH, WHILE
+    from fastgrad.transforms.custom_call import CUSTOM_VJP_CALL
+    from fastgrad.transforms.python_call import PYTHON_CALL, PYTHON_CALL_MULTI
+    from fastgrad.transforms.scan import SCAN
+
+    calls = [REMAT, SWITCH, WHILE, CUSTOM_VJP_CALL, PYTHON_CALL, PYTHON_CALL_MULTI, SCAN]
+    assert [p.name for p in calls if p.batch is None and "call_batch" not in p.extra] == []
