@@ -190,6 +190,18 @@ def test_adversarial_training_raises_fgsm_accuracy():
     assert np.abs(x_adv - x).max() <= np.float32(0.1) + 1e-6
 
 
+# ---------------------------------------------------------------- per-example gradients
+
+
+def test_per_example_gradient_norms_match_a_loop():
+    ex = load("per_example_gradients")
+    r = ex.run(hidden=16, epochs=2, subset=300, repeat=1, verbose=False)
+    assert r["relative_difference"] < 1e-4  # float32
+    assert r["mean_difference"] < 1e-5
+    np.testing.assert_allclose(r["norms"], r["loop_norms"], rtol=1e-4)
+    assert np.median(r["norms"][r["misclassified"]]) > np.median(r["norms"][~r["misclassified"]])
+
+
 # ---------------------------------------------------------------- Dask
 
 
@@ -235,6 +247,7 @@ def test_dask_logistic_learns_and_plots(dask_client, tmp_path):
         ("em_gmm", ["--max-iter", "3"], "never decreased"),
         ("rbm_cd", ["--epochs", "1", "--subset", "100", "--hidden", "4"], "filters written"),
         ("adversarial", ["--epochs", "1", "--adv-epochs", "1", "--subset", "200"], "FGSM"),
+        ("per_example_gradients", ["--epochs", "1", "--subset", "200", "--repeat", "1"], "vmap"),
     ],
 )
 def test_command_lines(name, argv, expected, tmp_path, capsys):
