@@ -441,3 +441,19 @@ def test_every_call_primitive_has_a_batching_rule():
 
     calls = [REMAT, SWITCH, WHILE, CUSTOM_VJP_CALL, PYTHON_CALL, PYTHON_CALL_MULTI, SCAN]
     assert [p.name for p in calls if p.batch is None and "call_batch" not in p.extra] == []
+
+
+def test_batched_elementwise_work_is_one_loop_and_a_shared_matmul_one_call():
+    f = fg.jit(fg.vmap(lambda x, y: fnp.sum(fnp.exp(fnp.sin(x) * y) + 1.0), (0, None)))
+    plan = f.lower(np.ones((5, 3)), np.ones(3)).explain()
+    assert plan.splitlines()[0] == "1 steps: 1 fused loop(s), 0 library call(s)"
+    g = fg.jit(fg.vmap(lambda x, w: fnp.tanh(x @ w), (0, None)))
+    graph = g.lower(np.ones((5, 3)), np.ones((3, 4))).graph
+    (matmul,) = [n for n in graph.nodes if n.op.name == "matmul"]
+    assert [v.aval.shape for v in matmul.inputs] == [(5, 3), (3, 4)]  # one GEMM
+    per_example_weight_grads = fg.jit(
+        fg.vmap(fg.grad(lambda w, x: fnp.sum(fnp.tanh(x @ w))), (None, 0))
+    )
+    graph = per_example_weight_grads.lower(np.ones((3, 4)), np.ones((5, 3))).graph
+    shapes = [n.inputs[0].aval.shape for n in graph.nodes if n.op.name == "matmul"]
+    assert shapes == [(5, 3)]  # the forward product; the outer products are multiplies
