@@ -92,8 +92,10 @@ def test_elementwise_matches_a_loop(name, data):
     nin = REGISTRY[name].ufunc.nin
     shapes = data.draw(fst.broadcastable_shapes(nin, max_dims=2, max_side=3))
     args, axes = batched_args(data, shapes, domains_of(name, nin))
+    ndim = len(np.broadcast_shapes(*shapes))
+    out_axis = data.draw(st.integers(-ndim - 1, ndim), label="out_axes")
     with np.errstate(all="ignore"):
-        check(getattr(fnp, name), args, axes)
+        check(getattr(fnp, name), args, axes, out_axis)
 
 
 SPECIAL = ["erf", "erfc", "erfinv", "erfcinv", "ndtri", "log_ndtr", "gammaln", "digamma",
