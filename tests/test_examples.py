@@ -202,6 +202,18 @@ def test_rnn_with_scan_learns_and_matches_the_unrolled_loop():
     assert r["test_accuracy"] > 0.5  # chance is 0.1
 
 
+# ---------------------------------------------------------------- per-example gradients
+
+
+def test_per_example_gradient_norms_match_a_loop():
+    ex = load("per_example_gradients")
+    r = ex.run(hidden=16, epochs=2, subset=300, repeat=1, verbose=False)
+    assert r["relative_difference"] < 1e-4  # float32
+    assert r["mean_difference"] < 1e-5
+    np.testing.assert_allclose(r["norms"], r["loop_norms"], rtol=1e-4)
+    assert np.median(r["norms"][r["misclassified"]]) > np.median(r["norms"][~r["misclassified"]])
+
+
 # ---------------------------------------------------------------- Dask
 
 
@@ -248,6 +260,7 @@ def test_dask_logistic_learns_and_plots(dask_client, tmp_path):
         ("rbm_cd", ["--epochs", "1", "--subset", "100", "--hidden", "4"], "filters written"),
         ("adversarial", ["--epochs", "1", "--adv-epochs", "1", "--subset", "200"], "FGSM"),
         ("rnn_digits", ["--epochs", "1", "--subset", "200", "--hidden", "8"], "unrolled"),
+        ("per_example_gradients", ["--epochs", "1", "--subset", "200", "--repeat", "1"], "vmap"),
     ],
 )
 def test_command_lines(name, argv, expected, tmp_path, capsys):

@@ -32,6 +32,7 @@ from fastgrad.api import (
     switch,
     value_and_grad,
     vjp,
+    vmap,
     warmup,
     while_loop,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "testing",
     "value_and_grad",
     "vjp",
+    "vmap",
     "warmup",
     "while_loop",
 ]

@@ -14,6 +14,7 @@ from fastgrad.api.forward import jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
 from fastgrad.api.jacobian import hessian, jacfwd, jacobian, jacrev, linearize
 from fastgrad.api.jit import jit, make_graph, warmup
+from fastgrad.api.vmap import vmap
 
 __all__ = [
     "ShapeDtypeStruct",
@@ -38,6 +39,7 @@ __all__ = [
     "switch",
     "value_and_grad",
     "vjp",
+    "vmap",
     "warmup",
     "while_loop",
 ]

@@ -137,6 +137,19 @@ def trace_function(
     """
     leaves, treedef = flatten(tree)
     avals = [leaf_aval(x, where) for x, where in zip(leaves, names, strict=True)]
+    return trace_avals(fun, avals, treedef, names, rebuild, fun_name)
+
+
+def trace_avals(
+    fun: Callable[..., Any],
+    avals: Sequence[Aval],
+    treedef: TreeDef,
+    names: Sequence[str],
+    rebuild: Callable[[Any], Any],
+    fun_name: str,
+) -> Traced:
+    """`trace_function` for arguments known by their types: `avals` are the leaves of a
+    tree of structure `treedef`."""
     before = _global_generators()
     with Trace() as trace:
         tracers = [trace.new_input(a, identifier(n)) for a, n in zip(avals, names, strict=True)]

@@ -1,5 +1,6 @@
-"""Graph passes run before fusion: inline calls, erase stop_gradient, merge duplicates (and
-scans another scan repeats), drop dead nodes.
+"""Graph passes run before fusion: inline calls, erase stop_gradient, fold a broadcast of
+a broadcast (or a reshape of a reshape) into one, merge duplicates (and scans another scan
+repeats), drop dead nodes.
 
 Differentiation is over by the time these run, so stop_gradient has done its work and is
 the identity, and a custom_vjp call is just its forward graph. Common-subexpression
@@ -56,15 +57,29 @@ def inline_calls(graph: Graph) -> Graph:
     return Graph(graph.inputs, nodes, [rename.get(id(v), v) for v in graph.outputs])
 
 
+_CHAINED = ("broadcast_to", "reshape")
+
+
 def simplify(graph: Graph) -> Graph:
-    """Inline calls, erase stop_gradient, merge structurally equal nodes, prune dead ones."""
+    """Inline calls, erase stop_gradient, fold chained broadcasts and reshapes, merge
+    structurally equal nodes, prune dead ones."""
     graph = inline_calls(graph)
     rename: dict[int, Var] = {}
     seen: dict[Any, Var] = {}
     nodes: list[Node] = []
+    made_by: dict[int, Node] = {}
     for node in graph.nodes:
         inputs = tuple(rename.get(id(v), v) for v in node.inputs)
         if node.op.name == "stop_gradient":
+            rename[id(node.out)] = inputs[0]
+            continue
+        inner = made_by.get(id(inputs[0])) if inputs else None
+        if inner is not None and node.op.name in _CHAINED and inner.op.name == node.op.name:
+            # broadcast_to(broadcast_to(x, a), b) is broadcast_to(x, b), and likewise for
+            # reshape: one step, so that a value vmap broadcast twice (once for the
+            # example, once for the batch) still fuses into the loop that reads it.
+            inputs = inner.inputs
+        if node.op.name == "reshape" and inputs[0].aval.shape == node.out.aval.shape:
             rename[id(node.out)] = inputs[0]
             continue
         if node.op.effect:  # each one runs, even when two look alike
@@ -81,5 +96,6 @@ def simplify(graph: Graph) -> Graph:
             continue
         seen[key] = node.out
         nodes.append(Node(node.op, inputs, node.params, node.out))
+        made_by[id(node.out)] = nodes[-1]
     outputs = [rename.get(id(v), v) for v in graph.outputs]
     return Graph(graph.inputs, live_nodes(merge_extended(nodes), outputs), outputs)

@@ -71,6 +71,10 @@ class Primitive:
     - `jvp(tangents, out, *inputs, **params)` returns the output's tangent, or None for a
       zero one; `tangents` holds one tangent per input, None where it is zero (at least one
       is not). Also written with ops. `jvp=None` goes with `vjp=None`: the tangent is zero.
+    - `batch(batched, *inputs, **params)` is the batching rule (vmap): `batched` says per
+      input whether it carries a batch axis, always its leading one (at least one does);
+      it returns the output with the batch axis leading. Written with ops, and so that
+      the batch joins the op's own work (one fused loop, one BLAS call), never a loop.
     - `kind` is "elementwise", "reduction", "structural" or "other": fusion reads it.
     - `loop` is an elementwise op's scalar expression inside a fused loop.
     - `domain` names, per input, the range tests sample from ("real" where empty; see
@@ -89,6 +93,7 @@ class Primitive:
     impl: Callable[..., Any]
     vjp: Callable[..., Sequence[Any]] | None
     jvp: Callable[..., Any] | None = None
+    batch: Callable[..., Any] | None = None
     kind: str = "other"
     domain: tuple[str, ...] = ()
     format: Callable[[list[str], dict[str, Any]], str] | None = None

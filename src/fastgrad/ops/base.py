@@ -191,3 +191,35 @@ def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         x = np.asarray(x)
     axes = normalize_axis(axis, x.ndim)
     return bind(REGISTRY["sum"], x, axis=axes, keepdims=bool(keepdims))
+
+
+# ---------------------------------------------------------------- batching rules (vmap)
+
+
+def batch_size(batched: Sequence[bool], args: Sequence[Any]) -> int:
+    """The batch size: the leading axis of the batched operands (a rule gets at least one)."""
+    return next(aval_of(a).shape[0] for a, b in zip(args, batched, strict=True) if b)
+
+
+def with_batch(x: Any, size: int) -> Any:
+    """One example `x` repeated along a new leading batch axis (a broadcast: in a fused loop
+    it is a read of `x`, not a copy)."""
+    aval = aval_of(x)
+    return broadcast_to(x, (size, *aval.shape))
+
+
+def all_batched(batched: Sequence[bool], args: Sequence[Any]) -> list[Any]:
+    """`args` with the unbatched ones broadcast along the batch axis."""
+    size = batch_size(batched, args)
+    return [a if b else with_batch(a, size) for a, b in zip(args, batched, strict=True)]
+
+
+def batch_stacked(name: str) -> Callable[..., Any]:
+    """The batching rule of an op that maps over leading axes (elementwise ops, stacked
+    linear algebra): unbatched operands are broadcast along the batch, and the op runs once
+    on the whole stack, so an elementwise batch stays one fused loop."""
+
+    def rule(batched: Sequence[bool], *args: Any, **params: Any) -> Any:
+        return bind(REGISTRY[name], *all_batched(batched, args), **params)
+
+    return rule

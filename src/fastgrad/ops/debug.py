@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.pytree import TreeDef, flatten, unflatten
-from fastgrad.core.tracing import Tracer, aval_of, current_trace
+from fastgrad.core.tracing import Tracer, aval_of, bind, current_trace
 
 __all__: list[str] = []  # public as fastgrad.debug.print
 
@@ -41,6 +41,8 @@ DEBUG_PRINT = register(
         _print_eval,
         _print_impl,
         None,  # prints what it is given; nothing to differentiate
+        # Under vmap it prints the whole batch at once (the token is never batched).
+        batch=lambda batched, *args, **params: bind(REGISTRY["debug_print"], *args, **params),
         kind="other",
         effect=True,
         format=lambda args, params: f"debug_print({params['fmt']!r}, {', '.join(args[1:])})",

@@ -18,7 +18,7 @@ import numpy as np
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import Primitive, register
 from fastgrad.core.tracing import aval_of, bind
-from fastgrad.ops.base import reshape, sum
+from fastgrad.ops.base import batch_stacked, reshape, sum
 from fastgrad.ops.elementwise import logical_not, logical_or, where
 from fastgrad.ops.linalg import (
     _tri_solve as tri_solve,
@@ -132,7 +132,9 @@ def _eigh_jvp(t: Any, out: Any, a: Any, *, vectors: bool) -> Any:
 
 # The input is symmetric (the functions make it so from one triangle, as LAPACK reads it);
 # the rules are those of eigh((A + A^T) / 2).
-EIGH = register(Primitive("eigh", _eigh_eval, _eigh_impl, _eigh_vjp, _eigh_jvp))
+EIGH = register(
+    Primitive("eigh", _eigh_eval, _eigh_impl, _eigh_vjp, _eigh_jvp, batch=batch_stacked("eigh"))
+)
 
 
 # ---------------------------------------------------------------- svd
@@ -207,7 +209,9 @@ def _svd_jvp(t: Any, out: Any, a: Any, *, compute_uv: bool) -> Any:
     return pack([tu, ts, mT(tv)], batch)
 
 
-SVD = register(Primitive("svd", _svd_eval, _svd_impl, _svd_vjp, _svd_jvp))
+SVD = register(
+    Primitive("svd", _svd_eval, _svd_impl, _svd_vjp, _svd_jvp, batch=batch_stacked("svd"))
+)
 
 
 # ---------------------------------------------------------------- qr
@@ -285,7 +289,7 @@ def _qr_jvp(t: Any, out: Any, a: Any) -> Any:
     return pack([tq, concatenate([tu, tv], axis=-1)], batch)
 
 
-QR = register(Primitive("qr", _qr_eval, _qr_impl, _qr_vjp, _qr_jvp))
+QR = register(Primitive("qr", _qr_eval, _qr_impl, _qr_vjp, _qr_jvp, batch=batch_stacked("qr")))
 
 
 # ---------------------------------------------------------------- pinv
@@ -324,7 +328,9 @@ def _pinv_vjp(g: Any, out: Any, a: Any, *, rcond: float | None) -> tuple[Any]:
     )
 
 
-PINV = register(Primitive("pinv", _pinv_eval, _pinv_impl, _pinv_vjp, _pinv_jvp))
+PINV = register(
+    Primitive("pinv", _pinv_eval, _pinv_impl, _pinv_vjp, _pinv_jvp, batch=batch_stacked("pinv"))
+)
 
 
 # ---------------------------------------------------------------- functions

@@ -23,6 +23,7 @@ from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
     apply_elementwise,
     astype,
+    batch_stacked,
     broadcast_shapes,
     coerce,
     promote,
@@ -90,6 +91,7 @@ def elementwise(
             impl or ufunc,
             vjp,
             jvp,
+            batch_stacked(name),
             kind="elementwise",
             domain=domain,
             format=fmt,
@@ -234,6 +236,7 @@ register(
         lambda t, out, c, x, y: where(
             c, 0.0 if t[1] is None else t[1], 0.0 if t[2] is None else t[2]
         ),
+        batch_stacked("where"),
         kind="elementwise",
         domain=("bool", "real", "real"),
         ufunc=np.where,
@@ -270,6 +273,7 @@ register(
         lambda x, *, dtype: x.astype(dtype),
         _astype_vjp,
         _astype_jvp,
+        batch_stacked("astype"),
         kind="elementwise",
         format=lambda args, params: f"{args[0]}.astype({params['dtype'].name})",
         loop="{T}({0})",
@@ -297,6 +301,7 @@ STOP_GRADIENT = register(
         lambda g, out, x, *, name=None: (None,),
         # No tangent either: inside fg.jvp a stop_gradient'ed value is a constant, as in JAX.
         lambda t, out, x, *, name=None: None,
+        batch_stacked("stop_gradient"),
         kind="elementwise",
         format=_stop_gradient_format,
         loop="{0}",

@@ -15,8 +15,8 @@ import numpy as np
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
-from fastgrad.ops.base import lift, reshape
-from fastgrad.ops.shape import format_slice, slice_array
+from fastgrad.ops.base import batch_size, lift, reshape, with_batch
+from fastgrad.ops.shape import format_slice, slice_array, transpose
 
 __all__: list[str] = []  # x[...] reaches getitem through the tracer
 
@@ -84,6 +84,73 @@ def _format_gather(args: list[str], params: dict[str, Any]) -> str:
     return f"{args[0]}[{format_index(args, params['index'], 1)}]"
 
 
+# ---- batching: the batch becomes one more index array, an iota over a new leading axis
+# of x (or, with x shared, a leading axis of the index arrays); the output's axes are
+# then put back in the order one example's would have, after the batch axis.
+
+
+def _axis_names(index: Any, x_ndim: int, nd: int, batch: str | None) -> list[Any]:
+    """The axes of a gather's output, named: "B" for the batch, ("b", i) for the index
+    arrays' broadcast axes, ("s", axis) for a sliced or trailing axis of x. `batch` is
+    "lead" when the batch is an index array before axis 0, "arrays" when the index arrays
+    carry it, None for one example."""
+    positions = [i for i, e in enumerate(index) if e[0] == "array"]
+    if batch == "lead":
+        positions = [-1, *positions]
+    sliced = [("s", i) for i, e in enumerate(index) if e[0] == "slice"]
+    sliced += [("s", i) for i in range(len(index), x_ndim)]
+    arrays = (["B"] if batch else []) + [("b", i) for i in range(nd)]
+    if not positions:
+        return sliced
+    if positions == list(range(positions[0], positions[-1] + 1)):  # adjacent: in place
+        return (
+            [s for s in sliced if s[1] < positions[0]]
+            + arrays
+            + [s for s in sliced if s[1] > positions[-1]]
+        )
+    return arrays + sliced
+
+
+def batch_index(
+    lead: bool, idx: Sequence[Any], idx_batched: Sequence[bool], index: Any, size: int, x_ndim: int
+) -> tuple[list[Any], tuple[Any, ...], list[int]]:
+    """A gather `index` with batched `idx` arrays and, if `lead`, a batch axis added in
+    front of x (`x_ndim` axes in one example): the index arrays, the index, and the
+    permutation that takes the batched gather's output to (batch, one example's output)."""
+    shapes = [
+        aval_of(a).shape[1:] if b else aval_of(a).shape
+        for a, b in zip(idx, idx_batched, strict=True)
+    ]
+    nd = len(np.broadcast_shapes(*shapes)) if shapes else 0
+    arrays = [
+        reshape(a, (size,) + (1,) * (nd - len(s)) + s) if b else a
+        for a, b, s in zip(idx, idx_batched, shapes, strict=True)
+    ]
+    if lead:
+        iota = np.arange(size).reshape((size,) + (1,) * nd)
+        arrays = [lift(iota), *arrays]
+        index = (("array", 0), *(("array", e[1] + 1) if e[0] == "array" else e for e in index))
+    batch = "lead" if lead else "arrays"
+    got = _axis_names(index[1:] if lead else index, x_ndim, nd, batch)
+    want = ["B", *_axis_names(index[1:] if lead else index, x_ndim, nd, None)]
+    return arrays, tuple(index), [got.index(name) for name in want]
+
+
+def _gather_batch(batched: Sequence[bool], x: Any, *idx: Any, index: Any) -> Any:
+    size = batch_size(batched, (x, *idx))
+    x_ndim = aval_of(x).ndim - batched[0]
+    arrays, index2, perm = batch_index(batched[0], idx, batched[1:], index, size, x_ndim)
+    return transpose(gather(x, arrays, index2), perm)
+
+
+def _scatter_add_batch(batched: Sequence[bool], g: Any, *idx: Any, shape: Any, index: Any) -> Any:
+    size = batch_size(batched, (g, *idx))
+    g = g if batched[0] else with_batch(g, size)
+    arrays, index2, perm = batch_index(True, idx, batched[1:], index, size, len(shape))
+    g = transpose(g, [int(a) for a in np.argsort(perm)])
+    return scatter_add(g, arrays, (size, *shape), index2)
+
+
 # Special points: repeated indices (their cotangents add up), negative and empty index
 # arrays, infinities and nan in the gathered values.
 _X = np.array([[1.5, -2.0, 0.5, 4.0], [3.0, np.inf, np.nan, -0.5], [0.0, 2.0, 1.0, -1.0]])
@@ -102,6 +169,7 @@ register(
         ),
         # Index arrays are integers: only the gathered operand has a tangent.
         lambda t, out, x, *idx, index: gather(t[0], idx, index),
+        _gather_batch,
         kind="other",
         format=_format_gather,
         special_points=(
@@ -122,6 +190,7 @@ register(
             *(None for _ in idx),
         ),
         lambda t, out, x, *idx, shape, index: scatter_add(t[0], idx, shape, index),
+        _scatter_add_batch,
         kind="other",
         special_points=(
             at(_X[0], _I, _J, shape=(3, 4), index=_BOTH),

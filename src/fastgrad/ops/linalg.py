@@ -21,6 +21,7 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import Primitive, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
+    batch_stacked,
     broadcast_shapes,
     broadcast_to,
     coerce,
@@ -184,7 +185,11 @@ def _solve_jvp(t: Any, out: Any, a: Any, b: Any) -> Any:
     return _solve(a, rhs)
 
 
-SOLVE = register(Primitive("solve", _solve_eval, np.linalg.solve, _solve_vjp, _solve_jvp))
+SOLVE = register(
+    Primitive(
+        "solve", _solve_eval, np.linalg.solve, _solve_vjp, _solve_jvp, batch=batch_stacked("solve")
+    )
+)
 
 
 def _unary_square_eval(fn: str, shape: Any) -> Any:
@@ -203,6 +208,7 @@ INV = register(
         np.linalg.inv,
         lambda g, out, a: (-matmul(matmul(mT(out), g), mT(out)),),
         lambda t, out, a: -matmul(matmul(out, t[0]), out),
+        batch=batch_stacked("inv"),
     )
 )
 
@@ -215,6 +221,7 @@ DET = register(
         np.linalg.det,
         lambda g, out, a: (expand_last2(g * out) * mT(inv(a)),),
         lambda t, out, a: out * sum(mT(inv(a)) * t[0], axis=(-2, -1)),
+        batch=batch_stacked("det"),
     )
 )
 
@@ -243,6 +250,7 @@ SLOGDET = register(
         _slogdet_vjp,
         _slogdet_jvp,
         format=lambda args, params: f"slogdet({args[0]})  # (sign, log|det|)",
+        batch=batch_stacked("slogdet"),
     )
 )
 
@@ -274,6 +282,7 @@ CHOLESKY = register(
         np.linalg.cholesky,
         _cholesky_vjp,
         _cholesky_jvp,
+        batch=batch_stacked("cholesky"),
     )
 )
 
@@ -346,6 +355,7 @@ TRIANGULAR_SOLVE = register(
         _tri_solve_impl,
         _tri_solve_vjp,
         _tri_solve_jvp,
+        batch=batch_stacked("triangular_solve"),
     )
 )
 

@@ -16,6 +16,7 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
+    all_batched,
     broadcast_shapes,
     broadcast_to,
     coerce,
@@ -48,6 +49,23 @@ def _swap_last(x: Any) -> Any:
     return transpose(x, axes)
 
 
+def _matmul_batch(batched: tuple[bool, bool], a: Any, b: Any) -> Any:
+    """A batch of matrix products as one BLAS call where one operand is shared: the
+    batch joins the rows of `a`, or the columns of `b`; else a stacked matmul."""
+    op = REGISTRY["matmul"]
+    sa, sb = aval_of(a).shape, aval_of(b).shape
+    if sb[-2] == 1:  # outer products (a per-example weight gradient): one fused loop
+        return multiply(*all_batched(batched, (a, b)))
+    if batched == (True, False) and len(sb) == 2:  # (B, n, k) @ (k, m)
+        size, n, k = sa
+        return reshape(bind(op, reshape(a, (size * n, k)), b), (size, n, sb[1]))
+    if batched == (False, True) and len(sa) == 2:  # (n, k) @ (B, k, m)
+        size, k, m = sb
+        out = bind(op, a, reshape(transpose(b, (1, 0, 2)), (k, size * m)))
+        return transpose(reshape(out, (sa[0], size, m)), (1, 0, 2))
+    return bind(op, *all_batched(batched, (a, b)))
+
+
 register(
     Primitive(
         "matmul",
@@ -55,6 +73,7 @@ register(
         np.matmul,
         lambda g, out, a, b: (matmul(g, _swap_last(b)), matmul(_swap_last(a), g)),
         lambda t, out, a, b: tangent_sum(t, lambda ta: matmul(ta, b), lambda tb: matmul(a, tb)),
+        _matmul_batch,
         kind="other",
         format=format_infix("@"),
         # Size-0 and size-1 contractions, zeros, infinities and nan.

@@ -153,6 +153,9 @@ def reduction(
             lambda x, *, axis, keepdims: impl(x, axis=axis, keepdims=keepdims),
             vjp,
             jvp,
+            lambda batched, x, *, axis, keepdims: bind(
+                REGISTRY[name], x, axis=tuple(a + 1 for a in axis), keepdims=keepdims
+            ),
             kind="reduction",
             format=_reduce_format(name),
             special_points=special_points,
@@ -199,6 +202,15 @@ def _arg_eval(x: Aval, *, axis: int | None) -> Aval:
     return Aval(shape, np.dtype(np.int64))
 
 
+def _arg_batch(name: str) -> Callable[..., Any]:
+    def rule(batched: Any, x: Any, *, axis: int | None) -> Any:
+        if axis is None:  # over the whole example: its elements in one axis
+            return bind(REGISTRY[name], reshape(x, (aval_of(x).shape[0], -1)), axis=1)
+        return bind(REGISTRY[name], x, axis=axis + 1)
+
+    return rule
+
+
 for _name in ("argmax", "argmin"):
     register(
         Primitive(
@@ -206,6 +218,7 @@ for _name in ("argmax", "argmin"):
             _arg_eval,
             functools.partial(lambda f, x, *, axis: f(x, axis=axis), getattr(np, _name)),
             None,
+            batch=_arg_batch(_name),
             kind="reduction",
             # Ties go to the first index, a nan wins, as in NumPy.
             special_points=tuple(

@@ -26,9 +26,10 @@ import numpy as np
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
-from fastgrad.ops.base import astype, broadcast_to, tangent_sum
+from fastgrad.ops.base import astype, batch_size, broadcast_to, tangent_sum, with_batch
 from fastgrad.ops.elementwise import add, maximum, minimum, multiply, where
 from fastgrad.ops.indexing import (
+    batch_index,
     format_index,
     gather,
     gather_shape,
@@ -37,7 +38,7 @@ from fastgrad.ops.indexing import (
     index_tuple,
     scatter_add,
 )
-from fastgrad.ops.shape import full_like, ones_like, zeros_like
+from fastgrad.ops.shape import full_like, ones_like, transpose, zeros_like
 
 __all__ = ["at"]  # and `x.at` on traced arrays, which fastgrad.ops installs
 
@@ -145,6 +146,21 @@ def _extremum_jvp(t: Any, out: Any, x: Any, v: Any, *idx: Any, index: Any) -> An
     return total / count
 
 
+def _update_batch(name: str) -> Callable[..., Any]:
+    # The result has x's shape, so x gets the batch axis; the updates are put in the
+    # order of the batched gather's output (see indexing.batch_index).
+    def rule(batched: Sequence[bool], x: Any, v: Any, *idx: Any, index: Any) -> Any:
+        size = batch_size(batched, (x, v, *idx))
+        x = x if batched[0] else with_batch(x, size)
+        v = v if batched[1] else with_batch(v, size)
+        x_ndim = aval_of(x).ndim - 1
+        arrays, index2, perm = batch_index(True, idx, batched[2:], index, size, x_ndim)
+        v = transpose(v, [int(a) for a in np.argsort(perm)])
+        return bind(REGISTRY[name], x, v, *arrays, index=index2)
+
+    return rule
+
+
 def _format(method: str) -> Callable[[list[str], dict[str, Any]], str]:
     def fmt(args: list[str], params: dict[str, Any]) -> str:
         return f"{args[0]}.at[{format_index(args, params['index'], 2)}].{method}({args[1]})"
@@ -165,6 +181,7 @@ for _name, _method, _ufunc, _vjp, _jvp in (
             _update_impl(_ufunc),
             _vjp,
             _jvp,
+            _update_batch(_name),
             kind="other",
             format=_format(_method),
         )

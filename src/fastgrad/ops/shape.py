@@ -19,6 +19,7 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
+    all_batched,
     astype,
     broadcast_to,
     coerce,
@@ -61,6 +62,14 @@ def _broadcast_vjp(g: Any, out: Any, x: Any, *, shape: tuple[int, ...]) -> tuple
     return (reshape(g, x.shape),)
 
 
+def _broadcast_batch(batched: Any, x: Any, *, shape: tuple[int, ...]) -> Any:
+    # New axes go between the batch axis and the example's own (broadcasting aligns the
+    # trailing axes).
+    size, xs = aval_of(x).shape[0], aval_of(x).shape[1:]
+    x = reshape(x, (size,) + (1,) * (len(shape) - len(xs)) + xs)
+    return broadcast_to(x, (size, *shape))
+
+
 register(
     Primitive(
         "broadcast_to",
@@ -68,6 +77,7 @@ register(
         lambda x, *, shape: np.broadcast_to(x, shape),
         _broadcast_vjp,
         lambda t, out, x, *, shape: broadcast_to(t[0], shape),
+        _broadcast_batch,
         kind="structural",
         special_points=(
             at(_M[:, :1], shape=(2, 4)),
@@ -93,6 +103,7 @@ register(
         lambda x, *, shape: np.reshape(x, shape),
         lambda g, out, x, *, shape: (reshape(g, x.shape),),
         lambda t, out, x, *, shape: reshape(t[0], shape),
+        lambda batched, x, *, shape: reshape(x, (aval_of(x).shape[0], *shape)),
         kind="structural",
         special_points=(
             at(_M, shape=(3, 2)),
@@ -117,6 +128,7 @@ register(
         lambda x, *, axes: np.transpose(x, axes),
         lambda g, out, x, *, axes: (transpose(g, tuple(np.argsort(axes).tolist())),),
         lambda t, out, x, *, axes: transpose(t[0], axes),
+        lambda batched, x, *, axes: transpose(x, (0, *(a + 1 for a in axes))),
         kind="structural",
         special_points=(
             at(_M, axes=(1, 0)),
@@ -166,6 +178,7 @@ register(
         lambda x, *, index: x[_as_slices(index)],
         lambda g, out, x, *, index: (slice_scatter(g, x.shape, index),),
         lambda t, out, x, *, index: slice_array(t[0], index),
+        lambda batched, x, *, index: slice_array(x, ((0, aval_of(x).shape[0], 1), *index)),
         kind="structural",
         special_points=(
             at(_M, index=((1, 2, 1), (0, 3, 2))),
@@ -185,6 +198,9 @@ register(
         _slice_scatter_impl,
         lambda g, out, x, *, shape, index: (slice_array(g, index),),
         lambda t, out, x, *, shape, index: slice_scatter(t[0], shape, index),
+        lambda batched, g, *, shape, index: slice_scatter(
+            g, (aval_of(g).shape[0], *shape), ((0, aval_of(g).shape[0], 1), *index)
+        ),
         kind="structural",
         special_points=(
             at(_M[:1, ::2], shape=(2, 3), index=((1, 2, 1), (0, 3, 2))),
@@ -234,6 +250,7 @@ register(
         lambda *xs, axis: np.concatenate(xs, axis=axis),
         _concat_vjp,
         _concat_jvp,
+        lambda batched, *xs, axis: concatenate(all_batched(batched, xs), axis + 1),
         kind="structural",
         special_points=(
             at(_M, _M[:, :1], axis=1),

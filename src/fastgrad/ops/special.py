@@ -23,6 +23,7 @@ from fastgrad.core.primitive import REGISTRY, Point, Primitive, points, register
 from fastgrad.core.tracing import Tracer, aval_of, bind, is_python_scalar
 from fastgrad.ops.base import (
     astype,
+    batch_stacked,
     broadcast_shapes,
     broadcast_to,
     coerce,
@@ -90,6 +91,7 @@ def special(
             _scipy_impl(fn),
             vjp,
             jvp,
+            batch_stacked(name),
             domain=domain,
             special_points=special_points,
         )

@@ -15,8 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.core.interpreter import eval_graph
 from fastgrad.core.ir import Aval, Graph, Var
 from fastgrad.core.primitive import Primitive
+from fastgrad.core.tracing import Trace, aval_of
+from fastgrad.ops.base import astype, batch_size, reshape, sum, with_batch
+from fastgrad.ops.elementwise import maximum, minimum, where
+from fastgrad.transforms.batching import batch_graph
 from fastgrad.transforms.calls import (
     GroupCall,
     bind_outputs,
@@ -134,6 +139,54 @@ def _while_vjp(gs: dict[int, Any], *ins: Any, call: WhileCall) -> tuple[Any, ...
     raise TypeError(REVERSE_WHILE_ERROR)
 
 
+def _per_example(pred: Any, x: Any) -> Any:
+    """A batched predicate shaped to select whole examples of `x`."""
+    return reshape(pred, aval_of(pred).shape + (1,) * (aval_of(x).ndim - 1))
+
+
+def _batched_loop(call: WhileCall, cond: Graph, body: Graph) -> WhileCall:
+    """A loop that runs while any example's predicate holds; an example whose predicate
+    no longer holds keeps its carry. Body consts: the cond's, then the body's."""
+    kc, kb = call.n_cond_consts, call.n_body_consts
+    with Trace() as trace:
+        ins = [trace.new_input(v.aval, v.hint) for v in cond.inputs]
+        (pred,) = eval_graph(cond, ins)
+        any_left = sum(astype(pred, np.int64)) > 0
+    any_cond = trace.to_graph([any_left])
+    with Trace() as trace:
+        cond_consts = [trace.new_input(v.aval, v.hint) for v in cond.inputs[:kc]]
+        ins = [trace.new_input(v.aval, v.hint) for v in body.inputs]
+        carry = ins[kb:]
+        (pred,) = eval_graph(cond, [*cond_consts, *carry])
+        new = eval_graph(body, ins)
+        outs = [where(_per_example(pred, c), n, c) for n, c in zip(new, carry, strict=True)]
+    return WhileCall(any_cond, trace.to_graph(outs), kc, kc + kb)
+
+
+def _while_batch(batched: Sequence[bool], *ins: Any, call: WhileCall) -> list[Any]:
+    """All the loop's outputs for a batch. Every carry is batched; if the predicate is
+    too, the examples stop at their own step (the loop runs as long as the longest)."""
+    kc, kb = call.n_cond_consts, call.n_body_consts
+    size = batch_size(batched, ins)
+    n = len(call.body.outputs)
+    key = ("batch", tuple(batched[: kc + kb]), size)
+    bcall = call.derived.get(key)
+    if bcall is None:
+        body, _ = batch_graph(call.body, [*batched[kc : kc + kb], *(True,) * n], size, True)
+        cond, (per_example,) = batch_graph(call.cond, [*batched[:kc], *(True,) * n], size)
+        if per_example:
+            bcall = _batched_loop(call, cond, body)
+        else:
+            bcall = WhileCall(cond, body, kc, kb)
+        call.derived[key] = bcall
+    carry = [
+        x if b else with_batch(x, size)
+        for x, b in zip(ins[kc + kb :], batched[kc + kb :], strict=True)
+    ]
+    consts = [*ins[:kc], *ins[: kc + kb]] if bcall.n_body_consts > kb else list(ins[: kc + kb])
+    return bind_outputs(WHILE, bcall, [*consts, *carry], range(n))
+
+
 WHILE = Primitive(
     "while_loop",
     lambda *avals, call, index: group_eval(call=call, index=index),
@@ -142,7 +195,7 @@ WHILE = Primitive(
     lambda t, out, *xs, call, index: _while_jvp(t, *xs, call=call)[index],
     kind="other",
     format=format_call("while_loop", lambda call: f"{len(call.body.outputs)} carries"),
-    extra={"call_vjp": _while_vjp, "call_jvp": _while_jvp},
+    extra={"call_vjp": _while_vjp, "call_jvp": _while_jvp, "call_batch": _while_batch},
 )
 
 
@@ -221,6 +274,30 @@ def _switch_vjp(
     return tuple(out)
 
 
+def _switch_batch(batched: Sequence[bool], *ins: Any, call: SwitchCall) -> list[Any]:
+    """All the switch's outputs for a batch. With a batched index every branch runs on
+    the whole batch and each example takes its own branch's outputs (as in JAX)."""
+    size = batch_size(batched, ins)
+    key = ("batch", tuple(batched[1:]), size)
+    bcall = call.derived.get(key)
+    if bcall is None:
+        bcall = SwitchCall(
+            [batch_graph(b, batched[1:], size, force=True)[0] for b in call.branches]
+        )
+        call.derived[key] = bcall
+    n = len(call.branches[0].outputs)
+    if not batched[0]:
+        return bind_outputs(SWITCH, bcall, ins, range(n))
+    index = minimum(maximum(ins[0], 0), len(call.branches) - 1)
+    outs = [eval_graph(b, ins[1:]) for b in bcall.branches]
+    chosen = outs[-1]
+    for k in range(len(outs) - 2, -1, -1):
+        chosen = [
+            where(_per_example(index == k, c), o, c) for o, c in zip(outs[k], chosen, strict=True)
+        ]
+    return chosen
+
+
 SWITCH = Primitive(
     "switch",
     lambda *avals, call, index: group_eval(call=call, index=index),
@@ -229,7 +306,12 @@ SWITCH = Primitive(
     lambda t, out, *xs, call, index: _switch_jvp(t, *xs, call=call)[index],
     kind="other",
     format=format_call("switch", lambda call: f"{len(call.branches)} branches"),
-    extra={"call_vjp": _switch_vjp, "call_jvp": _switch_jvp, "vjp_active": True},
+    extra={
+        "call_vjp": _switch_vjp,
+        "call_jvp": _switch_jvp,
+        "call_batch": _switch_batch,
+        "vjp_active": True,
+    },
 )
 
 
@@ -297,6 +379,16 @@ def _remat_vjp(
     return tuple(out)
 
 
+def _remat_batch(batched: Sequence[bool], *ins: Any, call: RematCall) -> list[Any]:
+    size = batch_size(batched, ins)
+    key = ("batch", tuple(batched), size)
+    bcall = call.derived.get(key)
+    if bcall is None:
+        bcall = RematCall(batch_graph(call.graph, batched, size, force=True)[0], call.fun_name)
+        call.derived[key] = bcall
+    return bind_outputs(REMAT, bcall, ins, range(len(call.graph.outputs)))
+
+
 REMAT = Primitive(
     "checkpoint",
     lambda *avals, call, index: group_eval(call=call, index=index),
@@ -308,6 +400,7 @@ REMAT = Primitive(
     extra={
         "call_vjp": _remat_vjp,
         "call_jvp": _remat_jvp,
+        "call_batch": _remat_batch,
         "vjp_active": True,
         # compiler.passes.simplify replaces the node by this subgraph's output `index`.
         "inline": lambda params: (params["call"].graph, params["index"]),

@@ -17,8 +17,9 @@ import numpy as np
 from fastgrad.core.interpreter import eval_graph, run_graph
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.primitive import Primitive
-from fastgrad.core.tracing import Tracer, current_trace
-from fastgrad.ops.base import broadcast_to
+from fastgrad.core.tracing import Trace, Tracer, bind, current_trace
+from fastgrad.ops.base import batch_size, broadcast_to, sum
+from fastgrad.transforms.batching import batch_graph
 from fastgrad.transforms.reverse import vjp_graph
 
 
@@ -38,6 +39,7 @@ class CustomCall:
     n_out: int
     ct_of_input: tuple[int | None, ...]
     _transposed: dict[tuple[int, ...], Graph] = field(default_factory=dict)
+    _batched: dict[Any, CustomCall] = field(default_factory=dict)
 
     @property
     def float_outputs(self) -> list[int]:
@@ -127,6 +129,26 @@ def _call_jvp(t: tuple[Any, ...], *xs: Any, call: CustomCall) -> list[Any]:
     return tangents
 
 
+def _call_batch(batched: tuple[bool, ...], *xs: Any, call: CustomCall) -> list[Any]:
+    """All the call's outputs for a batch: a call of the batched fwd and bwd, so the
+    user's rule still gives the gradient. A shared input's cotangent is the sum of the
+    examples' ones."""
+    size = batch_size(batched, xs)
+    bcall = call._batched.get((batched, size))
+    if bcall is None:
+        fwd, _ = batch_graph(call.fwd, batched, size, force=True)
+        bwd, _ = batch_graph(call.bwd, [True] * len(call.bwd.inputs), size, force=True)
+        with Trace() as trace:
+            cts = eval_graph(bwd, [trace.new_input(v.aval, v.hint) for v in bwd.inputs])
+            for i, j in enumerate(call.ct_of_input):
+                if j is not None and not batched[i]:
+                    cts[j] = sum(cts[j], axis=0)
+        bwd = trace.to_graph(cts).verify()
+        bcall = CustomCall(call.name, fwd, bwd, call.n_out, call.ct_of_input)
+        call._batched[(batched, size)] = bcall
+    return [bind(CUSTOM_VJP_CALL, *xs, call=bcall, index=k) for k in range(call.n_out)]
+
+
 def _call_format(args: list[str], params: dict[str, Any]) -> str:
     call = params["call"]
     text = f"custom_vjp({call.name})({', '.join(args)})"
@@ -148,5 +170,6 @@ CUSTOM_VJP_CALL = Primitive(
         # autodiff and forward mode run these once for all the output nodes of a call.
         "call_vjp": _call_vjp,
         "call_jvp": _call_jvp,
+        "call_batch": _call_batch,
     },
 )

@@ -21,8 +21,9 @@ from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.primitive import Primitive
 from fastgrad.core.pytree import TreeDef, flatten, unflatten
 from fastgrad.core.tracing import Trace, aval_of, bind
-from fastgrad.ops.base import astype
+from fastgrad.ops.base import astype, batch_size
 from fastgrad.ops.shape import zeros_like
+from fastgrad.transforms.batching import batched_aval
 from fastgrad.transforms.reverse import vjp_graph
 
 
@@ -44,6 +45,7 @@ class PythonCall:
     vjp: Callable[..., Any] | None = None
     jvp: Callable[..., Any] | None = None
     _transposed: dict[tuple[int, ...], Graph] = field(default_factory=dict)
+    _batched: dict[Any, PythonCall] = field(default_factory=dict)
 
     def run(self, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Call the function on arrays and check its results against the declared types."""
@@ -201,10 +203,54 @@ def _outputs(call: PythonCall, xs: Sequence[Any]) -> list[Any]:
     return [bind(PYTHON_CALL_MULTI, *xs, call=call, index=k) for k in range(len(call.out_avals))]
 
 
+def batched_call(call: PythonCall, batched: Sequence[bool], size: int) -> PythonCall:
+    """The call on a batch: NumPy code cannot be batched for the user, so the function
+    runs once per example and the results are stacked (JAX's "sequential" callbacks)."""
+    key = (tuple(batched), size)
+    if key in call._batched:
+        return call._batched[key]
+
+    def per_example(*xs: np.ndarray) -> list[np.ndarray]:
+        outs = [call.run([x[i] if b else x for x, b in zip(xs, batched, strict=True)])
+                for i in range(size)]  # fmt: skip
+        return [
+            np.stack([o[k] for o in outs]) if outs else np.empty((0, *a.shape), a.dtype)
+            for k, a in enumerate(call.out_avals)
+        ]
+
+    def no_rule(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"{call.name} is vmapped, and the derivative of a vmapped callback is not "
+            "available: differentiate inside the vmap instead, fg.vmap(fg.grad(f))"
+        )
+
+    n, m = len(call.in_avals), len(call.out_avals)
+    batch = call._batched[key] = PythonCall(
+        f"vmap({call.name})",
+        per_example,
+        {},
+        flatten(tuple(range(n)))[1],
+        tuple(
+            batched_aval(a, size) if b else a for a, b in zip(call.in_avals, batched, strict=True)
+        ),
+        flatten(list(range(m)))[1],
+        tuple(batched_aval(a, size) for a in call.out_avals),
+        no_rule if call.vjp is not None else None,
+        no_rule if call.vjp is not None or call.jvp is not None else None,
+    )
+    return batch
+
+
 def _format(args: list[str], params: dict[str, Any]) -> str:
     call = params["call"]
     text = f"python_call({call.name})({', '.join(args)})"
     return text + (f"[{params['index']}]" if len(call.out_avals) > 1 else "")
+
+
+def _single_batch(batched: Sequence[bool], *xs: Any, call: PythonCall) -> Any:
+    return bind(
+        PYTHON_CALL, *xs, call=batched_call(call, batched, batch_size(batched, xs)), index=0
+    )
 
 
 # A call with one result: ordinary rules, which see the result as `out`.
@@ -214,6 +260,7 @@ PYTHON_CALL = Primitive(
     _call_impl,
     lambda g, out, *xs, call, index: tuple(call.cotangents({0: g}, [out], xs)),
     lambda t, out, *xs, call, index: call.tangents(t, [out], xs)[0],
+    lambda batched, *xs, call, index: _single_batch(batched, *xs, call=call),
     format=_format,
 )
 
@@ -226,6 +273,10 @@ def _multi_jvp(t: tuple[Any, ...], *xs: Any, call: PythonCall) -> list[Any]:
     return call.tangents(t, _outputs(call, xs), xs)
 
 
+def _multi_batch(batched: Sequence[bool], *xs: Any, call: PythonCall) -> list[Any]:
+    return _outputs(batched_call(call, batched, batch_size(batched, xs)), xs)
+
+
 # A call with several results: one node per result; reverse and forward mode run the rule
 # once for all of them (see transforms.reverse), as for custom_vjp calls.
 PYTHON_CALL_MULTI = Primitive(
@@ -235,5 +286,5 @@ PYTHON_CALL_MULTI = Primitive(
     lambda g, out, *xs, call, index: _multi_vjp({index: g}, *xs, call=call),
     lambda t, out, *xs, call, index: _multi_jvp(t, *xs, call=call)[index],
     format=_format,
-    extra={"call_vjp": _multi_vjp, "call_jvp": _multi_jvp},
+    extra={"call_vjp": _multi_vjp, "call_jvp": _multi_jvp, "call_batch": _multi_batch},
 )

@@ -18,7 +18,10 @@ import numpy as np
 from fastgrad.core.interpreter import eval_graph
 from fastgrad.core.ir import Aval, Graph, Node, Var, live_nodes
 from fastgrad.core.primitive import Primitive
-from fastgrad.core.tracing import Trace
+from fastgrad.core.tracing import Trace, aval_of
+from fastgrad.ops.base import batch_size, with_batch
+from fastgrad.ops.shape import transpose
+from fastgrad.transforms.batching import batch_graph
 from fastgrad.transforms.calls import (
     GroupCall,
     bind_outputs,
@@ -386,6 +389,38 @@ def merge_extended(nodes: list[Node]) -> list[Node]:
     return out
 
 
+# ---- batching: the body runs on whole batches
+
+
+def _scan_batch(batched: Sequence[bool], *ins: Any, call: ScanCall) -> list[Any]:
+    """All the scan's outputs for a batch (leading axis). Every carry is batched; stacked
+    inputs and outputs keep the scan's axis first and the batch second inside the loop."""
+    nc, ncar = call.n_consts, call.n_carry
+    size = batch_size(batched, ins)
+    flags = [*batched[:nc], *(True,) * ncar, *batched[nc + ncar :]]
+    key = ("batch", tuple(flags), size)
+    bcall = call.derived.get(key)
+    if bcall is None:
+        body, _ = batch_graph(call.body, flags, size, force=True)
+        bcall = ScanCall(body, nc, ncar, call.length, call.reverse)
+        call.derived[key] = bcall
+    carry = [
+        x if b else with_batch(x, size)
+        for x, b in zip(ins[nc : nc + ncar], batched[nc : nc + ncar], strict=True)
+    ]
+    xs = [
+        swap_leading(x) if b else x
+        for x, b in zip(ins[nc + ncar :], batched[nc + ncar :], strict=True)
+    ]
+    outs = bind_outputs(SCAN, bcall, [*ins[:nc], *carry, *xs], range(len(call.body.outputs)))
+    return [*outs[:ncar], *(swap_leading(y) for y in outs[ncar:])]
+
+
+def swap_leading(x: Any) -> Any:
+    """`x` with its first two axes swapped."""
+    return transpose(x, (1, 0, *range(2, aval_of(x).ndim)))
+
+
 def _describe(call: ScanCall) -> str:
     return f"length={call.length}" + (", reverse" if call.reverse else "")
 
@@ -399,5 +434,10 @@ SCAN = Primitive(
     lambda t, out, *xs, call, index: _scan_jvp(t, *xs, call=call)[index],
     kind="other",
     format=format_call("scan", _describe),
-    extra={"call_vjp": _scan_vjp, "call_jvp": _scan_jvp, "vjp_active": True},
+    extra={
+        "call_vjp": _scan_vjp,
+        "call_jvp": _scan_jvp,
+        "call_batch": _scan_batch,
+        "vjp_active": True,
+    },
 )
