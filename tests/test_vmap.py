@@ -122,6 +122,8 @@ def spd(n, batch=()):
 
 IDX = np.array([2, 0, 2])
 CASES = {
+    # d/dy x**y = x**y log(x): the exponent's derivatives go through power_log
+    "power_log": (fg.grad(lambda x, y: fnp.sum(fnp.power(x, y)), argnums=1), [(3,), (3,)]),
     "broadcast_to": (lambda x: fnp.broadcast_to(x, (2, 3, 4)), [(3, 1)]),
     "reshape": (lambda x: fnp.reshape(x, (3, 2)), [(2, 3)]),
     "transpose": (lambda x: fnp.transpose(x, (2, 0, 1)), [(2, 3, 4)]),
@@ -178,7 +180,7 @@ def ops_in(f, shapes):
 def test_every_primitive_has_a_batching_rule_and_a_case():
     missing = [n for n, p in REGISTRY.items() if p.batch is None and n not in EXEMPT]
     assert missing == []
-    covered = set(ELEMENTWISE) | set(SPECIAL) | {"debug_print"}
+    covered = set(ELEMENTWISE) | set(SPECIAL) | {"debug_print"} | set(SAMPLERS)
     for f, shapes in CASES.values():
         covered |= ops_in(f, shapes)
     assert set(REGISTRY) - EXEMPT - covered == set()
@@ -459,3 +461,23 @@ def test_batched_elementwise_work_is_one_loop_and_a_shared_matmul_one_call():
     graph = per_example_weight_grads.lower(np.ones((3, 4)), np.ones((5, 3))).graph
     shapes = [n.inputs[0].aval.shape for n in graph.nodes if n.op.name == "matmul"]
     assert shapes == [(5, 3)]  # the forward product; the outer products are multiplies
+
+
+# ---------------------------------------------------------------- samplers over keys
+
+SAMPLERS = {
+    "random_bits": lambda k: fg.random.bits(k, (3,)),
+    "random_uniform": lambda k: fg.random.uniform(k, (2, 2)),
+    "random_normal": lambda k: fg.random.normal(k, (3,), np.float32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+@pytest.mark.parametrize("jit", [False, True])
+def test_samplers_vmapped_over_keys_match_a_loop(name, jit):
+    keys = fg.random.split(fg.random.key(7), 3)
+    f = SAMPLERS[name]
+    assert name in {node.op.name for node in fg.make_graph(f)(keys[0]).nodes}
+    batched = fg.vmap(f)
+    got = (fg.jit(batched) if jit else batched)(keys)
+    np.testing.assert_array_equal(got, np.stack([np.asarray(f(k)) for k in keys]))

@@ -15,7 +15,7 @@ import numpy as np
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, at, points, register
 from fastgrad.core.tracing import bind
-from fastgrad.ops.base import apply_elementwise, tangent_sum
+from fastgrad.ops.base import apply_elementwise, batch_stacked, tangent_sum
 from fastgrad.ops.elementwise import abs, elementwise, maximum, where
 
 __all__ = [
@@ -208,6 +208,7 @@ register(
         _power_log_impl,
         _power_log_vjp,
         _power_log_jvp,
+        batch_stacked("power_log"),
         kind="other",  # no loop expression: a library call of the NumPy reference
         domain=("positive", "real"),
         format=lambda args, params: f"{args[0]} ** {args[1]} * log({args[0]}) ** {params['k']}",

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.tracing import Tracer, aval_of, bind, current_trace, static_error
 from fastgrad.ops import threefry
-from fastgrad.ops.base import astype, lift, shape_tuple
+from fastgrad.ops.base import astype, batch_size, lift, shape_tuple
 from fastgrad.ops.elementwise import floor, less, maximum, minimum, where
+from fastgrad.ops.shape import stack
 
 __all__: list[str] = []  # fastgrad.random lists the public names
 
@@ -54,6 +55,24 @@ def _format(args: list[str], params: dict[str, Any]) -> str:
     return f"{args[0]}, {shown}" if len(args) == 1 else f"{', '.join(args)}, {shown}"
 
 
+def _batch_by_key(name: str) -> Any:
+    """The batching rule of a sampler (vmap over keys): one sample per example's key,
+    stacked. Each example is its own node, so the graph grows with the batch: correct for
+    any batch, and fast for the small batches of keys that split() gives; a sampler whose
+    counter also runs over the batch would make it one loop."""
+
+    def rule(batched: Any, *args: Any, **params: Any) -> Any:
+        size = batch_size(batched, args)
+        examples = [
+            bind(REGISTRY[name], *(a[i] if b else a for a, b in zip(args, batched, strict=True)),
+                 **params)
+            for i in range(size)
+        ]  # fmt: skip
+        return stack(examples)
+
+    return rule
+
+
 def _positional(name: str, impl: Any, loop: str, names: tuple[str, ...]) -> Primitive:
     # `loop` is formatted with K0, K1 (the key's words as uint64), I (the element's flat
     # index as uint64), T (the output's scalar type) and the node's params; codegen imports
@@ -64,6 +83,7 @@ def _positional(name: str, impl: Any, loop: str, names: tuple[str, ...]) -> Prim
             _sample_eval,
             impl,
             vjp=None,  # integers, or floats that depend on the key alone: no gradient
+            batch=_batch_by_key(name),
             kind="elementwise",
             domain=("key",),
             format=lambda args, params: f"{name}({_format(args, params)})",

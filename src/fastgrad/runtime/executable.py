@@ -103,7 +103,6 @@ class _KernelStep:
         if self.tier is not None and self._numpy_answers(env):
             return  # computed with NumPy: the kernel is still compiling in the background
         kernel = self.kernel
-        args, outs = self.arguments(env)
         if kernel is None:
             loaded = load_kernel(self.source.source, self.source.name)
             kernel = partial(first_call, loaded)
