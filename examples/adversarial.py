@@ -1,4 +1,5 @@
 """Adversarial examples and adversarial training: an MLP on the 8x8 digits.
+========================================================================
 
 The fast gradient sign method (FGSM) moves each test image a step eps in the direction
 that increases the loss fastest in the max-norm:
@@ -23,7 +24,9 @@ attack would add a second-order term that adversarial training does not want.
 The script trains the MLP normally, reports clean and FGSM test accuracy, then continues
 with adversarial training and reports both again: adversarial accuracy rises.
 
-Run: python examples/adversarial.py [--hidden N] [--epochs N] [--adv-epochs N] [--eps E]
+Run::
+
+    python examples/adversarial.py [--hidden N] [--epochs N] [--adv-epochs N] [--eps E]
 """
 
 from __future__ import annotations

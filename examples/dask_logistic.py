@@ -1,4 +1,5 @@
 """Logistic regression on a data set larger than one Dask worker's memory limit.
+=============================================================================
 
 Two worker processes, each limited to 2 GiB, generate the features and labels chunk by
 chunk (1.8 million rows of 100 float64 features: 1.44 GB, two thirds of one worker's
@@ -10,7 +11,9 @@ loss and gradient are computed where the chunk lives, and one gradient comes bac
 loss per iteration goes to a PNG; held-out rows, also generated on the workers, give the
 accuracy, next to that of the weights that generated the labels.
 
-Run: python examples/dask_logistic.py [OUTPUT.png] [--rows N] [--iterations K] ...
+Run::
+
+    python examples/dask_logistic.py [OUTPUT.png] [--rows N] [--iterations K] ...
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """Two optimizers driving fastgrad.dask: SciPy's L-BFGS and plain gradient descent.
+================================================================================
 
 The data (logistic-regression features and labels) is generated on the workers of a local
 Dask cluster and stays there; each optimizer step calls
@@ -7,7 +8,9 @@ chunk where it lives and adds them up. The same optimizers run in one process on
 data (computed locally for the comparison), and scikit-learn's LogisticRegression solves
 the same regularized problem: all reach the same weights.
 
-Run: python examples/dask_optimizers.py [--rows N] [--features D] [--workers W] ...
+Run::
+
+    python examples/dask_optimizers.py [--rows N] [--features D] [--workers W] ...
 """
 
 from __future__ import annotations

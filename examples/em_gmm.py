@@ -1,4 +1,5 @@
 """EM for a Gaussian mixture, with the M-step driven by fastgrad gradients.
+========================================================================
 
 Data: the iris flowers projected on their first two principal components (2-D, so the
 2x2 determinant and inverse of each covariance can be written with elementwise
@@ -6,8 +7,10 @@ Data: the iris flowers projected on their first two principal components (2-D, s
 
 EM maximizes the log-likelihood l(theta) = sum_i log sum_k pi_k N(x_i | mu_k, Sigma_k) by
 alternating
+
   E-step: responsibilities r_ik = p(z_i = k | x_i, theta_old), held fixed;
   M-step: maximize Q(theta) = sum_ik r_ik [log pi_k + log N(x_i | mu_k, Sigma_k)].
+
 In code, Q is written with `r = fg.stop_gradient(softmax(log_joint))`: the responsibilities
 are computed from the current parameters but treated as constants, so the gradient of Q
 is the M-step's gradient and does not backpropagate through the E-step. (At theta_old it
@@ -17,6 +20,7 @@ differentiates l - entropy(r) instead. The script checks both.)
 The M-step is then taken as one gradient step per parameter block, with the step size set
 by Q's known curvature, from gradients that fastgrad computes (nothing below hand-codes
 dQ/dtheta). Writing N_k = sum_i r_ik and S_k = sum_i r_ik (x_i - mu_k)(x_i - mu_k)^T:
+
   * weights: Q has r_ik log pi_k, so pi_k * dQ/dpi_k = N_k, and the maximizer on the
     simplex (Lagrange condition) is pi_k = N_k / n;
   * means: Q is concave quadratic in mu_k with Hessian -N_k Sigma_k^-1, so one Newton
@@ -25,12 +29,15 @@ dQ/dtheta). Writing N_k = sum_i r_ik and S_k = sum_i r_ik (x_i - mu_k)(x_i - mu_
     natural-gradient step Sigma_k + (2 / N_k) Sigma_k dQ/dSigma_k Sigma_k equals S_k / N_k,
     the scatter about the old mean; moving it to the new mean (subtracting
     delta delta^T, delta = mu_new - mu_old) gives the exact maximizer.
+
 Each iteration is therefore an exact EM step, so the log-likelihood never decreases; the
 script asserts it. EM starts from a k-means clustering; started from the same point,
 scikit-learn's GaussianMixture runs the same algorithm with its closed-form M-step, and
 the script compares the final log-likelihood and the matched means.
 
-Run: python examples/em_gmm.py [--components K] [--max-iter N] [--tol T] [--seed S]
+Run::
+
+    python examples/em_gmm.py [--components K] [--max-iter N] [--tol T] [--seed S]
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """Per-example gradient norms of an MLP on the 8x8 digits, with `fg.vmap(fg.grad(...))`.
+=====================================================================================
 
 The gradient of one example's loss, for every example of a data set, is what
 differentially private training clips, what data-valuation and outlier scores read, and
@@ -13,7 +14,9 @@ MLP briefly, then computes the norms both ways: vmapped, and a loop calling the 
 per-example gradient once per image. They agree, their mean gradient equals the gradient
 of the mean loss, and misclassified images have the largest gradients.
 
-Run: python examples/per_example_gradients.py [--hidden N] [--epochs N] [--repeat R]
+Run::
+
+    python examples/per_example_gradients.py [--hidden N] [--epochs N] [--repeat R]
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """Contrastive divergence: a binary restricted Boltzmann machine on the 8x8 digits.
+================================================================================
 
 An RBM with visible units v (64 binarized pixels), hidden units h, weights W and biases
 b, c has the free energy F(v) = -v.b - sum_j softplus(c_j + (v W)_j), and the gradient of
@@ -22,7 +23,9 @@ gradient by `fg.value_and_grad`, and a momentum update. The script prints the
 reconstruction error per epoch on training and held-out digits (it falls) and writes the
 learned filters (each hidden unit's 64 weights as an 8x8 image) to a PNG.
 
-Run: python examples/rbm_cd.py [OUTPUT.png] [--hidden N] [--epochs N] [--cd-k K] ...
+Run::
+
+    python examples/rbm_cd.py [OUTPUT.png] [--hidden N] [--epochs N] [--cd-k K] ...
 """
 
 from __future__ import annotations

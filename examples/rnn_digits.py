@@ -1,4 +1,5 @@
 """A recurrent network that reads each 8x8 digit one row at a time, written with `fg.scan`.
+========================================================================================
 
 The hidden state h (one row of `hidden` units per image) is updated once per image row,
 
@@ -13,7 +14,9 @@ the traced graph is, trains the network by SGD with momentum (gradients clipped 
 `--pixels` reads the image one pixel at a time instead (64 steps of 1 input): the scan's
 graph stays the same size while the unrolled one grows eightfold.
 
-Run: python examples/rnn_digits.py [--hidden N] [--epochs N] [--pixels]
+Run::
+
+    python examples/rnn_digits.py [--hidden N] [--epochs N] [--pixels]
 """
 
 from __future__ import annotations

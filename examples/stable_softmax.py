@@ -1,4 +1,5 @@
 """A numerically stable softmax: softmax regression on the 8x8 digits.
+===================================================================
 
 The cross-entropy needs log(softmax(z)). Written naively, exp(z) overflows as soon as a
 logit passes ~88.7 in float32 (~709 in float64) and the loss and every gradient become
@@ -7,6 +8,7 @@ gradient has to flow through the maximum, and `fg.stop_gradient` says so (the ba
 pass then contains nothing for the max).
 
 The script
+
   1. trains a softmax regression (64 pixels -> 10 classes, float32) with the stable loss,
      one jitted `value_and_grad` step per minibatch, and reports loss and accuracy;
   2. compares the stable and the naive gradients at the trained weights, in float64 and
@@ -16,7 +18,9 @@ The script
      while the naive one stays finite the gradients agree, then it turns into nan; the
      stable one stays finite and agrees with a float64 evaluation.
 
-Run: python examples/stable_softmax.py [--epochs N] [--subset N] [--batch-size N]
+Run::
+
+    python examples/stable_softmax.py [--epochs N] [--subset N] [--batch-size N]
 """
 
 from __future__ import annotations

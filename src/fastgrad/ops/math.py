@@ -381,5 +381,12 @@ def softplus(x: Any) -> Any:
 
 
 def log_sigmoid(x: Any) -> Any:
-    """log(sigmoid(x)) = -softplus(-x), without overflow."""
+    """log(sigmoid(x)) = -softplus(-x), without overflow.
+
+    >>> import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    >>> fnp.log_sigmoid(np.array([-1000.0, 0.0]))
+    array([-1.00000000e+03, -6.93147181e-01])
+    >>> float(fg.grad(fnp.log_sigmoid)(0.0))
+    0.5
+    """
     return -softplus(-x)

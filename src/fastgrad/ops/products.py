@@ -157,8 +157,23 @@ def dot(a: Any, b: Any) -> Any:
 
 
 def vdot(a: Any, b: Any) -> Any:
+    """The dot product of `a` and `b` flattened to vectors, as numpy.vdot (real values).
+
+    >>> import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    >>> float(fnp.vdot(np.ones((2, 2)), np.arange(4.0)))
+    6.0
+    >>> fg.grad(fnp.vdot)(np.ones(2), np.array([3.0, 4.0]))
+    array([3., 4.])
+    """
     return sum(multiply(ravel(a), ravel(b)))
 
 
 def outer(a: Any, b: Any) -> Any:
+    """The outer product of `a` and `b` flattened to vectors, as numpy.outer.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> fnp.outer(np.array([1.0, 2.0]), np.array([1.0, 10.0, 100.0]))
+    array([[  1.,  10., 100.],
+           [  2.,  20., 200.]])
+    """
     return multiply(reshape(ravel(a), (-1, 1)), reshape(ravel(b), (1, -1)))

@@ -263,6 +263,14 @@ amax, amin = max, min
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """The mean over `axis` (all axes by default), as numpy.mean.
+
+    >>> import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    >>> fnp.mean(np.array([[1.0, 2.0], [3.0, 5.0]]), axis=0)
+    array([2. , 3.5])
+    >>> fg.grad(fnp.mean)(np.zeros(4))
+    array([0.25, 0.25, 0.25, 0.25])
+    """
     shape = aval_of(x).shape
     count = math.prod(shape[a] for a in normalize_axis(axis, len(shape)))
     total = sum(x, axis, keepdims)
@@ -272,6 +280,14 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def var(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
+    """The variance over `axis`, with `ddof` degrees of freedom removed, as numpy.var.
+
+    >>> import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    >>> float(fnp.var(np.array([1.0, 2.0, 3.0, 4.0]), ddof=1))
+    1.6666666666666667
+    >>> fg.grad(fnp.var)(np.array([1.0, 3.0]))
+    array([-1.,  1.])
+    """
     shape = aval_of(x).shape
     count = math.prod(shape[a] for a in normalize_axis(axis, len(shape)))
     centered = subtract(x, mean(x, axis, keepdims=True))
@@ -279,7 +295,13 @@ def var(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
 
 
 def std(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
-    """Standard deviation over `axis`; its derivative is exactly 0 over one element."""
+    """The standard deviation over `axis`, as numpy.std; its derivative is exactly 0 over
+    one element.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> float(fnp.std(np.array([1.0, 3.0])))
+    1.0
+    """
     shape = aval_of(x).shape
     if ddof == 0 and math.prod(shape[a] for a in normalize_axis(axis, len(shape))) == 1:
         # One element per slice: the deviation is identically 0 (nan if the value is not

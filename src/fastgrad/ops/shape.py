@@ -277,6 +277,12 @@ def transpose(x: Any, axes: Any = None) -> Any:
 
 
 def swapaxes(x: Any, axis1: int, axis2: int) -> Any:
+    """`x` with axes `axis1` and `axis2` exchanged, as numpy.swapaxes.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> fnp.swapaxes(np.zeros((2, 3, 4)), 0, 2).shape
+    (4, 3, 2)
+    """
     ndim = aval_of(x).ndim
     a, b = normalize_axis(axis1, ndim)[0], normalize_axis(axis2, ndim)[0]
     axes = list(range(ndim))
@@ -285,6 +291,12 @@ def swapaxes(x: Any, axis1: int, axis2: int) -> Any:
 
 
 def expand_dims(x: Any, axis: Any) -> Any:
+    """`x` with new axes of length 1 at the positions `axis`, as numpy.expand_dims.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> fnp.expand_dims(np.zeros((2, 3)), (0, -1)).shape
+    (1, 2, 3, 1)
+    """
     shape = aval_of(x).shape
     axes = normalize_axis(axis, len(shape) + (1 if isinstance(axis, int) else len(axis)))
     new = list(shape)
@@ -294,6 +306,12 @@ def expand_dims(x: Any, axis: Any) -> Any:
 
 
 def squeeze(x: Any, axis: Any = None) -> Any:
+    """`x` without its axes of length 1 (or only those in `axis`), as numpy.squeeze.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> fnp.squeeze(np.zeros((1, 3, 1)), axis=0).shape
+    (3, 1)
+    """
     shape = aval_of(x).shape
     if axis is None:
         axes = tuple(i for i, d in enumerate(shape) if d == 1)
@@ -306,6 +324,12 @@ def squeeze(x: Any, axis: Any = None) -> Any:
 
 
 def ravel(x: Any) -> Any:
+    """`x` flattened to one dimension, in C order.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> fnp.ravel(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    array([1., 2., 3., 4.])
+    """
     return reshape(x, (-1,))
 
 
@@ -388,10 +412,22 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
 
 
 def zeros_like(x: Any, dtype: Any = None) -> Any:
+    """Zeros of `x`'s shape, and of its dtype unless `dtype` is given.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> fnp.zeros_like(np.ones((2,), np.float32))
+    array([0., 0.], dtype=float32)
+    """
     return full_like(x, 0, dtype)
 
 
 def ones_like(x: Any, dtype: Any = None) -> Any:
+    """Ones of `x`'s shape, and of its dtype unless `dtype` is given.
+
+    >>> import numpy as np, fastgrad.numpy as fnp
+    >>> fnp.ones_like(np.zeros(2), dtype=np.int64)
+    array([1, 1])
+    """
     return full_like(x, 1, dtype)
 
 

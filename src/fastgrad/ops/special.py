@@ -292,12 +292,12 @@ def betaln(a: Any, b: Any) -> Any:
 
 
 def i0e(x: Any) -> Any:
-    """The exponentially scaled modified Bessel function of order 0, exp(-|x|) I0(x)."""
+    """The exponentially scaled modified Bessel function of order 0, exp(-abs(x)) I0(x)."""
     return _apply("i0e", x)
 
 
 def i1e(x: Any) -> Any:
-    """The exponentially scaled modified Bessel function of order 1, exp(-|x|) I1(x)."""
+    """The exponentially scaled modified Bessel function of order 1, exp(-abs(x)) I1(x)."""
     return _apply("i1e", x)
 
 
@@ -319,13 +319,13 @@ def quiet(fn: F) -> F:
 
 @quiet
 def i0(x: Any) -> Any:
-    """The modified Bessel function of order 0, exp(|x|) i0e(x)."""
+    """The modified Bessel function of order 0, exp(abs(x)) i0e(x)."""
     return exp(abs(x)) * i0e(x)
 
 
 @quiet
 def i1(x: Any) -> Any:
-    """The modified Bessel function of order 1, exp(|x|) i1e(x)."""
+    """The modified Bessel function of order 1, exp(abs(x)) i1e(x)."""
     return exp(abs(x)) * i1e(x)
 
 
@@ -345,7 +345,7 @@ def expit(x: Any) -> Any:
 
 
 def log_expit(x: Any) -> Any:
-    """log(expit(x)), accurate for large |x|."""
+    """log(expit(x)), accurate for large abs(x)."""
     return log_sigmoid(x)
 
 
