@@ -70,7 +70,15 @@ COUNTERS = Counters()
 
 
 class CacheWarning(RuntimeWarning):
-    """fastgrad's cache directory cannot be used: kernels compile in memory instead."""
+    """fastgrad's cache directory cannot be used: kernels compile in memory instead.
+
+    Warned once per cache directory, with the path, the error and how to fix it. To make
+    it an error (in a test, say):
+
+    >>> import warnings, fastgrad as fg
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", fg.CacheWarning)
+    """
 
 
 _warned: set[str] = set()  # cache directories already warned about in this process
