@@ -8,35 +8,42 @@ array-creation functions (which give plain arrays).
 """
 
 from numpy import (  # noqa: F401  re-exported: constants and array creation
-    arange,
     e,
     empty,
     eye,
     float32,
     float64,
-    full,
+    identity,
     inf,
     int32,
     int64,
-    linspace,
     nan,
     newaxis,
     ones,
     pi,
+    tri,
     zeros,
 )
 
 from fastgrad.ops import FAMILIES as _FAMILIES
+from fastgrad.ops.construction import *  # noqa: F403
+from fastgrad.ops.cumulative import *  # noqa: F403
+from fastgrad.ops.einsum import *  # noqa: F403
 from fastgrad.ops.elementwise import *  # noqa: F403
 from fastgrad.ops.indexing import *  # noqa: F403
+from fastgrad.ops.manipulation import *  # noqa: F403
 from fastgrad.ops.math import *  # noqa: F403
+from fastgrad.ops.piecewise import *  # noqa: F403
 from fastgrad.ops.products import *  # noqa: F403
 from fastgrad.ops.reduction import *  # noqa: F403
+from fastgrad.ops.selection import *  # noqa: F403
 from fastgrad.ops.shape import *  # noqa: F403
+from fastgrad.ops.sorting import *  # noqa: F403
+from fastgrad.ops.statistics import *  # noqa: F403
 
 _NUMPY_NAMES = [
-    "arange", "e", "empty", "eye", "float32", "float64", "full", "inf", "int32", "int64",
-    "linspace", "nan", "newaxis", "ones", "pi", "zeros",
+    "e", "empty", "eye", "float32", "float64", "identity", "inf", "int32", "int64", "nan",
+    "newaxis", "ones", "pi", "tri", "zeros",
 ]  # fmt: skip
 
 __all__ = sorted({name for family in _FAMILIES for name in family.__all__} | set(_NUMPY_NAMES))

@@ -9,9 +9,39 @@ and installs the functions a tracer's operators call.
 
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
-from fastgrad.ops import elementwise, indexing, math, products, reduction, shape
+from fastgrad.ops import (
+    construction,
+    cumulative,
+    einsum,
+    elementwise,
+    indexing,
+    manipulation,
+    math,
+    piecewise,
+    products,
+    reduction,
+    selection,
+    shape,
+    sorting,
+    statistics,
+)
 
-FAMILIES = (elementwise, math, shape, reduction, indexing, products)
+FAMILIES = (
+    elementwise,
+    math,
+    piecewise,
+    shape,
+    reduction,
+    indexing,
+    manipulation,
+    selection,
+    products,
+    einsum,
+    sorting,
+    cumulative,
+    construction,
+    statistics,
+)
 
 install_array_functions(
     {name: getattr(family, name) for family in FAMILIES for name in family.__all__}

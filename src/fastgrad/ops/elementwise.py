@@ -29,12 +29,11 @@ from fastgrad.ops.base import (
 )
 
 __all__ = [
-    "abs", "absolute", "add", "array", "asarray", "astype", "ceil", "clip", "copysign",
-    "divide", "equal", "floor", "floor_divide", "fmax", "fmin", "fmod", "greater",
-    "greater_equal", "heaviside", "isfinite", "isinf", "isnan", "less", "less_equal",
-    "logical_and", "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "mod",
-    "multiply", "negative", "not_equal", "reciprocal", "relu", "remainder", "rint", "sign",
-    "square", "stop_gradient", "subtract", "true_divide", "trunc", "where",
+    "abs", "absolute", "add", "astype", "ceil", "clip", "divide",
+    "equal", "floor", "greater", "greater_equal", "isfinite", "isinf", "isnan", "less",
+    "less_equal", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum",
+    "minimum", "multiply", "negative", "not_equal", "reciprocal", "relu", "rint", "sign",
+    "square", "stop_gradient", "subtract", "true_divide", "where",
 ]  # fmt: skip
 
 # ---------------------------------------------------------------- the record builder
@@ -236,57 +235,6 @@ STOP_GRADIENT = register(
 )
 
 
-# Rounding division, NaN-ignoring extrema, sign transfer and the step function. Their
-# loops call NumPy's scalar functions, so fused results are NumPy's bit for bit.
-def _quotient(x: Any, out: Any, y: Any) -> Any:
-    # The integer q with out == x - q * y, recovered from the result itself, so that it
-    # agrees with NumPy's rounding (floor for remainder, truncation for fmod) even where
-    # floor(x / y) would round the other way.
-    return rint((x - out) / y)
-
-
-def _remainder_vjp(g: Any, out: Any, x: Any, y: Any) -> tuple[Any, Any]:
-    return g, -g * _quotient(x, out, y)
-
-
-def _remainder_jvp(t: Any, out: Any, x: Any, y: Any) -> Any:
-    return tangent_sum(t, lambda tx: tx, lambda ty: -ty * _quotient(x, out, y))
-
-
-def _nan_ignoring_weight(a: Any, b: Any) -> Any:
-    # fmax/fmin take the other operand where one is NaN; both NaN: the first one.
-    return where(b != b, 1.0, where(a != a, 0.0, _tie_weight(a, b))).astype(a.dtype)
-
-
-def _copysign_factor(x: Any, y: Any) -> Any:
-    # d/dx copysign(x, y) = sign(x) * (+-1 by y's sign bit): 0 at x == 0, as abs'(0).
-    return sign(x) * copysign(1.0, y)
-
-
-# fmt: off
-elementwise("remainder", np.remainder, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp)
-elementwise("fmod", np.fmod, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp)
-elementwise("floor_divide", np.floor_divide, _zero, ("real", "nonzero"), jvp=_zero_jvp)
-elementwise("trunc", np.trunc, _zero, jvp=_zero_jvp)
-elementwise("fmax", np.fmax,
-            lambda g, out, x, y: (g * _nan_ignoring_weight(x, y), g * _nan_ignoring_weight(y, x)),
-            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _nan_ignoring_weight(x, y),
-                                                  lambda ty: ty * _nan_ignoring_weight(y, x)))
-elementwise("fmin", np.fmin,
-            lambda g, out, x, y: (g * _nan_ignoring_weight(y, x), g * _nan_ignoring_weight(x, y)),
-            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _nan_ignoring_weight(y, x),
-                                                  lambda ty: ty * _nan_ignoring_weight(x, y)))
-elementwise("copysign", np.copysign,
-            lambda g, out, x, y: (g * _copysign_factor(x, y), None), ("nonzero", "nonzero"),
-            jvp=lambda t, out, x, y: None if t[0] is None else t[0] * _copysign_factor(x, y))
-# heaviside(x, h0) is 0 below 0, 1 above, h0 at 0 (NaN for NaN): only h0 has a derivative,
-# 1 where x == 0.
-elementwise("heaviside", np.heaviside,
-            lambda g, out, x, h0: (None, where(x == 0, g, 0.0)), ("nonzero", "real"),
-            loop="{T}({1}) if {0} == 0 else ({T}({0} > 0) if {0} == {0} else {T}({0}))",
-            jvp=lambda t, out, x, h0: None if t[1] is None else where(x == 0, t[1], 0.0))
-# fmt: on
-
 # ---------------------------------------------------------------- functions
 # One function per primitive, named as in NumPy.
 
@@ -426,77 +374,8 @@ def logical_xor(x: Any, y: Any) -> Any:
     return apply_elementwise("logical_xor", x, y)
 
 
-def remainder(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.remainder`` (the sign of `y`, like Python's ``%``), with
-    broadcasting. d/dx is 1 and d/dy is -floor(x / y), as NumPy rounds it.
-
-    >>> remainder(np.array([-7.0, 7.0]), 3.0)
-    array([2., 1.])
-    """
-    return apply_elementwise("remainder", x, y)
-
-
-def fmod(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.fmod`` (the sign of `x`, like C's fmod), with broadcasting.
-
-    >>> fmod(np.array([-7.0, 7.0]), 3.0)
-    array([-1.,  1.])
-    """
-    return apply_elementwise("fmod", x, y)
-
-
-def floor_divide(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.floor_divide`` (Python's ``//``), with broadcasting. Piecewise
-    constant: its derivative is 0.
-
-    >>> floor_divide(np.array([-7.0, 7.0]), 2.0)
-    array([-4.,  3.])
-    """
-    return apply_elementwise("floor_divide", x, y)
-
-
-def trunc(x: Any) -> Any:
-    """Elementwise ``numpy.trunc`` (round towards zero); derivative 0."""
-    return apply_elementwise("trunc", x)
-
-
-def fmax(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.fmax``: the maximum, ignoring a NaN operand. Ties split the
-    gradient equally, as `maximum`; where one operand is NaN the other gets it all.
-
-    >>> fmax(np.array([1.0, np.nan]), np.array([np.nan, 2.0]))
-    array([1., 2.])
-    """
-    return apply_elementwise("fmax", x, y)
-
-
-def fmin(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.fmin``: the minimum, ignoring a NaN operand (gradient as `fmax`)."""
-    return apply_elementwise("fmin", x, y)
-
-
-def copysign(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.copysign``: |x| with the sign of `y`. d/dx is 0 at x == 0 (as
-    `abs`), d/dy is 0.
-
-    >>> copysign(np.array([1.5, -2.0]), -1.0)
-    array([-1.5, -2. ])
-    """
-    return apply_elementwise("copysign", x, y)
-
-
-def heaviside(x: Any, h0: Any) -> Any:
-    """Elementwise ``numpy.heaviside``: 0 where x < 0, 1 where x > 0, `h0` where x == 0.
-
-    >>> heaviside(np.array([-1.0, 0.0, 2.0]), 0.5)
-    array([0. , 0.5, 1. ])
-    """
-    return apply_elementwise("heaviside", x, h0)
-
-
 absolute = abs
 true_divide = divide
-mod = remainder
 
 
 _MISSING: Any = object()
@@ -533,16 +412,6 @@ def where(condition: Any, x: Any = _MISSING, y: Any = _MISSING) -> Any:
         coerce(y, avals[2], dtype, shape, tracing),
     ]
     return bind(REGISTRY["where"], *args)
-
-
-def asarray(x: Any, dtype: Any = None) -> Any:
-    """A traced value stays traced; anything else becomes a NumPy array."""
-    if isinstance(x, Tracer):
-        return x if dtype is None else astype(x, dtype)
-    return np.asarray(x, dtype=dtype)
-
-
-array = asarray
 
 
 def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Any:

@@ -19,6 +19,7 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
+    astype,
     broadcast_to,
     coerce,
     lift,
@@ -29,8 +30,8 @@ from fastgrad.ops.base import (
 )
 
 __all__ = [
-    "broadcast_to", "concatenate", "expand_dims", "full_like", "ones_like", "ravel",
-    "reshape", "squeeze", "stack", "swapaxes", "transpose", "zeros_like",
+    "array", "asarray", "broadcast_to", "concatenate", "expand_dims", "full_like", "ones_like",
+    "ravel", "reshape", "squeeze", "stack", "swapaxes", "transpose", "zeros_like",
 ]  # fmt: skip
 
 # ---------------------------------------------------------------- records
@@ -271,8 +272,16 @@ def concatenate(arrays: Sequence[Any], axis: int = 0) -> Any:
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
-    """Join arrays along a new axis."""
-    arrays = list(arrays)
+    """Join arrays along a new axis; each may be a nested list mixing traced values and
+    numbers (see `asarray`).
+
+    >>> stack([np.array([1.0, 2.0]), [3.0, 4.0]], axis=1)
+    array([[1., 3.],
+           [2., 4.]])
+    """
+    if isinstance(arrays, Tracer):
+        raise TypeError("stack takes a sequence of arrays (a list or a tuple), not one array")
+    arrays = [asarray(a) if isinstance(a, list | tuple) else a for a in arrays]
     if not arrays:
         raise ValueError("stack needs at least one array")
     shapes = {aval_of(a).shape for a in arrays}
@@ -280,6 +289,54 @@ def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
         raise ValueError(f"stack needs arrays of one shape, got {sorted(shapes)}")
     axis = normalize_axis(axis, aval_of(arrays[0]).ndim + 1)[0]
     return concatenate([expand_dims(a, axis) for a in arrays], axis)
+
+
+def _has_tracer(x: Any) -> bool:
+    if isinstance(x, list | tuple):
+        return builtins.any(_has_tracer(e) for e in x)
+    return isinstance(x, Tracer)
+
+
+def _leaf_avals(x: Any) -> list[Aval]:
+    if isinstance(x, list | tuple):
+        return [a for e in x for a in _leaf_avals(e)]
+    return [aval_of(x)]
+
+
+def asarray(a: Any, dtype: Any = None) -> Any:
+    """`a` as an array: a traced value stays traced, and nested lists or tuples holding
+    traced values are stacked into one traced array, numbers in them taking the traced
+    values' dtype (Python numbers are weak); anything else is ``numpy.asarray(a)``.
+
+    >>> import fastgrad as fg
+    >>> fg.jit(lambda t: asarray([[t, 0.0], [1.0, t * t]]))(np.float32(3.0))
+    array([[3., 0.],
+           [1., 9.]], dtype=float32)
+    """
+    if isinstance(a, list | tuple) and _has_tracer(a):
+        common, _ = promote(_leaf_avals(a))
+        a = _stack_nested(a, common)
+    elif not isinstance(a, Tracer):
+        a = np.asarray(a)
+    return a if dtype is None else astype(a, dtype)
+
+
+def _stack_nested(a: Any, dtype: np.dtype) -> Any:
+    if not isinstance(a, list | tuple):
+        return astype(a, dtype) if isinstance(a, Tracer) else np.asarray(a, dtype)
+    if not a:
+        raise ValueError("asarray: a nested list holding traced values has an empty list")
+    return stack([_stack_nested(e, dtype) for e in a])
+
+
+def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Any:
+    """`asarray(object, dtype)` with at least `ndmin` dimensions (leading ones added); a
+    traced array is never modified in place, so `copy` changes nothing for it."""
+    out = asarray(object, dtype)
+    if not isinstance(out, Tracer) and copy:
+        out = out.copy()
+    extra = operator.index(ndmin) - aval_of(out).ndim
+    return reshape(out, (1,) * extra + aval_of(out).shape) if extra > 0 else out
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:

@@ -1,0 +1,167 @@
+"""Piecewise elementwise functions: the rounding divisions (remainder, fmod,
+floor_divide), trunc, the NaN-ignoring extrema fmax and fmin, copysign and heaviside.
+
+Records are built as in fastgrad.ops.elementwise; their loops call NumPy's scalar
+functions, so fused results are NumPy's bit for bit. Derivatives follow the pieces: 0 for
+the piecewise-constant ones, the kink conventions of abs and maximum for the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fastgrad.ops.base import apply_elementwise, tangent_sum
+from fastgrad.ops.elementwise import elementwise, rint, sign, where
+
+__all__ = [
+    "copysign", "floor_divide", "fmax", "fmin", "fmod", "heaviside", "mod", "remainder",
+    "trunc",
+]  # fmt: skip
+
+# ---------------------------------------------------------------- records
+
+# Piecewise constant: the derivative is 0 wherever it exists.
+_no_derivative = lambda g, out, *xs: (None,) * len(xs)  # noqa: E731
+_no_tangent = lambda t, out, *xs: None  # noqa: E731
+
+
+def _quotient(x: Any, out: Any, y: Any) -> Any:
+    # The integer q with out == x - q * y, recovered from the result itself, so that it
+    # agrees with NumPy's rounding (floor for remainder, truncation for fmod) even where
+    # floor(x / y) would round the other way.
+    return rint((x - out) / y)
+
+
+def _remainder_vjp(g: Any, out: Any, x: Any, y: Any) -> tuple[Any, Any]:
+    return g, -g * _quotient(x, out, y)
+
+
+def _remainder_jvp(t: Any, out: Any, x: Any, y: Any) -> Any:
+    return tangent_sum(t, lambda tx: tx, lambda ty: -ty * _quotient(x, out, y))
+
+
+def _nan_ignoring_weight(a: Any, b: Any, a_wins: Any) -> Any:
+    # d fmax(a, b) / da (or fmin's): 1 where a wins or b is NaN (the other operand is
+    # taken), 0.5 at a tie (split as maximum's, the JAX rule), 0 where b wins or a is NaN.
+    return where(a_wins | (b != b), 1.0, where(a == b, 0.5, 0.0)).astype(a.dtype)
+
+
+def _fmax_weights(x: Any, y: Any) -> tuple[Any, Any]:
+    return _nan_ignoring_weight(x, y, x > y), _nan_ignoring_weight(y, x, y > x)
+
+
+def _fmin_weights(x: Any, y: Any) -> tuple[Any, Any]:
+    return _nan_ignoring_weight(x, y, x < y), _nan_ignoring_weight(y, x, y < x)
+
+
+def _extremum_rules(weights: Any) -> dict[str, Any]:
+    def vjp(g: Any, out: Any, x: Any, y: Any) -> tuple[Any, Any]:
+        wx, wy = weights(x, y)
+        return g * wx, g * wy
+
+    def jvp(t: Any, out: Any, x: Any, y: Any) -> Any:
+        wx, wy = weights(x, y)
+        return tangent_sum(t, lambda tx: tx * wx, lambda ty: ty * wy)
+
+    return {"vjp": vjp, "jvp": jvp}
+
+
+def _copysign_factor(x: Any, y: Any) -> Any:
+    # d/dx copysign(x, y) = sign(x) * (+-1 by y's sign bit): 0 at x == 0, as abs'(0).
+    return sign(x) * copysign(1.0, y)
+
+
+# fmt: off
+elementwise("remainder", np.remainder, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp)
+elementwise("fmod", np.fmod, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp)
+elementwise("floor_divide", np.floor_divide, _no_derivative, ("real", "nonzero"),
+            jvp=_no_tangent)
+elementwise("trunc", np.trunc, _no_derivative, jvp=_no_tangent)
+elementwise("fmax", np.fmax, **_extremum_rules(_fmax_weights))
+elementwise("fmin", np.fmin, **_extremum_rules(_fmin_weights))
+elementwise("copysign", np.copysign,
+            lambda g, out, x, y: (g * _copysign_factor(x, y), None), ("nonzero", "nonzero"),
+            jvp=lambda t, out, x, y: None if t[0] is None else t[0] * _copysign_factor(x, y))
+# heaviside(x, h0) is 0 below 0, 1 above, h0 at 0 (NaN for NaN): only h0 has a derivative,
+# 1 where x == 0.
+elementwise("heaviside", np.heaviside,
+            lambda g, out, x, h0: (None, where(x == 0, g, 0.0)), ("nonzero", "real"),
+            loop="{T}({1}) if {0} == 0 else ({T}({0} > 0) if {0} == {0} else {T}({0}))",
+            jvp=lambda t, out, x, h0: None if t[1] is None else where(x == 0, t[1], 0.0))
+# fmt: on
+
+
+# ---------------------------------------------------------------- functions
+
+
+def remainder(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.remainder`` (the sign of `y`, like Python's ``%``), with
+    broadcasting. d/dx is 1 and d/dy is -floor(x / y), as NumPy rounds it.
+
+    >>> remainder(np.array([-7.0, 7.0]), 3.0)
+    array([2., 1.])
+    """
+    return apply_elementwise("remainder", x, y)
+
+
+def fmod(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.fmod`` (the sign of `x`, like C's fmod), with broadcasting.
+
+    >>> fmod(np.array([-7.0, 7.0]), 3.0)
+    array([-1.,  1.])
+    """
+    return apply_elementwise("fmod", x, y)
+
+
+def floor_divide(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.floor_divide`` (Python's ``//``), with broadcasting. Piecewise
+    constant: its derivative is 0.
+
+    >>> floor_divide(np.array([-7.0, 7.0]), 2.0)
+    array([-4.,  3.])
+    """
+    return apply_elementwise("floor_divide", x, y)
+
+
+def trunc(x: Any) -> Any:
+    """Elementwise ``numpy.trunc`` (round towards zero); derivative 0."""
+    return apply_elementwise("trunc", x)
+
+
+def fmax(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.fmax``: the maximum, ignoring a NaN operand. Ties split the
+    gradient equally, as `maximum`; where one operand is NaN the other gets it all.
+
+    >>> fmax(np.array([1.0, np.nan]), np.array([np.nan, 2.0]))
+    array([1., 2.])
+    """
+    return apply_elementwise("fmax", x, y)
+
+
+def fmin(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.fmin``: the minimum, ignoring a NaN operand (gradient as `fmax`)."""
+    return apply_elementwise("fmin", x, y)
+
+
+def copysign(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.copysign``: |x| with the sign of `y`. d/dx is 0 at x == 0 (as
+    `abs`), d/dy is 0.
+
+    >>> copysign(np.array([1.5, -2.0]), -1.0)
+    array([-1.5, -2. ])
+    """
+    return apply_elementwise("copysign", x, y)
+
+
+def heaviside(x: Any, h0: Any) -> Any:
+    """Elementwise ``numpy.heaviside``: 0 where x < 0, 1 where x > 0, `h0` where x == 0.
+
+    >>> heaviside(np.array([-1.0, 0.0, 2.0]), 0.5)
+    array([0. , 0.5, 1. ])
+    """
+    return apply_elementwise("heaviside", x, h0)
+
+
+mod = remainder
