@@ -172,6 +172,7 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Any:
             "static ints"
         )
     counts = np.asarray(repeats)
+    counts = counts.astype(np.intp) if counts.size == 0 else counts
     if counts.dtype.kind not in "iu" or counts.ndim > 1 or np.any(counts < 0):
         raise ValueError(f"repeat: repeats must be non-negative ints, got {repeats!r}")
     n = a.shape[axis]

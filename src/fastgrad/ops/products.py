@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -96,26 +97,47 @@ def matmul(a: Any, b: Any) -> Any:
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
-    """Sum products over the given axes of `a` and `b` (NumPy's tensordot)."""
+    """Sum products over the given axes of `a` and `b` (NumPy's tensordot): `axes` is a
+    number n (the last n of `a` with the first n of `b`) or a pair of axis lists.
+
+    >>> tensordot(np.ones((2, 3)), np.ones((3, 4)), 1).shape
+    (2, 4)
+    """
     av, bv = aval_of(a), aval_of(b)
-    if isinstance(axes, int):
+    if isinstance(axes, int | np.integer):
+        if axes < 0:
+            raise ValueError(f"tensordot: axes must be non-negative, got {axes}")
+        if axes > builtins.min(av.ndim, bv.ndim):
+            raise ValueError(
+                f"tensordot: cannot sum over {axes} axes of arrays of shapes {av.shape} and "
+                f"{bv.shape}"
+            )
         axes_a, axes_b = list(range(av.ndim - axes, av.ndim)), list(range(axes))
     else:
-        axes_a, axes_b = (
-            ([axes[0]] if isinstance(axes[0], int) else list(axes[0])),
-            ([axes[1]] if isinstance(axes[1], int) else list(axes[1])),
-        )
+        try:
+            first, second = axes
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"tensordot: axes must be an int or a pair of axis lists, got {axes!r}"
+            ) from None
+        axes_a = [first] if isinstance(first, int | np.integer) else list(first)
+        axes_b = [second] if isinstance(second, int | np.integer) else list(second)
+        if len(axes_a) != len(axes_b):
+            raise ValueError(f"tensordot: {len(axes_a)} axes of a but {len(axes_b)} of b")
     axes_a = [normalize_axis(x, av.ndim)[0] for x in axes_a]
     axes_b = [normalize_axis(x, bv.ndim)[0] for x in axes_b]
+    if len(set(axes_a)) != len(axes_a) or len(set(axes_b)) != len(axes_b):
+        raise ValueError(f"tensordot: axes {axes} repeat an axis")
     if [av.shape[i] for i in axes_a] != [bv.shape[i] for i in axes_b]:
         raise ValueError(f"tensordot: shapes {av.shape} and {bv.shape} do not align on {axes}")
     free_a = [i for i in range(av.ndim) if i not in axes_a]
     free_b = [i for i in range(bv.ndim) if i not in axes_b]
     k = math.prod(av.shape[i] for i in axes_a)
-    a2 = reshape(transpose(a, free_a + axes_a), (-1, k))
-    b2 = reshape(transpose(b, axes_b + free_b), (k, -1))
-    out_shape = tuple(av.shape[i] for i in free_a) + tuple(bv.shape[i] for i in free_b)
-    return reshape(matmul(a2, b2), out_shape)
+    out_a = tuple(av.shape[i] for i in free_a)
+    out_b = tuple(bv.shape[i] for i in free_b)
+    a2 = reshape(transpose(a, free_a + axes_a), (math.prod(out_a), k))
+    b2 = reshape(transpose(b, axes_b + free_b), (k, math.prod(out_b)))
+    return reshape(matmul(a2, b2), out_a + out_b)
 
 
 def dot(a: Any, b: Any) -> Any:
@@ -180,6 +202,13 @@ def cross(
     if na not in (2, 3) or nb not in (2, 3):
         raise ValueError(
             f"cross: vectors must have 2 or 3 components, got {na} and {nb} along the given axes"
+        )
+    if 2 in (na, nb):
+        warnings.warn(
+            "cross: arrays of 2-dimensional vectors are deprecated, as in NumPy 2.0; use "
+            "3-dimensional vectors",
+            DeprecationWarning,
+            stacklevel=2,
         )
     a0, a1, b0, b1 = (getitem(v, (Ellipsis, k)) for v in (a, b) for k in (0, 1))
     z = subtract(multiply(a0, b1), multiply(a1, b0))

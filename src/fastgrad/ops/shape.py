@@ -305,8 +305,9 @@ def _leaf_avals(x: Any) -> list[Aval]:
 
 def asarray(a: Any, dtype: Any = None) -> Any:
     """`a` as an array: a traced value stays traced, and nested lists or tuples holding
-    traced values are stacked into one traced array, numbers in them taking the traced
-    values' dtype (Python numbers are weak); anything else is ``numpy.asarray(a)``.
+    traced values are stacked into one traced array. In lists, Python numbers take the
+    arrays' dtype (they are weak, as everywhere in fastgrad), traced or not; anything else
+    is ``numpy.asarray(a)``.
 
     >>> import fastgrad as fg
     >>> fg.jit(lambda t: asarray([[t, 0.0], [1.0, t * t]]))(np.float32(3.0))
@@ -316,6 +317,9 @@ def asarray(a: Any, dtype: Any = None) -> Any:
     if isinstance(a, list | tuple) and _has_tracer(a):
         common, _ = promote(_leaf_avals(a))
         a = _stack_nested(a, common)
+    elif isinstance(a, list | tuple):
+        # The same dtype rule as with traced values, so both give the same array.
+        a = np.asarray(a, dtype=promote(_leaf_avals(a))[0])
     elif not isinstance(a, Tracer):
         a = np.asarray(a)
     return a if dtype is None else astype(a, dtype)
