@@ -34,10 +34,16 @@ def values(shape, lo: float = -2.0, hi: float = 2.0, unique: bool = False):
     """float64 arrays of `shape` in [lo, hi]; `unique` keeps values apart (no ties, where
     finite differences would straddle a kink)."""
     if unique:
+        # Ranks 0..n-1 in random order, each moved by a part of a step that is not linear
+        # in the rank (so no two columns are exactly linear in each other), into [lo, hi].
         n = int(np.prod(shape))
-        return st.permutations(list(range(n))).map(
-            lambda p: lo + (hi - lo) * (np.asarray(p, float).reshape(shape) + 0.5) / max(n, 1)
-        )
+
+        def spread(p):
+            ranks = np.asarray(p, float).reshape(shape)
+            jitter = 0.25 + 0.5 * (((ranks + 1) ** 1.5 * 0.6180339887) % 1.0)
+            return lo + (hi - lo) * (ranks + jitter) / max(n, 1)
+
+        return st.permutations(list(range(n))).map(spread)
     return hnp.arrays(np.float64, shape, elements=st.floats(lo, hi, width=64))
 
 

@@ -140,3 +140,10 @@ def test_stable_derived_functions():
         lambda a, b: fnp.logaddexp(a, b), (np.array([0.3, -2.0]), np.array([1.0, 5.0])), order=2
     )
     check_grads(fnp.log_sigmoid, (np.array([-3.0, 0.2, 4.0]),), order=2)
+
+
+def test_float16_results_are_rejected_clearly():
+    # NumPy gives float16 for small integers; fastgrad has no float16 kernels.
+    with pytest.raises(TypeError, match="float16, which fastgrad does not support"):
+        fg.jit(fnp.sqrt)(np.arange(3, dtype=np.int8))
+    assert fg.jit(fnp.sqrt)(np.arange(3, dtype=np.int32)).dtype == np.float64

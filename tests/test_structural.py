@@ -131,6 +131,22 @@ CASES = {
     "where": [(lambda x: fnp.where(x > 0, x, -x), lambda x: np.where(x > 0, x, -x), (A,))],
     "stop_gradient": [(lambda x: fnp.stop_gradient(x) * x, lambda x: x * x, (A,))],
     "const": [(lambda x: x + np.arange(4.0), lambda x: x + np.arange(4.0), (A,))],
+    "cumsum": [
+        (lambda x: fnp.cumsum(x, 1), lambda x: np.cumsum(x, 1), (A,)),
+        (lambda x: fnp.cumsum(x), np.cumsum, (T,)),
+    ],
+    "sort": [
+        (lambda x: fnp.sort(x, 0), lambda x: np.sort(x, 0), (A,)),
+        (lambda x: fnp.sort(x, None), lambda x: np.sort(x, None), (T,)),
+    ],
+    "argsort": [(lambda x: fnp.argsort(x, 1), lambda x: np.argsort(x, 1), (A,))],
+    "argpartition": [
+        (
+            lambda x: fnp.take_along_axis(x, fnp.argpartition(x, 2), -1)[:, 2],
+            lambda x: np.partition(x, 2)[:, 2],
+            (A,),
+        )
+    ],
 }
 COMPOSITES = [
     (lambda x: fnp.mean(x, axis=0), lambda x: np.mean(x, axis=0), (A,)),

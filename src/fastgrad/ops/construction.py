@@ -81,7 +81,7 @@ def logspace(
     if not is_traced(start, stop, base):
         return np.logspace(start, stop, num, endpoint, base, dtype, axis)
     y = linspace(start, stop, num, endpoint, axis=axis)
-    base = asarray(base)
+    base = base if isinstance(base, int | float) else asarray(base)  # a number stays weak
     if aval_of(base).ndim:
         base = moveaxis(reshape(base, (1, *aval_of(base).shape)), 0, axis)
     out = power(base, y)

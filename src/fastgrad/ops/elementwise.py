@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.core.ir import Aval
+from fastgrad.core.ir import SUPPORTED_DTYPES, Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
@@ -51,6 +51,11 @@ def _elementwise_eval(name: str, ufunc: Any) -> Callable[..., Aval]:
         if any(a.shape != shape for a in avals[1:]):
             raise ValueError(f"{name} needs operands of one shape, got {[a.shape for a in avals]}")
         dtype = _result_dtype(ufunc, tuple(a.dtype for a in avals))
+        if dtype not in SUPPORTED_DTYPES:  # float16, from small integers (sqrt of int8)
+            raise TypeError(
+                f"{name} of {' and '.join(a.dtype.name for a in avals)} gives {dtype.name}, "
+                "which fastgrad does not support; convert to float32 or float64 first"
+            )
         return Aval(shape, dtype, weak=all(a.weak for a in avals))
 
     return abstract_eval

@@ -74,13 +74,38 @@ def _copysign_factor(x: Any, y: Any) -> Any:
 
 
 # fmt: off
-elementwise("remainder", np.remainder, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp)
-elementwise("fmod", np.fmod, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp)
+# Numba's float remainder returns +0 where NumPy gives a zero with the sign of y: the
+# float loop follows NumPy (fmod, moved by y where the signs differ).
+_REMAINDER = (
+    "np.remainder({0}, {1}) if {T}(0.5) == 0 else {T}(F + ({1} if ({1} < 0) != (F < 0) "
+    "else {T}(0)) if F != 0 else np.copysign({T}(0), {1}))"
+).replace("F", "np.fmod({0}, {1})")
+elementwise("remainder", np.remainder, _remainder_vjp, ("real", "nonzero"), loop=_REMAINDER,
+            jvp=_remainder_jvp)
+# Numba's np.fmod rounds integer quotients down, not towards zero: for integers the loop
+# corrects Python's remainder instead ({T}(0.5) != 0 holds for float types only, so the
+# branch is known when the loop compiles).
+elementwise("fmod", np.fmod, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp,
+            loop="np.fmod({0}, {1}) if {T}(0.5) != 0 else np.remainder({0}, {1}) - ({1} if "
+                 "np.remainder({0}, {1}) != 0 and ({0} < 0) != ({1} < 0) else {T}(0))")
+# Numba's float floor_divide differs from NumPy's at infinities: the float loop follows
+# NumPy's own algorithm (the quotient of x - fmod(x, y), corrected by one where the signs
+# differ, then rounded), the integer loop is Numba's, which agrees.
+_QUOTIENT = ("(({0} - np.fmod({0}, {1})) / {1} - ({T}(1) if np.fmod({0}, {1}) != 0 and "
+             "(({1} < 0) != (np.fmod({0}, {1}) < 0)) else {T}(0)))")
+_FLOOR_DIVIDE = (
+    "np.floor_divide({0}, {1}) if {T}(0.5) == 0 else {T}({0} / {1} if {1} == 0 else "
+    "((np.floor(Q) + ({T}(1) if Q - np.floor(Q) > 0.5 else {T}(0))) if Q != 0 else "
+    "np.copysign({T}(0), {0} / {1})))"
+).replace("Q", _QUOTIENT)
 elementwise("floor_divide", np.floor_divide, _no_derivative, ("real", "nonzero"),
-            jvp=_no_tangent)
+            loop=_FLOOR_DIVIDE, jvp=_no_tangent)
 elementwise("trunc", np.trunc, _no_derivative, jvp=_no_tangent)
-elementwise("fmax", np.fmax, **_extremum_rules(_fmax_weights))
-elementwise("fmin", np.fmin, **_extremum_rules(_fmin_weights))
+# At a tie (0.0 and -0.0 too) NumPy's fmax and fmin return the second operand.
+elementwise("fmax", np.fmax, loop="{0} if {0} > {1} or {1} != {1} else {1}",
+            **_extremum_rules(_fmax_weights))
+elementwise("fmin", np.fmin, loop="{0} if {0} < {1} or {1} != {1} else {1}",
+            **_extremum_rules(_fmin_weights))
 elementwise("copysign", np.copysign,
             lambda g, out, x, y: (g * _copysign_factor(x, y), None), ("nonzero", "nonzero"),
             jvp=lambda t, out, x, y: None if t[0] is None else t[0] * _copysign_factor(x, y))

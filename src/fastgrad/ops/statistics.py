@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import math
-import operator
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from fastgrad.ops.base import (
     sum,
 )
 from fastgrad.ops.elementwise import (
+    clip,
     divide,
     floor,
     isnan,
@@ -162,7 +162,7 @@ def _quantile(a: Any, q: Any, axis: Any, keepdims: bool, scale: float, what: str
     position = q * (n - 1)
     below = floor(position)
     t = position - below
-    lo = astype(below, np.intp)
+    lo = clip(astype(below, np.intp), 0, n - 1)  # in bounds even for a traced q outside
     hi = minimum(lo + 1, n - 1)
     out = _lerp(getitem(x, (Ellipsis, lo)), getitem(x, (Ellipsis, hi)), t)
     # Slices holding a NaN give NaN, as in NumPy.
@@ -215,11 +215,11 @@ def median(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
 # ---------------------------------------------------------------- covariance
 
 
-def _variables(m: Any, rowvar: bool, dtype: np.dtype) -> Any:
-    x = astype(array(m, ndmin=2), dtype)
-    if aval_of(x).ndim > 2:
+def _variables(m: Any, rowvar: bool, dtype: np.dtype, transpose_when: bool) -> Any:
+    if aval_of(m).ndim > 2:
         raise ValueError("cov: m and y must have at most 2 dimensions")
-    return transpose(x) if not rowvar and aval_of(x).shape[0] != 1 else x
+    x = astype(array(m, ndmin=2), dtype)
+    return transpose(x) if not rowvar and transpose_when else x
 
 
 def cov(
@@ -240,17 +240,27 @@ def cov(
            [-1.,  1.]])
     """
     parts = [_array(m)] + ([] if y is None else [_array(y)])
-    dtype = np.dtype(dtype) if dtype is not None else _float_dtype(*(p.dtype for p in parts))
-    x = concatenate([_variables(p, rowvar, dtype) for p in parts], 0)
+    # NumPy computes covariances in float64 at least, whatever the input.
+    dtype = np.dtype(dtype) if dtype is not None else np.result_type(*parts, np.float64)
+    # NumPy's rule for which inputs hold variables in columns: m unless it is 1-D, y
+    # unless it has a single row.
+    x = _variables(parts[0], rowvar, dtype, parts[0].ndim != 1)
+    if y is not None:
+        ys = _variables(parts[1], rowvar, dtype, array(parts[1], ndmin=2).shape[0] != 1)
+        x = concatenate([x, ys], 0)
     n = aval_of(x).shape[1]
     if ddof is None:
         ddof = 0 if bias else 1
-    ddof = operator.index(ddof)
+    if ddof != int(ddof):
+        raise ValueError(f"cov: ddof must be an integer, got {ddof}")
+    ddof = int(ddof)
     w = None
     if fweights is not None:
         f = _array(fweights)
-        if f.dtype.kind not in "iu" or f.shape != (n,):
-            raise ValueError(f"cov: fweights must be {n} integers, got {f.dtype}{f.shape}")
+        if f.shape != (n,):
+            raise ValueError(f"cov: fweights must have shape ({n},), got {f.shape}")
+        if not is_traced(f) and not np.all(f == np.around(f)):
+            raise TypeError("cov: fweights must be integers (whole numbers)")
         if not is_traced(f) and np.any(f < 0):
             raise ValueError("cov: fweights must be non-negative")
         w = astype(f, dtype)
