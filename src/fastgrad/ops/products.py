@@ -120,8 +120,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
             raise ValueError(
                 f"tensordot: axes must be an int or a pair of axis lists, got {axes!r}"
             ) from None
-        axes_a = [first] if isinstance(first, int | np.integer) else list(first)
-        axes_b = [second] if isinstance(second, int | np.integer) else list(second)
+        axes_a = [int(first)] if isinstance(first, int | np.integer) else list(first)
+        axes_b = [int(second)] if isinstance(second, int | np.integer) else list(second)
         if len(axes_a) != len(axes_b):
             raise ValueError(f"tensordot: {len(axes_a)} axes of a but {len(axes_b)} of b")
     axes_a = [normalize_axis(x, av.ndim)[0] for x in axes_a]
