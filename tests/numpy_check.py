@@ -1,7 +1,9 @@
 """Shared checks for the fastgrad.numpy function tables (test_manipulation, test_sorting,
 test_einsum, test_statistics, test_construction).
 
-A case is a function, its NumPy reference and its arguments. `check_case` compares the
+A case is a function, its NumPy reference and its arguments; a table is a set of
+builders, each drawing a case with hypothesis, and a dict of fixed cases to compile
+(`table_tests` makes the two tests each table runs). `check_case` compares the
 value on plain arrays and traced under `jit` (reference interpreter) with NumPy's, in
 float32 and float64 (dtype and shape included), and checks derivatives at orders 1 and 2,
 forward and reverse, against finite differences. `check_fused` runs the compiled kernels
@@ -12,6 +14,8 @@ Hypothesis shapes here include size-0 and size-1 axes.
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -110,3 +114,29 @@ def check_fused(fn, ref, args):
     if float_args and _floats(fn(*xs)):
         grad = fg.grad(_loss(fn), argnums=float_args)
         assert_same(fg.jit(grad)(*xs), fg.jit(grad, fuse=False)(*xs), dtype, "fused grad")
+
+
+def table_tests(builders, compiled):
+    """The tests of one table: every builder's cases against NumPy with derivatives, and
+    every fixed case compiled. Assign them to module-level `test_...` names."""
+    cases = {b.__name__: b for b in builders}
+
+    @pytest.mark.parametrize("name", sorted(cases))
+    @given(data=st.data())
+    def test_matches_numpy_with_gradients(name, data):
+        fn, ref, args = cases[name](data.draw)
+        check_case(fn, ref, args)
+
+    @pytest.mark.parametrize("name", sorted(compiled))
+    def test_compiled(name):
+        check_fused(*compiled[name])
+
+    return test_matches_numpy_with_gradients, test_compiled
+
+
+def assert_rejected(call, error, match, x):
+    """`call(x)` raises `error` matching `match`, on a plain array and traced."""
+    with pytest.raises(error, match=match):
+        call(x)
+    with pytest.raises(error, match=match):
+        fg.jit(call)(x)

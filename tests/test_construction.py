@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.testing import check_grads
-from numpy_check import check_case, check_fused, shapes, values
+from numpy_check import check_case, shapes, table_tests, values
 
 
 def linspace(draw):
@@ -79,18 +79,6 @@ def array_ndmin(draw):
     return (lambda x: fnp.array(x, ndmin=ndmin)), (lambda x: np.array(x, ndmin=ndmin)), (x,)
 
 
-CASES = {f.__name__: f for f in (
-    linspace, linspace_retstep, logspace, meshgrid, full, nested, array_ndmin,
-)}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-@given(data=st.data())
-def test_matches_numpy_with_gradients(name, data):
-    fn, ref, args = CASES[name](data.draw)
-    check_case(fn, ref, args)
-
-
 @pytest.mark.parametrize("name", ["deg2rad", "rad2deg", "radians", "degrees", "sinc"])
 @given(data=st.data())
 def test_elementwise_compositions(name, data):
@@ -104,6 +92,16 @@ def test_degree_conversions_are_numpys_bit_for_bit(dtype):
     for name in ("deg2rad", "rad2deg"):
         np.testing.assert_array_equal(getattr(fnp, name)(x), getattr(np, name)(x))
         np.testing.assert_array_equal(fg.jit(getattr(fnp, name))(x), getattr(np, name)(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("decimals", [0, 2, -1])
+def test_round_is_numpys_bit_for_bit(dtype, decimals):
+    x = (np.random.default_rng(1).standard_normal(500) * 100).astype(dtype)
+    expected = np.round(x, decimals)
+    np.testing.assert_array_equal(fnp.round(x, decimals), expected)
+    np.testing.assert_array_equal(fg.jit(lambda x: fnp.around(x, decimals))(x), expected)
+    assert not fg.grad(lambda x: fnp.sum(fnp.round(x, decimals)))(x).any()
 
 
 def test_sinc_derivatives_are_exact_at_zero():
@@ -151,11 +149,10 @@ FUSED = {
         (np.array([0.0, 0.01, 0.7, -2.0]),),
     ),
 }
-
-
-@pytest.mark.parametrize("name", sorted(FUSED))
-def test_compiled(name):
-    check_fused(*FUSED[name])
+BUILDERS = (
+    linspace, linspace_retstep, logspace, meshgrid, full, nested, array_ndmin,
+)  # fmt: skip
+test_matches_numpy_with_gradients, test_compiled = table_tests(BUILDERS, FUSED)
 
 
 def test_elementwise_compositions_fuse_into_one_loop():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from numpy_check import check_case, check_fused, shapes, values
+from numpy_check import check_case, shapes, table_tests, values
 
 
 @st.composite
@@ -92,16 +92,6 @@ def tensordot_int(draw):
     return (lambda a, b: fnp.tensordot(a, b, k)), (lambda a, b: np.tensordot(a, b, k)), (a, b)
 
 
-CASES = {f.__name__: f for f in (inner, outer, vdot, kron, cross, tensordot, tensordot_int)}
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-@given(data=st.data())
-def test_products_match_numpy_with_gradients(name, data):
-    fn, ref, args = CASES[name](data.draw)
-    check_case(fn, ref, args)
-
-
 rng = np.random.default_rng(2)
 A, B, C = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal((5, 2))
 T = rng.standard_normal((2, 3, 4))
@@ -132,11 +122,10 @@ FUSED = {
     ),
     "vdot": (fnp.vdot, np.vdot, (A, A * 2)),
 }
-
-
-@pytest.mark.parametrize("name", sorted(FUSED))
-def test_compiled(name):
-    check_fused(*FUSED[name])
+test_matches_numpy_with_gradients, test_compiled = table_tests(
+    (inner, outer, vdot, kron, cross, tensordot, tensordot_int),
+    FUSED,
+)
 
 
 def ops_of(fun, *args):

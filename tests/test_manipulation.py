@@ -5,12 +5,11 @@ kernels once per function; clear errors for what is not supported."""
 
 import numpy as np
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from numpy_check import check_case, check_fused, shapes, values
+from numpy_check import assert_rejected, shapes, table_tests, values
 
 # ---------------------------------------------------------------- cases drawn by hypothesis
 
@@ -216,20 +215,6 @@ def nested_asarray(draw):
     )
 
 
-CASES = {f.__name__: f for f in (
-    flip, rot90, roll, repeat, tile, append, pad, split, stacks, stack, atleast, moveaxis,
-    take, take_along_axis, diagonal, trace, diag, diagflat, triangles, select, nan_to_num,
-    nested_asarray,
-)}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-@given(data=st.data())
-def test_matches_numpy_with_gradients(name, data):
-    fn, ref, args = CASES[name](data.draw)
-    check_case(fn, ref, args)
-
-
 # ---------------------------------------------------------------- compiled, once per function
 
 rng = np.random.default_rng(0)
@@ -300,11 +285,12 @@ FUSED = {
     "copy": (lambda x: fnp.copy(x) * x, lambda x: x * x, (A,)),
     "astype": (lambda x: x.astype(np.int32) * x, lambda x: x.astype(np.int32) * x, (A * 3,)),
 }
-
-
-@pytest.mark.parametrize("name", sorted(FUSED))
-def test_compiled(name):
-    check_fused(*FUSED[name])
+BUILDERS = (
+    flip, rot90, roll, repeat, tile, append, pad, split, stacks, stack, atleast,
+    moveaxis, take, take_along_axis, diagonal, trace, diag, diagflat, triangles, select,
+    nan_to_num, nested_asarray,
+)  # fmt: skip
+test_matches_numpy_with_gradients, test_compiled = table_tests(BUILDERS, FUSED)
 
 
 # ---------------------------------------------------------------- behaviour to pin
@@ -355,11 +341,7 @@ def test_where_with_one_argument():
     ],
 )
 def test_bad_arguments_get_clear_errors(call, error, match):
-    x = np.ones((2, 3))
-    with pytest.raises(error, match=match):
-        call(x)
-    with pytest.raises(error, match=match):
-        fg.jit(call)(x)
+    assert_rejected(call, error, match, np.ones((2, 3)))
 
 
 def test_traced_repeats_are_rejected():

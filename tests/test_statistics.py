@@ -6,12 +6,11 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from numpy_check import check_case, check_fused, shapes, values
+from numpy_check import assert_rejected, shapes, table_tests, values
 
 
 def _axes(draw, ndim):
@@ -180,18 +179,6 @@ def nan_reductions(draw):
     )
 
 
-CASES = {f.__name__: f for f in (
-    var_std, average, median, quantile, percentile, cov, corrcoef, nan_reductions,
-)}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-@given(data=st.data())
-def test_matches_numpy_with_gradients(name, data):
-    fn, ref, args = CASES[name](data.draw)
-    check_case(fn, ref, args)
-
-
 rng = np.random.default_rng(3)
 A = rng.standard_normal((3, 5))
 W = rng.uniform(0.5, 2, 5)
@@ -217,11 +204,10 @@ FUSED = {
         (A,),
     ),
 }
-
-
-@pytest.mark.parametrize("name", sorted(FUSED))
-def test_compiled(name):
-    check_fused(*FUSED[name])
+BUILDERS = (
+    var_std, average, median, quantile, percentile, cov, corrcoef, nan_reductions,
+)  # fmt: skip
+test_matches_numpy_with_gradients, test_compiled = table_tests(BUILDERS, FUSED)
 
 
 def test_nan_in_a_slice_gives_nan_as_numpy():
@@ -263,6 +249,4 @@ def test_a_traced_q_out_of_range_is_nan():
     ],
 )
 def test_bad_arguments_get_clear_errors(call, error, match):
-    x = np.ones((2, 3))
-    with pytest.raises(error, match=match):
-        call(x)
+    assert_rejected(call, error, match, np.ones((2, 3)))

@@ -8,16 +8,19 @@ the piecewise-constant ones, the kink conventions of abs and maximum for the oth
 
 from __future__ import annotations
 
+import builtins
+import operator
 from typing import Any
 
 import numpy as np
 
+from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import apply_elementwise, tangent_sum
 from fastgrad.ops.elementwise import elementwise, rint, sign, where
 
 __all__ = [
-    "copysign", "floor_divide", "fmax", "fmin", "fmod", "heaviside", "mod", "remainder",
-    "trunc",
+    "around", "copysign", "floor_divide", "fmax", "fmin", "fmod", "heaviside", "mod",
+    "remainder", "round", "trunc",
 ]  # fmt: skip
 
 # ---------------------------------------------------------------- records
@@ -190,3 +193,24 @@ def heaviside(x: Any, h0: Any) -> Any:
 
 
 mod = remainder
+
+
+def round(x: Any, decimals: int = 0) -> Any:
+    """Round to `decimals` places, halves to even, as ``numpy.round``; derivative 0.
+
+    >>> round(np.array([0.125, 2.5, 1234.5]), 2)
+    array([1.2000e-01, 2.5000e+00, 1.2345e+03])
+    """
+    decimals = operator.index(decimals)
+    if aval_of(x).dtype.kind != "f":
+        if decimals >= 0:
+            return x if isinstance(x, Tracer) else np.asarray(x)
+        raise TypeError("round: integers to negative decimals are not supported")
+    # NumPy's way: scale by a power of ten, round to an integer, scale back.
+    scale = 10.0 ** builtins.abs(decimals)
+    if decimals >= 0:
+        return rint(x * scale) / scale
+    return rint(x / scale) * scale
+
+
+around = round

@@ -78,6 +78,10 @@ def average(
         scale = np.full(aval_of(avg).shape, count, aval_of(avg).dtype)
         return (avg, scale) if returned else avg
     w = _array(weights)
+    if not is_traced(w):  # (weights given for the reduced axes sum the same in every slice)
+        sums = np.sum(w, axis if w.shape == a.shape else None)
+        if np.any(sums == 0):
+            raise ZeroDivisionError("average: the weights sum to zero, so they cannot normalize")
     dtype = _float_dtype(a.dtype, w.dtype)
     a, w = astype(a, dtype), astype(w, dtype)
     if w.shape != a.shape:
@@ -93,8 +97,6 @@ def average(
             reshape(w, tuple(d if k in axes else 1 for k, d in enumerate(a.shape))), a.shape
         )
     scale = sum(w, axis, keepdims)
-    if not is_traced(scale) and np.any(scale == 0):
-        raise ZeroDivisionError("average: the weights sum to zero, so they cannot normalize")
     avg = divide(sum(multiply(a, w), axis, keepdims), scale)
     if returned:
         return avg, broadcast_to(scale, aval_of(avg).shape)
