@@ -198,14 +198,37 @@ FUSED = {
     "percentile": (lambda x: fnp.percentile(x, 40.0), lambda x: np.percentile(x, 40.0), (A,)),
     "cov": (lambda x, w: fnp.cov(x, aweights=w), lambda x, w: np.cov(x, aweights=w), (A, W)),
     "corrcoef": (fnp.corrcoef, np.corrcoef, (A,)),
+    "any": (
+        lambda x: fnp.where(fnp.any(x > 1, 1), 1.0, fnp.all(x > -1, 1) * x[:, 0]),
+        lambda x: np.where(np.any(x > 1, 1), 1.0, np.all(x > -1, 1) * x[:, 0]),
+        (A,),
+    ),
     "nansum": (
         lambda x: fnp.nansum(fnp.log(x), 1) + fnp.nanmean(fnp.log(x), 1),
         lambda x: np.nansum(np.log(x), 1) + np.nanmean(np.log(x), 1),
         (A,),
     ),
 }
+
+
+def counting(draw):
+    x = draw(values(draw(shapes())))
+    x = np.where(x > 0.5, x, 0.0)
+    axis = _axes(draw, x.ndim)
+    keepdims = draw(st.booleans())
+    name = draw(st.sampled_from(["any", "all", "count_nonzero"]))
+    ours, theirs = getattr(fnp, name), getattr(np, name)
+    return (
+        (lambda x: ours(x > 0, axis, keepdims=keepdims) if name != "count_nonzero"
+         else ours(x, axis, keepdims=keepdims)),
+        (lambda x: np.asarray(theirs(x > 0, axis, keepdims=keepdims) if name != "count_nonzero"
+         else theirs(x, axis, keepdims=keepdims))),
+        (x,),
+    )  # fmt: skip
+
+
 BUILDERS = (
-    var_std, average, median, quantile, percentile, cov, corrcoef, nan_reductions,
+    var_std, average, median, quantile, percentile, cov, corrcoef, nan_reductions, counting,
 )  # fmt: skip
 test_matches_numpy_with_gradients, test_compiled = table_tests(BUILDERS, FUSED)
 

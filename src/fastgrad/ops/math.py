@@ -324,8 +324,8 @@ _SINC_SERIES = [(-1) ** k / math.factorial(2 * k + 1) for k in range(6)]
 def sinc(x: Any) -> Any:
     """sin(pi x) / (pi x), with sinc(0) = 1, as ``numpy.sinc``; derivatives exact at 0.
 
-    >>> sinc(np.array([0.0, 0.5, 1.0])).round(6)
-    array([1.      , 0.63662 , 0.      ])
+    >>> sinc(np.array([0.0, 0.5]))
+    array([1.        , 0.63661977])
     """
     px = multiply(x, math.pi)
     small = abs(x) < 0.05

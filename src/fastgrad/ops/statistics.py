@@ -1,5 +1,6 @@
 """Statistics: average with weights, median, quantile and percentile (linear
-interpolation), cov, corrcoef, nansum and nanmean (var and std are in fastgrad.ops.reduction).
+interpolation), cov, corrcoef, nansum and nanmean (var and std are in fastgrad.ops.reduction);
+and the counting reductions any, all and count_nonzero.
 
 Compositions: weighted sums fuse; order statistics sort (fastgrad.ops.sorting) and pick
 the neighbours of each quantile's position, so a median's gradient goes to the middle
@@ -33,19 +34,21 @@ from fastgrad.ops.elementwise import (
     logical_not,
     minimum,
     multiply,
+    not_equal,
     where,
 )
 from fastgrad.ops.indexing import getitem
 from fastgrad.ops.manipulation import moveaxis
 from fastgrad.ops.math import sqrt
 from fastgrad.ops.products import matmul
-from fastgrad.ops.reduction import mean
+from fastgrad.ops.reduction import max, mean, min
 from fastgrad.ops.selection import diagonal
 from fastgrad.ops.shape import array, concatenate, squeeze, transpose
 from fastgrad.ops.sorting import sort
 
 __all__ = [
-    "average", "corrcoef", "cov", "median", "nanmean", "nansum", "percentile", "quantile",
+    "all", "any", "average", "corrcoef", "count_nonzero", "cov", "median", "nanmean",
+    "nansum", "percentile", "quantile",
 ]  # fmt: skip
 
 
@@ -310,3 +313,44 @@ def corrcoef(x: Any, y: Any = None, rowvar: bool = True, dtype: Any = None) -> A
     d = sqrt(diagonal(c))
     c = divide(divide(c, reshape(d, (-1, 1))), reshape(d, (1, -1)))
     return where(c > 1, 1.0, where(c < -1, -1.0, c))
+
+
+# ---------------------------------------------------------------- counting
+
+
+def _truth(x: Any, axis: Any, keepdims: bool, reduction: Any, empty: bool) -> Any:
+    x = _array(x)
+    truth = x if x.dtype == np.bool_ else not_equal(x, 0)
+    axes = normalize_axis(axis, x.ndim)
+    if builtins.all(x.shape[a] for a in axes):
+        return reduction(truth, axes, keepdims)
+    # An empty axis: max and min have no identity there, any and all do.
+    kept = (1 if k in axes else d for k, d in enumerate(x.shape) if keepdims or k not in axes)
+    return np.full(tuple(kept), empty)
+
+
+def any(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """Whether any element along `axis` is true (nonzero); never differentiated.
+
+    >>> any(np.array([[0.0, 2.0], [0.0, 0.0]]), axis=1)
+    array([ True, False])
+    """
+    return _truth(x, axis, keepdims, max, False)
+
+
+def all(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """Whether every element along `axis` is true (nonzero); never differentiated.
+
+    >>> all(np.array([[1.0, 2.0], [0.0, 3.0]]), axis=1)
+    array([ True, False])
+    """
+    return _truth(x, axis, keepdims, min, True)
+
+
+def count_nonzero(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """The number of nonzero (true) elements along `axis`.
+
+    >>> count_nonzero(np.array([[0.0, 2.0], [1.0, 3.0]]), axis=0)
+    array([1, 2])
+    """
+    return sum(astype(not_equal(_array(x), 0), np.intp), axis, keepdims)
