@@ -99,7 +99,11 @@ def run_workload(spec: dict, result: dict) -> dict:
 
     result["stage"] = "inputs"
     base = measure.current_rss()
-    inputs = workload.make_inputs(spec["size"], np.dtype(spec["dtype"]), np.random.default_rng(0))
+    try:
+        inputs = system.inputs(workload, spec["size"], np.dtype(spec["dtype"]))
+    except systems.NotApplicable as exc:
+        system.close()
+        return {"status": "skipped", "note": f"not applicable: {exc}"}
     args = system.convert(workload, inputs)
     del inputs  # a system that copied the inputs should not be charged for our originals
 
@@ -134,6 +138,9 @@ def run_workload(spec: dict, result: dict) -> dict:
             # clamped: freeing the first call's garbage can drop RSS below the base
             result["steady_peak_delta_mb"] = max(0, steady_peak - steady_base) / MB
         first_peak = max(first_peak, steady_peak)
+        result["stage"] = "details"
+        result.update(system.details(fn, args))
+    system.close()
 
     result.pop("stage")
     result["peak_rss_mb"] = first_peak / MB

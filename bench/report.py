@@ -152,6 +152,11 @@ def _result_row(r: dict) -> str:
     )
 
 
+def not_installed_line(missing: dict[str, str], install: str) -> str:
+    """One line for every peer that is not installed, and how to install them."""
+    return f"not installed, so not run: {', '.join(missing)} (install them with: {install})"
+
+
 def format_table(doc: dict) -> str:
     env, bw = doc["environment"], doc["bandwidth"]
     v = env["versions"]
@@ -164,6 +169,9 @@ def format_table(doc: dict) -> str:
         f"at end {_load(doc.get('load_end'))} (other work on the machine skews timings)",
     ]
     lines += [f"note: {n}" for n in doc["notes"]]
+    missing = doc.get("not_installed") or {}
+    if missing:
+        lines.append(not_installed_line(missing, doc.get("peers_install", "")))
     for entry in doc["workloads"]:
         lines += [
             "",
@@ -173,7 +181,8 @@ def format_table(doc: dict) -> str:
             + (f"  ({entry['note']})" if entry["note"] else ""),
             "   " + _row([name for name, _, _ in COLUMNS]),
         ]
-        lines += ["   " + _result_row(r) for r in entry["results"]]
+        lines += ["   " + _result_row(r) for r in entry["results"] if r["system"] not in missing]
+        lines += _breakdown_lines(entry)
     lines += [
         "",
         "first call: trace + compile + one call, in a fresh process (fastgrad: empty cache);",
@@ -186,6 +195,35 @@ def format_table(doc: dict) -> str:
         "check: value and gradient norms agree with NumPy's.",
     ]
     return "\n".join(lines)
+
+
+def _breakdown_lines(entry: dict) -> list[str]:
+    """For results that split a call's time (the Dask systems): compute vs overhead, and
+    the speedup over fastgrad in one process and over the system's one-worker version."""
+    by_name = {r["system"]: r for r in entry["results"] if r["status"] == "ok"}
+    single = by_name.get("fastgrad")
+    lines = []
+    for r in by_name.values():
+        b = r.get("breakdown")
+        if not b:
+            continue
+        text = (
+            f"   {r['system']}: per call {fmt_time(b['wall_s'])} = compute "
+            f"{fmt_time(b['compute_s'])} (busiest worker) + overhead "
+            f"{fmt_time(b['overhead_s'])} (graph, scatter, scheduling, transfers "
+            f"{fmt_time(b['transfer_s'])}, result)"
+        )
+        if single and single["median_s"]:
+            text += f"; {single['median_s'] / b['wall_s']:.2f}x one process"
+        lines.append(text)
+    one, two = by_name.get("dask-1"), by_name.get("dask-2")
+    if one and two and one.get("breakdown") and two.get("breakdown"):
+        speedup = one["breakdown"]["wall_s"] / two["breakdown"]["wall_s"]
+        lines.append(
+            f"   2 workers vs 1: {speedup:.2f}x, scaling efficiency {100 * speedup / 2:.0f}% "
+            f"(compute alone {one['breakdown']['compute_s'] / two['breakdown']['compute_s']:.2f}x)"
+        )
+    return lines
 
 
 def _load(load: list | None) -> str:

@@ -25,6 +25,7 @@ DEFAULT_REPEAT, QUICK_REPEAT = 15, 3
 BUDGET_S, QUICK_BUDGET_S = 30.0, 2.0
 TRIAD_N, QUICK_TRIAD_N = 2 * 10**7, 10**7  # both far beyond any cache
 TRIAD_REPEAT, QUICK_TRIAD_REPEAT = 20, 5
+PEERS_INSTALL = 'pip install -e ".[compare]"'  # the extra that installs every peer
 
 
 def _count(text: str) -> int:
@@ -53,14 +54,14 @@ def _system_list(text: str) -> list[str]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    names = ", ".join(f"{w.key} ({w.name})" for w in workloads.WORKLOADS)
+    names = ", ".join(f"{w.key} ({w.name})" for w in workloads.WORKLOADS + workloads.OPT_IN)
     parser = argparse.ArgumentParser(
         prog="fastgrad bench",
         description="Benchmark fastgrad against hand-written NumPy, a hand-fused Numba "
         "loop and the installed peers (autograd, JAX, PyTorch). Each system runs in a "
         "process of its own.",
-        epilog="Peers that are not installed are skipped with a note "
-        "(pip install 'fastgrad[compare]').",
+        epilog=f"Peers that are not installed are skipped, with one note ({PEERS_INSTALL} "
+        "installs them).",
     )
     parser.add_argument(
         "workloads", nargs="*", metavar="WORKLOAD", help=f"workloads to run (default: all): {names}"
@@ -173,6 +174,7 @@ def _progress(text: str) -> None:
 def list_everything() -> str:
     lines = ["workloads:"]
     lines += [f"  {w.key:3} {w.name:13} {w.title}" for w in workloads.WORKLOADS]
+    lines += [f"  {w.key:3} {w.name:13} {w.title} (run when named)" for w in workloads.OPT_IN]
     lines += ["systems:"]
     for s in systems.SYSTEMS.values():
         missing = systems.missing_module(s.modules)
@@ -189,8 +191,21 @@ class Suite:
         self.threads = threads
         self.budget = QUICK_BUDGET_S if args.quick else BUDGET_S
         self.names = ["fastgrad", *args.compare]
-        self.total = len(args.selected) * len(self.names)
+        # Peers that are not installed are said once, not once per workload.
+        self.not_installed = {
+            name: missing
+            for name in args.compare
+            if systems.SYSTEMS[name].peer
+            and (missing := systems.missing_module(systems.SYSTEMS[name].modules))
+        }
+        self.total = sum(
+            len([s for s in self.systems_for(w) if s not in self.not_installed])
+            for w in args.selected
+        )
         self.done = 0
+
+    def systems_for(self, w: workloads.Workload) -> list[str]:
+        return list(w.systems) if w.systems else self.names
 
     def triad(self, when: str) -> dict:
         n = QUICK_TRIAD_N if self.args.quick else TRIAD_N
@@ -229,6 +244,8 @@ class Suite:
         with tempfile.TemporaryDirectory(prefix="fastgrad-bench-inductor-") as cache:
             if name == "torch-compile":
                 env["TORCHINDUCTOR_CACHE_DIR"] = cache  # cold, like fastgrad's first call
+            if name.startswith("dask"):
+                env["FASTGRAD_CACHE_DIR"] = cache  # the workers compile cold too
             return child.launch(self.spec(w, name), env=env, timeout=self.args.timeout)
 
     def run_fastgrad(self, w: workloads.Workload) -> dict:
@@ -267,7 +284,11 @@ class Suite:
             "fastest_peer": None,
             "results": [],
         }
-        for name in self.names:
+        for name in self.systems_for(w):
+            if name in self.not_installed:
+                result = {"status": "skipped", "note": not_installed_note(name, self)}
+                entry["results"].append(report.normalize(result, name, systems.SYSTEMS[name].title))
+                continue
             self.done += 1
             _progress(
                 f"[{self.done}/{self.total}] {w.key} {w.name} ({w.size_name}={size:,}) "
@@ -278,6 +299,10 @@ class Suite:
             _progress("  " + _summary(result, time.perf_counter() - start))
             entry["results"].append(result)
         return entry
+
+
+def not_installed_note(name: str, suite: Suite) -> str:
+    return f"{suite.not_installed[name]} is not installed ({systems.SYSTEMS[name].install})"
 
 
 def _summary(r: dict, wall: float) -> str:
@@ -299,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     env = environment.collect()
     suite = Suite(args, env["threads"])
+    if suite.not_installed:
+        _progress(report.not_installed_line(suite.not_installed, PEERS_INSTALL))
     start = time.perf_counter()
     before = suite.triad("start")
     entries = [suite.run_workload(w) for w in args.selected]
@@ -334,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             "gbps": bandwidth,
         },
         "memory_method": MEMORY_METHOD,
+        "not_installed": suite.not_installed,
+        "peers_install": PEERS_INSTALL,
         "notes": notes,
         "elapsed_s": time.perf_counter() - start,
         "load_end": environment.load_average(),

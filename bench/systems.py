@@ -38,6 +38,7 @@ class Ops:
     exp: Any
     stop_gradient: Any
     arange: Any
+    softplus: Any = None  # D1 only, which only fastgrad runs of the autodiff systems
 
 
 class NotApplicable(Exception):
@@ -66,8 +67,19 @@ class System:
         """Return fn(*inputs) -> (value, gradients) for the workload's argnums."""
         raise NotImplementedError
 
+    def inputs(self, workload: Workload, size: int, dtype: np.dtype) -> tuple:
+        """The workload's inputs, made where this system keeps them (here: in memory)."""
+        return workload.make_inputs(size, dtype, np.random.default_rng(0))
+
     def convert(self, workload: Workload, inputs: tuple) -> tuple:
         return inputs
+
+    def details(self, fn, args) -> dict:
+        """Figures beyond the timings, measured after the steady state (default: none)."""
+        return {}
+
+    def close(self) -> None:
+        """Release what setup started."""
 
     def sync(self, out) -> None:
         """Wait until `out` is computed (for systems that run asynchronously)."""
@@ -97,6 +109,7 @@ class Fastgrad(System):
             exp=fnp.exp,
             stop_gradient=fg.stop_gradient,
             arange=np.arange,
+            softplus=fnp.softplus,
         )
         return {"version": _dist_version("fastgrad"), "threads": threads}
 
@@ -266,6 +279,69 @@ class TorchCompile(TorchEager):
         return self.torch.compile(bind(workload, self.ops))
 
 
+class Dask(Fastgrad):
+    """fastgrad.dask.value_and_grad on a LocalCluster of `workers` processes, which split
+    the machine's threads; the data is made and kept on the workers (D1 only)."""
+
+    modules = ("fastgrad", "dask", "distributed")
+    install = "pip install 'fastgrad[dask]'"
+    peer = True
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.name = f"dask-{workers}"
+        self.title = f"fastgrad.dask, {workers} worker process(es)"
+
+    def setup(self, threads):
+        import distributed
+
+        info = super().setup(threads)
+        per_worker = str(max(1, threads // self.workers))
+        names = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+        self.cluster = distributed.LocalCluster(
+            n_workers=self.workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            env={name: per_worker for name in names},
+        )
+        self.client = distributed.Client(self.cluster)
+        return {**info, "version": _dist_version("distributed"), "threads": int(per_worker)}
+
+    def inputs(self, workload, size, dtype):
+        import dask
+        import dask.array as da
+        import distributed
+
+        from .workloads import DASK_FEATURES, dask_chunk, dask_chunk_rows, dask_params
+
+        if workload.key != "D1":
+            raise NotApplicable("fastgrad.dask runs the D1 workload only")
+        xs, ys = [], []
+        for i, rows in enumerate(dask_chunk_rows(size)):
+            x, y = dask.delayed(dask_chunk, nout=2)(i, rows, dtype)
+            xs.append(da.from_delayed(x, (rows, DASK_FEATURES), dtype))
+            ys.append(da.from_delayed(y, (rows,), dtype))
+        x, y = self.client.persist([da.concatenate(xs), da.concatenate(ys)])
+        distributed.wait([x, y])
+        return dask_params(dtype), x, y
+
+    def build(self, workload):
+        import fastgrad.dask
+
+        return fastgrad.dask.value_and_grad(bind(workload, self.ops), argnums=workload.argnums)
+
+    def details(self, fn, args):
+        from .dask_timing import per_call_breakdown
+
+        return {"breakdown": per_call_breakdown(self.client, fn, args)}
+
+    def close(self):
+        self.client.close()
+        self.cluster.close()
+
+
 def _torch_reduction(fn):
     def reduce(x, axis=None, keepdims=False):
         return fn(x) if axis is None else fn(x, dim=axis, keepdim=keepdims)
@@ -284,9 +360,20 @@ def _dist_version(dist: str) -> str | None:
 
 SYSTEMS: dict[str, System] = {
     s.name: s
-    for s in (Fastgrad(), HandNumpy(), HandNumba(), Autograd(), Jax(), TorchEager(), TorchCompile())
+    for s in (
+        Fastgrad(),
+        HandNumpy(),
+        HandNumba(),
+        Autograd(),
+        Jax(),
+        TorchEager(),
+        TorchCompile(),
+        Dask(1),
+        Dask(2),
+    )
 }
-PEERS = tuple(name for name, s in SYSTEMS.items() if s.peer)
+# The peers compared by default; the Dask systems run only in the workloads that name them.
+PEERS = tuple(name for name, s in SYSTEMS.items() if s.peer and not isinstance(s, Dask))
 
 
 # ---------------------------------------------------------------- availability

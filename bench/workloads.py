@@ -32,6 +32,7 @@ class Workload:
     shape: Callable[[int], str]  # human-readable input shape for a size
     flops: Callable[[int], int] | None = None  # for compute-bound workloads only
     note: str = ""
+    systems: tuple[str, ...] | None = None  # who runs it; None: fastgrad and --compare
 
     def size(self, quick: bool, override: int | None) -> int:
         if override is not None:
@@ -191,11 +192,70 @@ WORKLOADS: tuple[Workload, ...] = (
 )
 
 
+# ---------------------------------------------------------------- scale-out (run when named)
+# D1: the full-batch logistic-regression gradient in one process and on a Dask cluster.
+# The data is made chunk by chunk from per-chunk seeds, so the cluster's workers can make
+# their own chunks and every system still sees the same numbers.
+
+DASK_FEATURES = 100
+DASK_CHUNKS = 16
+
+
+def logistic_loss(ops, w, x, y):
+    """D1: mean logistic loss of 0/1 labels y for scores x @ w."""
+    z = x @ w
+    return ops.mean(ops.softplus(z) - y * z)
+
+
+def dask_chunk_rows(rows: int) -> list[int]:
+    base, extra = divmod(rows, DASK_CHUNKS)
+    return [base + (i < extra) for i in range(DASK_CHUNKS) if base + (i < extra)]
+
+
+def dask_chunk(index: int, rows: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Chunk `index` of D1's data: standard normal features, 0/1 labels."""
+    rng = np.random.default_rng([17, index])
+    x = rng.standard_normal((rows, DASK_FEATURES)).astype(dtype)
+    y = (rng.random(rows) < 0.5).astype(dtype)
+    return x, y
+
+
+def dask_params(dtype) -> np.ndarray:
+    return _normal(np.random.default_rng(5), DASK_FEATURES, dtype, scale=0.1)
+
+
+def logistic_inputs(rows, dtype, rng):
+    chunks = [dask_chunk(i, r, dtype) for i, r in enumerate(dask_chunk_rows(rows))]
+    return (
+        dask_params(dtype),
+        np.concatenate([x for x, _ in chunks]),
+        np.concatenate([y for _, y in chunks]),
+    )
+
+
+DASK = Workload(
+    key="D1",
+    name="dask",
+    title="full-batch logistic-regression gradient: one process vs fastgrad.dask, 1 and 2 workers",
+    size_name="rows",
+    default_size=4 * 10**6,
+    quick_size=2 * 10**5,
+    argnums=(0,),
+    loss=logistic_loss,
+    make_inputs=logistic_inputs,
+    min_bytes=lambda r, isz: r * (DASK_FEATURES + 1) * isz + 2 * DASK_FEATURES * isz,
+    shape=lambda r: f"x: ({r:,}, {DASK_FEATURES}) in {DASK_CHUNKS} chunks, y: ({r:,},)",
+    note="run only when named; the dask rows split each call into compute and overhead",
+    systems=("fastgrad", "numpy", "dask-1", "dask-2"),
+)
+OPT_IN: tuple[Workload, ...] = (DASK,)
+
+
 def find(name: str) -> Workload:
     """Look a workload up by key ("W1", "w1") or name ("elementwise")."""
     wanted = name.strip().lower()
-    for w in WORKLOADS:
+    for w in WORKLOADS + OPT_IN:
         if wanted in (w.key.lower(), w.name):
             return w
-    known = ", ".join(f"{w.key} ({w.name})" for w in WORKLOADS)
+    known = ", ".join(f"{w.key} ({w.name})" for w in WORKLOADS + OPT_IN)
     raise KeyError(f"unknown workload {name!r}; choose from {known}")

@@ -8,6 +8,8 @@ Imports under `if TYPE_CHECKING:` are for annotations only and are not counted.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,12 +23,12 @@ MAX_LINES = 600
 LAYERS = [
     ("core", ["fastgrad.core"]),
     ("ops", ["fastgrad.ops"]),
-    ("namespaces", ["fastgrad.numpy"]),
+    ("namespaces", ["fastgrad.numpy", "fastgrad.scipy"]),
     ("transforms", ["fastgrad.transforms"]),
     ("compiler", ["fastgrad.compiler"]),
     ("runtime", ["fastgrad.runtime"]),
     ("api", ["fastgrad.api"]),
-    ("top", ["fastgrad", "fastgrad.testing", "fastgrad.cli"]),
+    ("top", ["fastgrad", "fastgrad.debug", "fastgrad.testing", "fastgrad.cli", "fastgrad.dask"]),
 ]
 
 
@@ -138,3 +140,16 @@ def test_the_layer_list_matches_the_architecture_note():
             short = prefix.removeprefix("fastgrad.")
             if prefix != "fastgrad":
                 assert f"`{short}" in note or f"`{prefix}" in note, (name, prefix)
+
+
+def test_nothing_but_fastgrad_dask_imports_dask():
+    # Dask is an optional extra: importing fastgrad and its namespaces must not need it.
+    for module, path in MODULES.items():
+        if not module.startswith("fastgrad.dask"):
+            tree = ast.parse(path.read_text())
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+            assert not [n for n in names if n.split(".")[0] in ("dask", "distributed")], module
+    code = "import sys, fastgrad, fastgrad.numpy; print('dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

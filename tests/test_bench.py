@@ -91,6 +91,7 @@ def unavailable_run(tmp_path_factory):
     out = tmp / "bench.json"
     proc = run_bench(
         [
+            "W1",
             "W5",
             "--quick",
             "--compare",
@@ -101,18 +102,24 @@ def unavailable_run(tmp_path_factory):
         tmp,
         hide="autograd,jax,torch,fastgrad",
     )
-    results = json.loads(out.read_text())["workloads"][0]["results"]
+    results = json.loads(out.read_text())["workloads"][-1]["results"]
     return proc, {r["system"]: r for r in results}
 
 
-def test_uninstalled_peers_are_skipped_with_a_note(unavailable_run):
+def test_uninstalled_peers_are_said_once_with_the_install_command(unavailable_run):
     proc, results = unavailable_run
     assert list(results) == ["fastgrad", "numpy", "autograd", "jax", "torch", "torch-compile"]
     assert results["numpy"]["status"] == "ok"
     for name in ("autograd", "jax", "torch", "torch-compile"):
-        assert results[name]["status"] == "skipped"
+        assert results[name]["status"] == "skipped"  # the JSON keeps every system
         assert "not installed" in results[name]["note"]
-    assert proc.stdout.count("skipped:") == 4
+    note = (
+        "not installed, so not run: autograd, jax, torch, torch-compile "
+        '(install them with: pip install -e ".[compare]")'
+    )
+    # Two workloads, four missing peers: one line in the table, one in the progress.
+    assert proc.stdout.count(note) == 1 and "skipped" not in proc.stdout
+    assert proc.stderr.count(note) == 1 and "skipped" not in proc.stderr
 
 
 def test_a_system_that_errors_is_reported_with_its_message(unavailable_run):
@@ -122,7 +129,7 @@ def test_a_system_that_errors_is_reported_with_its_message(unavailable_run):
     assert fastgrad["status"] == "error"
     assert "ModuleNotFoundError" in fastgrad["error"] and "fastgrad" in fastgrad["error"]
     assert "ERROR (during import): ModuleNotFoundError" in proc.stdout
-    assert "errors in: W5 fastgrad" in proc.stderr
+    assert "errors in: W1 fastgrad, W5 fastgrad" in proc.stderr
 
 
 def test_child_reports_a_module_that_fails_to_import_as_skipped(monkeypatch):
@@ -243,3 +250,28 @@ def test_plot_writes_a_png(quick_run, tmp_path):
     path = tmp_path / "bench.png"
     report.plot(doc, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_dask_workload_runs_on_a_cluster_and_splits_its_time():
+    pytest.importorskip("distributed")
+    spec = {
+        "kind": "workload",
+        "system": "dask-2",
+        "workload": "D1",
+        "size": 3000,
+        "dtype": "float64",
+        "repeat": 3,
+        "budget_s": 1.0,
+        "threads": 2,
+    }
+    result = child.launch(spec, timeout=600)
+    assert result["status"] == "ok", result
+    b = result["breakdown"]
+    assert b["calls"] == len(b["walls_s"]) and 0 < b["compute_s"] <= b["wall_s"]
+    assert b["overhead_s"] == pytest.approx(b["wall_s"] - b["compute_s"])
+    # The same numbers as hand-written NumPy on the same chunks, made in this process.
+    w, x, y = workloads.DASK.make_inputs(3000, np.dtype("float64"), None)
+    value, (grad,) = hand_numpy.logistic(w, x, y)
+    assert result["value"] == pytest.approx(value, rel=1e-12)
+    assert result["fingerprint"]["grads"][0]["l2"] == pytest.approx(np.linalg.norm(grad), rel=1e-9)
+    assert workloads.find("dask") is workloads.DASK and workloads.DASK not in workloads.WORKLOADS

@@ -118,3 +118,61 @@ def test_vjp_cotangent_mismatch():
         ValueError, match=r"cotangent leaf 0 has shape \(4,\), the output has \(3, 4\)"
     ):
         vjp_fn(np.ones(4))
+
+
+# ---------------------------------------------------------------- NumPy's own functions
+
+
+def test_numpy_functions_on_traced_values_run_fastgrads():
+    # np.sum/np.mean used to fail on the out=/dtype= keywords NumPy passes to methods.
+    f = fg.jit(lambda x: np.sum(x) + np.mean(x, axis=0) + np.exp(x[0]) + np.max(x, 1)[1])
+    np.testing.assert_allclose(f(X), X.sum() + X.mean(0) + np.exp(X[0]) + X.max(1)[1])
+    g = fg.grad(lambda x: np.sum(np.tanh(x), dtype=np.float64))(X.astype(np.float32))
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, 1 - np.tanh(X) ** 2, rtol=1e-6)
+    scipy_special = pytest.importorskip("scipy.special")
+    np.testing.assert_allclose(fg.jit(scipy_special.expit)(X), scipy_special.expit(X))
+
+
+def test_a_missing_function_says_so_and_names_what_to_use():
+    scipy_special = pytest.importorskip("scipy.special")
+    with pytest.raises(fg.TracerError, match=r"scipy.special.struve .*has no struve yet"):
+        fg.jit(lambda x: scipy_special.struve(1.0, x))(X)
+    with pytest.raises(fg.TracerError, match=r"numpy.linalg.eig .*no numpy.linalg.eig yet"):
+        fg.jit(lambda x: np.linalg.eig(x))(X)
+    with pytest.raises(fg.TracerError, match=r"where=.*fnp.sum\(x, axis=None, keepdims=False\)"):
+        fg.jit(lambda x: np.sum(x, where=x > 0))(X)
+    with pytest.raises(fg.TracerError, match=r"out= cannot be used.*x.at\[idx\]"):
+        fg.jit(lambda x: np.exp(x, out=np.empty_like(X)))(X)
+    with pytest.raises(AttributeError, match=r"has no sofmax; the closest .*fnp.softmax"):
+        fnp.sofmax  # noqa: B018
+    with pytest.raises(AttributeError, match=r"fastgrad.numpy has no erf$"):
+        fnp.erf  # noqa: B018
+
+
+def test_asarray_of_a_list_of_traced_values_builds_the_array():
+    f = fg.jit(lambda x: fnp.asarray([[x[0, 0], 1.0], [x[1, 1] * 2, x[2, 3]]]))
+    np.testing.assert_array_equal(f(X), [[1.0, 1.0], [2.0, 1.0]])
+    g = fg.grad(lambda x: fnp.sum(fnp.array([x[0, 0], x[0, 0] * 3]) ** 2))(X)
+    assert g[0, 0] == 20.0 and g.sum() == 20.0
+    assert fg.jit(lambda x: fnp.asarray([x[0, 0], 2.0]))(X.astype(np.float32)).dtype == np.float32
+
+
+def test_a_traced_axis_or_shape_says_it_must_be_static():
+    with pytest.raises(fg.TracerError, match=r"axis must be static.*`axis`.*static_argnums"):
+        fg.jit(lambda x, axis: fnp.sum(x, axis=axis))(X, 1)
+    with pytest.raises(fg.TracerError, match=r"shape must be static.*`n`"):
+        fg.jit(lambda x, n: fnp.reshape(x, (n, -1)))(X, 2)
+    fixed = fg.jit(lambda x, axis: fnp.sum(x, axis=axis), static_argnames="axis")
+    np.testing.assert_array_equal(fixed(X, axis=1), X.sum(1))
+
+
+def test_public_namespaces_show_their_public_names_only():
+    for module in (fg, fnp, fg.testing, fg.debug):
+        shown = {name for name in dir(module) if not name.startswith("__")}
+        assert shown <= set(module.__all__), module.__name__
+        assert all(not name.startswith("_") for name in module.__all__)
+    internals = {"np", "math", "builtins", "operator", "REGISTRY", "Tracer", "bind", "core"}
+    assert not internals & set(fnp.__all__) | internals & set(dir(fnp)) | internals & set(dir(fg))
+    for name in fnp.__all__:
+        assert not isinstance(getattr(fnp, name), type(np)), name  # no modules

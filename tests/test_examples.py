@@ -4,7 +4,10 @@ Each example is imported from its file (examples/ is not a package) and its `run
 with small sizes; the assertions are the claims the example prints: the stable softmax is
 finite where the naive one is nan and equal where both are finite, EM never decreases the
 log-likelihood and agrees with scikit-learn, contrastive divergence lowers the
-reconstruction error, adversarial training raises the accuracy under attack.
+reconstruction error, adversarial training raises the accuracy under attack. The Dask
+examples run on the two-worker LocalCluster of conftest.py: L-BFGS on the cluster agrees
+with one process and with scikit-learn, gradient descent descends, and the large logistic
+regression learns and plots its loss curve.
 """
 
 from __future__ import annotations
@@ -185,6 +188,41 @@ def test_adversarial_training_raises_fgsm_accuracy():
     assert ex.loss(r["params"], x_adv, labels) > ex.loss(r["params"], x, labels)
     assert x_adv.min() >= 0 and x_adv.max() <= 1
     assert np.abs(x_adv - x).max() <= np.float32(0.1) + 1e-6
+
+
+# ---------------------------------------------------------------- Dask
+
+
+def test_dask_optimizers_agree_with_one_process_and_sklearn(dask_client):
+    ex = load("dask_optimizers")
+    r = ex.run(
+        rows=3000, features=4, chunk_rows=700, gd_steps=40, client=dask_client, verbose=False
+    )
+    assert r["lbfgs_vs_one_process"] < 1e-8
+    assert r["lbfgs_vs_sklearn"] < 1e-4
+    losses = r["gd_losses"]
+    assert all(b <= a for a, b in zip(losses, losses[1:], strict=False))  # descent
+    assert 0 <= r["gd_gap"] < 1e-3
+
+
+def test_dask_logistic_learns_and_plots(dask_client, tmp_path):
+    pytest.importorskip("matplotlib")
+    ex = load("dask_logistic")
+    out = tmp_path / "loss.png"
+    r = ex.run(
+        output=str(out),
+        rows=20_000,
+        features=5,
+        chunk_rows=3000,
+        iterations=15,
+        client=dask_client,
+        verbose=False,
+    )
+    assert r["losses"][-1] < 0.8 * r["losses"][0]
+    assert all(b <= a + 1e-12 for a, b in zip(r["losses"], r["losses"][1:], strict=False))
+    assert r["true_weights_accuracy"] > 0.7  # the labels follow the generating weights
+    assert r["test_accuracy"] > r["true_weights_accuracy"] - 0.02
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ---------------------------------------------------------------- the command lines

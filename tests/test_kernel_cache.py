@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,36 @@ def test_two_processes_filling_one_entry_at_once(tmp_path):
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()
     assert run(tmp_path) == (0, 1, 0)
+
+
+def test_the_suite_never_uses_the_default_cache():
+    # The root conftest points FASTGRAD_CACHE_DIR away from ~/.cache/fastgrad.
+    from fastgrad.core.config import cache_dir
+
+    home_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fastgrad"
+    assert os.environ.get("FASTGRAD_CACHE_DIR")
+    assert cache_dir().resolve() != home_cache.resolve()
+
+
+def _without_cache_settings(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTGRAD_CACHE_DIR", "XDG_CACHE_HOME")}
+    env["HOME"] = str(tmp_path / "home")  # a temporary home: nothing is left behind
+    return env
+
+
+def test_the_default_location_is_the_user_cache(tmp_path):
+    env = _without_cache_settings(tmp_path)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    kernels = tmp_path / "home" / ".cache" / "fastgrad" / "kernels"
+    assert [p.suffix for p in kernels.iterdir() if p.is_file()] == [".py"]
+
+
+def test_the_default_location_follows_xdg_cache_home(tmp_path):
+    env = _without_cache_settings(tmp_path)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    script = "from fastgrad.core.config import cache_dir; print(cache_dir())"
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert Path(out.stdout.strip()) == tmp_path / "xdg" / "fastgrad"

@@ -23,6 +23,20 @@ A = rng.standard_normal((3, 4))
 B = rng.standard_normal((4, 5))
 T = rng.standard_normal((2, 3, 4))
 ROWS, COLS = np.arange(3), np.array([0, 3, 1])
+REPEATS = np.array([0, 2, 0])  # a repeated index: updates to one element combine
+# Index updates: fnp.at(x)[index] is x.at[index] for plain arrays too, as these cases need
+# (tests/test_index_update.py has more).
+
+
+def np_update(x, index, v, ufunc=None):
+    """NumPy's in-place update on a copy: the reference for x.at[index]."""
+    out = x.copy()
+    if ufunc is None:
+        out[index] = v
+    else:
+        ufunc.at(out, index, v)
+    return out
+
 
 # op name -> [(fastgrad function, NumPy reference, args)]
 CASES = {
@@ -96,6 +110,52 @@ CASES = {
             None,
             (A[0, :3],),
         )
+    ],
+    "scatter": [
+        (
+            lambda x, v: fnp.at(x)[ROWS, COLS].set(v),
+            lambda x, v: np_update(x, (ROWS, COLS), v),
+            (A, B[0, :3]),
+        ),
+        (
+            lambda x, v: fnp.at(x)[1:, ::2].set(v),
+            lambda x, v: np_update(x, (slice(1, None), slice(None, None, 2)), v),
+            (A, B[:2, :2]),
+        ),
+        (
+            lambda x, v: fnp.at(x)[REPEATS].set(v),
+            lambda x, v: np_update(x, REPEATS, v),
+            (A, B[:3, :4]),
+        ),
+    ],
+    "scatter_multiply": [
+        (
+            lambda x, v: fnp.at(x)[REPEATS, 1].multiply(v),
+            lambda x, v: np_update(x, (REPEATS, 1), v, np.multiply),
+            (A, B[0, :3]),
+        ),
+        (
+            lambda x, v: fnp.at(x)[..., 2].multiply(v),
+            lambda x, v: np_update(x, (Ellipsis, 2), v, np.multiply),
+            (T, A[:2, :3]),
+        ),
+    ],
+    "scatter_min": [
+        (
+            lambda x, v: fnp.at(x)[REPEATS].min(v),
+            lambda x, v: np_update(x, REPEATS, v, np.minimum),
+            (A, B[:3, :4]),
+        ),
+    ],
+    "scatter_max": [
+        (
+            lambda x, v: fnp.at(x)[:, [1, 2, 1]].max(v),
+            lambda x, v: np_update(x, (slice(None), [1, 2, 1]), v, np.maximum),
+            (T, A),
+        ),
+    ],
+    "debug_print": [
+        (lambda x: (fg.debug.print("sum {:.2f}", fnp.sum(x)), x * 2)[1], lambda x: x * 2, (A,)),
     ],
     "concatenate": [
         (
@@ -203,8 +263,10 @@ def test_matches_numpy_and_gradients(case, dtype):
 
 def test_every_primitive_has_a_case():
     from test_elementwise import BINARY, UNARY
+    from test_linalg import COVERED as LINALG
+    from test_special import COVERED as SPECIAL
 
-    covered = set(CASES) | set(UNARY) | set(BINARY)
+    covered = set(CASES) | set(UNARY) | set(BINARY) | LINALG | SPECIAL
     assert set(REGISTRY) - covered == set()
 
 

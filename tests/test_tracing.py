@@ -112,3 +112,21 @@ def test_verifier_rejects_a_mistyped_graph():
     undefined = Var(x.aval)
     with pytest.raises(ValueError, match="before it is defined"):
         Graph([x], [Node(REGISTRY["exp"], [undefined], {}, Var(x.aval))], []).verify()
+
+
+def test_tracers_have_the_array_methods_numpy_code_calls():
+    x = np.arange(6.0).reshape(2, 3)
+
+    def methods(x):
+        return (
+            x.var(),
+            x.std(axis=0),
+            x.var(1, ddof=1),
+            x.dot(x.T),
+            x.clip(1.0, 4.0),
+            x.swapaxes(0, 1),
+            x.copy(),
+        )
+
+    for got, want in zip(fg.jit(methods)(x), methods(x), strict=True):
+        np.testing.assert_allclose(got, want)

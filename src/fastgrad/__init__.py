@@ -8,19 +8,35 @@
 array([0., 0., 0.])
 """
 
-from fastgrad import numpy, testing
+from fastgrad import debug, numpy, scipy, testing
 from fastgrad.api import (
+    ShapeDtypeStruct,
+    checkpoint,
+    cond,
     custom_vjp,
+    fori_loop,
     grad,
     hessian,
+    jacfwd,
+    jacobian,
+    jacrev,
     jit,
     jvp,
+    linearize,
     make_graph,
+    primitive,
+    pure_callback,
+    remat,
+    scan,
     stop_gradient,
+    switch,
     value_and_grad,
     vjp,
+    warmup,
+    while_loop,
 )
 from fastgrad.core import pytree
+from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
 from fastgrad.core.tracing import TracerError
 
@@ -28,17 +44,40 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Graph",
+    "ShapeDtypeStruct",
     "TracerError",
+    "checkpoint",
+    "cond",
+    "config",
     "custom_vjp",
+    "debug",
+    "fori_loop",
     "grad",
     "hessian",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
     "jit",
     "jvp",
+    "linearize",
     "make_graph",
     "numpy",
+    "primitive",
+    "pure_callback",
     "pytree",
+    "scipy",
+    "remat",
+    "scan",
     "stop_gradient",
+    "switch",
     "testing",
     "value_and_grad",
     "vjp",
+    "warmup",
+    "while_loop",
 ]
+
+
+def __dir__() -> list[str]:
+    # The public names only: the layers (fastgrad.core, .ops, ...) are implementation.
+    return [*__all__, "__version__"]

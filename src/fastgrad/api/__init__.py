@@ -7,19 +7,37 @@ enclosing trace, which is what lets them compose in any order. Only this layer k
 order of the pipeline.
 """
 
+from fastgrad.api.callback import ShapeDtypeStruct, primitive, pure_callback
+from fastgrad.api.control_flow import checkpoint, cond, fori_loop, remat, scan, switch, while_loop
 from fastgrad.api.custom_vjp import custom_vjp
-from fastgrad.api.forward import hessian, jvp
+from fastgrad.api.forward import jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
-from fastgrad.api.jit import jit, make_graph
+from fastgrad.api.jacobian import hessian, jacfwd, jacobian, jacrev, linearize
+from fastgrad.api.jit import jit, make_graph, warmup
 
 __all__ = [
+    "ShapeDtypeStruct",
+    "checkpoint",
+    "cond",
     "custom_vjp",
+    "fori_loop",
     "grad",
     "hessian",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
     "jit",
     "jvp",
+    "linearize",
     "make_graph",
+    "primitive",
+    "pure_callback",
+    "remat",
+    "scan",
     "stop_gradient",
+    "switch",
     "value_and_grad",
     "vjp",
+    "warmup",
+    "while_loop",
 ]

@@ -251,7 +251,7 @@ class custom_vjp:  # noqa: N801  named as in JAX
 def _no_closure(captured: list[Tracer], rule: str, name: str) -> None:
     if captured:
         t = captured[0]
-        hint = f"`{t.var.hint}` " if t.var.hint else ""
+        hint = f"`{t.hint}` " if t.hint else ""
         raise TypeError(
             f"the {rule} rule of custom_vjp function {name} closes over the traced value "
             f"{hint}({t.aval}); fwd and bwd must get every traced value as an argument of "

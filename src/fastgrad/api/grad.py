@@ -1,4 +1,8 @@
-"""Reverse mode for users: grad, value_and_grad, vjp, and stop_gradient on pytrees."""
+"""Reverse mode for users: grad, value_and_grad, vjp, and stop_gradient on pytrees.
+
+Applied to a jitted function, each gives a jitted function (fastgrad.api.jit, `derived`):
+compiled and cached like any other, whatever the order of composition.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.api.jit import Jitted
 from fastgrad.api.trace import (
     Traced,
     arg_leaf_names,
@@ -82,6 +87,11 @@ def vjp_parts(
     return traced, leaves, [flatten(a)[1] for a in diff_args]
 
 
+def argnums_key(argnums: int | Sequence[int]) -> Any:
+    """`argnums` in a hashable form that keeps an int apart from a tuple of one."""
+    return argnums if isinstance(argnums, int) else tuple(argnums)
+
+
 def value_and_grad(
     fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False
 ) -> Callable[..., Any]:
@@ -89,13 +99,21 @@ def value_and_grad(
 
     `fun` must return a float scalar, or `(scalar, aux)` with `has_aux=True`; the result is
     then `((value, aux), grads)`. Gradients have the structure of the differentiated
-    arguments; with a tuple `argnums` they come as a tuple.
+    arguments; with a tuple `argnums` they come as a tuple. If `fun` is jitted, so is the
+    result: `fg.value_and_grad(fg.jit(f))` is `fg.jit(fg.value_and_grad(f))`.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> value, g = fg.value_and_grad(lambda x: fnp.sum(x * x))(np.array([1.0, 2.0]))
     >>> float(value), g
     (5.0, array([2., 4.]))
     """
+    if isinstance(fun, Jitted):
+        fun.check_transform("value_and_grad", argnums)
+        return fun.derived(
+            ("value_and_grad", argnums_key(argnums), has_aux),
+            lambda f: value_and_grad(f, argnums, has_aux),
+            "value_and_grad",
+        )
 
     @functools.wraps(fun, updated=())
     def value_and_grad_fun(*args: Any, **kwargs: Any) -> Any:
@@ -148,6 +166,11 @@ def grad(
     >>> fg.grad(fg.grad(lambda x: x ** 3))(2.0)
     array(12.)
     """
+    if isinstance(fun, Jitted):
+        fun.check_transform("grad", argnums)
+        return fun.derived(
+            ("grad", argnums_key(argnums), has_aux), lambda f: grad(f, argnums, has_aux), "grad"
+        )
     vg = value_and_grad(fun, argnums, has_aux)
 
     @functools.wraps(fun, updated=())
@@ -170,9 +193,11 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     >>> vjp_fn(np.array([1.0, 10.0]))
     (array([ 3., 30.]),)
     """
-    nums = tuple(range(len(primals)))
     if not primals:
         raise TypeError("vjp needs at least one primal argument")
+    if isinstance(fun, Jitted):
+        return _vjp_of_jitted(fun, primals, has_aux)
+    nums = tuple(range(len(primals)))
     traced, leaves, trees = vjp_parts(fun, primals, {}, nums)
     outs = run(traced.graph, [*leaves, *traced.captured])
     out_tree = traced.out_tree
@@ -187,9 +212,12 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     out_avals = [v.aval for v in traced.graph.outputs[:n_main]]
     seeds = [i for i, a in enumerate(out_avals) if a.is_float]
 
-    @functools.lru_cache(maxsize=1)
+    built: list[Graph] = []  # the backward graph, built on first use (a plain list pickles)
+
     def backward() -> Graph:
-        return vjp_graph(traced.graph, range(len(leaves)), seeds).verify()
+        if not built:
+            built.append(vjp_graph(traced.graph, range(len(leaves)), seeds).verify())
+        return built[0]
 
     def vjp_fn(ct: Any) -> tuple[Any, ...]:
         ct_leaves, ct_tree = flatten(ct)
@@ -210,6 +238,31 @@ def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
         return tuple(unflatten(t, [next(grad_leaves) for _ in range(t.num_leaves)]) for t in trees)
 
     out = unflatten(out_tree, outs[:n_main])
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _vjp_of_jitted(fun: Jitted, primals: tuple[Any, ...], has_aux: bool) -> Any:
+    """vjp of a jitted function: the output from its compiled form, and a `vjp_fn` that
+    runs the jitted backward pass (which recomputes what it needs of the forward one)."""
+    fun.check_transform("vjp")
+    out = fun(*primals)
+    aux = None
+    if has_aux:
+        if not isinstance(out, tuple | list) or len(out) != 2:
+            raise TypeError(f"with has_aux=True, {fun.label} must return a pair (out, aux)")
+        out, aux = out
+
+    def make(f: Callable[..., Any]) -> Callable[..., Any]:
+        def backward(primals: tuple[Any, ...], ct: Any) -> Any:
+            return vjp(f, *primals, has_aux=has_aux)[1](ct)
+
+        return backward
+
+    backward = fun.derived(("vjp", has_aux), make, "vjp", shift=None)
+
+    def vjp_fn(ct: Any) -> tuple[Any, ...]:
+        return backward(primals, ct)  # type: ignore[no-any-return]
+
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 

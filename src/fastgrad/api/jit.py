@@ -1,10 +1,19 @@
 """`jit`: trace a function once per input signature and run the compiled graph; and
-`make_graph`, which shows the traced graph."""
+`make_graph`, which shows the traced graph.
+
+A transform of a jitted function (`grad`, `jvp`, ... in fastgrad.api) is itself jitted,
+made once per jitted function (`Jitted.derived`), so it is compiled and cached too, in any
+order of composition. With `config.log_compiles`, a call that traces again says why:
+which argument changed, and how (`explain_miss`).
+"""
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,12 +27,18 @@ from fastgrad.api.trace import (
     param_names,
     run,
     signature,
+    signature_text,
     trace_function,
 )
-from fastgrad.core.ir import Graph
+from fastgrad.core.compile_log import log_trace
+from fastgrad.core.config import config
+from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import builder, flatten, leaf_paths, unflatten
 from fastgrad.core.tracing import Tracer
 from fastgrad.runtime.explain import explain
+
+# How many past signatures a jitted function keeps to explain why it traces again.
+_REMEMBERED = 16
 
 
 class Lowered:
@@ -60,14 +75,18 @@ class Jitted:
         static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (),
         fuse: bool = True,
+        label: str | None = None,
     ):
         if not callable(fun):
             raise TypeError(f"jit expects a function, got {type(fun).__name__}")
         self.fun = fun
         self.fuse = fuse
+        self.label = label or name_of(fun)  # what messages call it: `grad(loss)`
+        self.static_argnames = static_argnames
         # Name and docstring only: copying __dict__ would let a wrapped Jitted's state leak in.
         functools.update_wrapper(self, fun, updated=())
         nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        self._given_nums = nums
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         try:
             sig = inspect.signature(fun).parameters
@@ -87,8 +106,59 @@ class Jitted:
             positional[i] for i in nums if -len(positional) <= i < len(positional)
         }
         self._cache: dict[Any, Traced] = {}
-        # Calls with only array arguments skip pytree handling: (shapes, dtypes) -> entry.
+        # Calls with only array arguments skip pytree handling: (shape, dtype, strides) of
+        # each -> entry. Strides are in the key because kernels are compiled per layout.
         self._fast: dict[Any, Traced] = {}
+        self._seen: list[Any] = []  # recent signatures, to explain a new trace
+        self._derived: dict[Any, Jitted] = {}  # transforms of this function, jitted
+        self._options = (static_argnums, static_argnames, fuse, label)
+        self._token = uuid.uuid4().hex  # one name for this function and all its pickled copies
+        _LIVE[self._token] = self
+
+    def check_transform(self, transform: str, argnums: Any = None) -> None:
+        """Refuse, with a way out, a transform that would differentiate a static argument
+        (or, with argnums None, any transform of a function with static arguments)."""
+        bad: list[Any]
+        if argnums is None:
+            bad = sorted(self._static_nums) or sorted(self._static_names)
+        else:
+            nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+            bad = [i for i in nums if isinstance(i, int) and i in self._static_nums]
+        if bad:
+            raise TypeError(
+                f"{transform} of {self!r}: argument(s) {bad} are static (static_argnums/"
+                f"static_argnames), and static arguments are not differentiated. "
+                + (
+                    "Differentiate with respect to the other arguments (argnums)."
+                    if argnums is not None
+                    else f"Jit a function that fixes them instead, e.g. "
+                    f"fg.{transform}(fg.jit(lambda x: {self.label}(x, n)), ...)."
+                )
+            )
+
+    def derived(
+        self, key: Any, make: Callable[[Callable[..., Any]], Any], name: str, shift: int | None = 0
+    ) -> Jitted:
+        """The jitted `make(self.fun)` (a transform of this function, `name` in messages),
+        made once per `key`. It takes this function's static arguments, `shift` positions
+        further right (it has as many new arguments first), or none if `shift` is None."""
+        jitted = self._derived.get(key)
+        if jitted is None:
+            statics: tuple[Any, Any] = ((), ())
+            if shift is not None:
+                # A negative position counts from the end, which new first arguments keep.
+                nums = tuple(i + shift if i >= 0 else i for i in self._given_nums)
+                statics = (nums, self.static_argnames)
+            jitted = Jitted(make(self.fun), *statics, self.fuse, f"{name}({self.label})")
+            self._derived[key] = jitted
+        return jitted
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as the function and its options, without the caches (traced graphs and
+        # Numba dispatchers): the receiving process traces again and loads the kernels from
+        # the disk cache. The token makes every copy unpickled in one process the same
+        # object, so a function sent along with each task compiles once per process.
+        return _unpickle_jitted, (self._token, self.fun, self._options)
 
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         if not self._static_nums and not kwargs:  # the common case, kept cheap
@@ -123,8 +193,12 @@ class Jitted:
         traced = self._cache.get(key)
         if traced is None:
             leaf_names = self._leaf_names(tree)
-            for x, where in zip(leaves, leaf_names, strict=True):
-                leaf_aval(x, where)  # clear errors for unsupported leaves
+            avals = [leaf_aval(x, where) for x, where in zip(leaves, leaf_names, strict=True)]
+            if config.log_compiles:
+                names = self._static_arg_names(static)
+                why = explain_miss(key, self._seen, leaf_names, names)
+                log_trace(f"{self.label}({signature_text(leaf_names, avals)})", why)
+            self._seen = [key, *self._seen[: _REMEMBERED - 1]]
             static_pos = dict(static[0])
 
             def rebuild(t: Any) -> Any:
@@ -133,36 +207,61 @@ class Jitted:
                 return full, {**dyn_kwargs, **dict(static[1])}
 
             traced = trace_function(
-                lambda a, k: self.fun(*a, **k), tree, leaf_names, rebuild, name_of(self.fun)
+                lambda a, k: self.fun(*a, **k), tree, leaf_names, rebuild, self.label
             )
             if not traced.captured:  # a closure over outer tracers is valid for one call only
                 self._cache[key] = traced
         return traced, leaves
 
+    def _static_arg_names(self, static: Any) -> list[str]:
+        positional, named = static
+        names = param_names(self.fun, max((i for i, _ in positional), default=-1) + 1)
+        return [names[i] for i, _ in positional] + [k for k, _ in named]
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs and self.fuse:
             try:
-                key = tuple([(a.shape, a.dtype) for a in args if type(a) is np.ndarray])
+                key = tuple([(a.shape, a.dtype, a.strides) for a in args if type(a) is np.ndarray])
                 fast = self._fast.get(key) if len(key) == len(args) else None
             except TypeError:
                 fast = None
             if fast is not None:
-                return builder(fast.out_tree)(fast.compiled()(args))
+                return builder(fast.out_tree)(fast.executable(args))  # type: ignore[misc]
         traced, leaves = self._trace(args, kwargs)
+        inputs = [*leaves, *traced.captured]
+        if not self.fuse or any(isinstance(a, Tracer) for a in inputs):
+            return unflatten(traced.out_tree, run(traced.graph, inputs))
+        arrays = [np.asarray(a) for a in inputs]
+        layout = tuple(map(layout_of, arrays))
+        why = ""
+        if traced.layouts and layout not in traced.layouts and config.log_compiles:
+            names = self._leaf_names(self._split(args, kwargs)[0])
+            why = explain_layout(next(iter(traced.layouts)), layout, names)
+        outs = traced.call(arrays, layout, why)
         if (
-            self.fuse
-            and not kwargs
+            not kwargs
             and not self._static_nums
             and not traced.captured
             and all(type(a) is np.ndarray for a in args)
         ):
-            self._fast[tuple((a.shape, a.dtype) for a in args)] = traced
-        inputs = [*leaves, *traced.captured]
-        if self.fuse and not any(isinstance(a, Tracer) for a in inputs):
-            outs = traced.compiled()([np.asarray(a) for a in inputs])
-        else:
-            outs = run(traced.graph, inputs)
+            self._fast[tuple((a.shape, a.dtype, a.strides) for a in args)] = traced
         return unflatten(traced.out_tree, outs)
+
+    def compile(self, *args: Any, **kwargs: Any) -> Jitted:
+        """Compile now every kernel a call with these arguments needs, and wait for them
+        (in background mode too): for benchmarks and servers whose first call must run
+        compiled. Runs the function once; returns this jitted function.
+
+        >>> import fastgrad as fg, fastgrad.numpy as fnp
+        >>> f = fg.jit(lambda x: fnp.sum(fnp.exp(x))).compile(np.zeros(3))
+        >>> f(np.zeros(3))
+        array(3.)
+        """
+        if self.fuse:
+            traced, _ = self._trace(args, kwargs)
+            traced.compiled().settle()
+        self(*args, **kwargs)
+        return self
 
     def graph(self, *args: Any, **kwargs: Any) -> Graph:
         """The traced graph for these arguments."""
@@ -179,7 +278,117 @@ class Jitted:
         return Lowered(self._trace(args, kwargs)[0])
 
     def __repr__(self) -> str:
-        return f"jit({name_of(self.fun)})"
+        return f"jit({self.label})"
+
+
+# ---------------------------------------------------------------- why a call traces again
+
+LAYOUTS = {"C": "C-contiguous", "F": "Fortran-contiguous", "A": "strided"}
+
+
+def layout_of(a: np.ndarray) -> str:
+    """The memory layout kernels are compiled for (Numba's: C, F, or A for any strides)."""
+    return "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else "A"
+
+
+def explain_layout(old: tuple[str, ...], new: tuple[str, ...], names: Sequence[str]) -> str:
+    """Which arguments come with other strides than in the run before."""
+    changed = [
+        f"{name}: strides changed ({LAYOUTS[a]} -> {LAYOUTS[b]})"
+        for name, a, b in zip(names, old, new, strict=False)
+        if a != b
+    ]
+    return "; ".join(changed)
+
+
+def _as_aval(sig: Any) -> Aval | None:
+    if isinstance(sig, Aval):
+        return sig
+    if isinstance(sig, tuple) and len(sig) == 2 and isinstance(sig[1], np.dtype):
+        return Aval(sig[0], sig[1])
+    return None  # an unsupported leaf, reported when traced
+
+
+def _shape_class(shape: tuple[int, ...]) -> tuple[bool, ...]:
+    # Kernels are keyed by rank and by which dimensions are 1 (they broadcast), not sizes.
+    return tuple(d == 1 for d in shape)
+
+
+def _leaf_changes(name: str, old: Any, new: Any) -> list[tuple[int, str]]:
+    """How a leaf's signature changed: (weight, text) pairs, heavier for bigger changes."""
+    a, b = _as_aval(old), _as_aval(new)
+    if old == new:
+        return []
+    if a is None or b is None:
+        return [(4, f"{name}: {a or old} -> {b or new}")]
+    out = []
+    if a.dtype != b.dtype:
+        out.append((4, f"{name}: dtype {a.dtype} -> {b.dtype}"))
+    if a.weak != b.weak:
+        kinds = ("Python scalar", "array") if a.weak else ("array", "Python scalar")
+        out.append((4, f"{name}: {kinds[0]} -> {kinds[1]}"))
+    if a.ndim != b.ndim:
+        out.append((3, f"{name}: rank {a.ndim} -> {b.ndim} (shape {a.shape} -> {b.shape})"))
+    elif _shape_class(a.shape) != _shape_class(b.shape):
+        text = f"{name}: shape {a.shape} -> {b.shape}, a new shape class (size-1 dimensions "
+        out.append((2, text + "broadcast, so the kernels differ)"))
+    elif a.shape != b.shape:
+        text = f"{name}: shape {a.shape} -> {b.shape} (same shape class: kernels reused)"
+        out.append((1, text))
+    return out
+
+
+def explain_miss(key: Any, seen: Sequence[Any], leaf_names: list[str], statics: list[str]) -> str:
+    """Why a call with signature `key` (structure, leaf signatures, static values) is traced:
+    what differs from the closest signature traced before (`seen`, latest first)."""
+    if not seen:
+        return "first call"
+    treedef, sigs, static = key
+    alike = [k for k in seen if k[0] == treedef]
+    if not alike:
+        return f"the arguments' structure changed: {seen[0][0]!r} -> {treedef!r}"
+
+    def changes(old: Any) -> list[tuple[int, str]]:
+        out = []
+        old_static = [v for part in old[2] for v in part]
+        new_static = [v for part in static for v in part]
+        if [k for k, _ in old_static] != [k for k, _ in new_static]:
+            out.append((4, "other arguments are static"))
+        else:
+            for name, (_, a), (_, b) in zip(statics, old_static, new_static, strict=True):
+                if a != b:
+                    out.append((4, f"static argument {name}: {a!r} -> {b!r}"))
+        for name, a, b in zip(leaf_names, old[1], sigs, strict=True):
+            out.extend(_leaf_changes(name, a, b))
+        return out
+
+    closest = min((changes(k) for k in alike), key=lambda c: sum(w for w, _ in c))
+    return "; ".join(text for _, text in closest) or (
+        "same signature as before, but that trace closed over values of an enclosing trace, "
+        "which hold for one call only"
+    )
+
+
+# The jitted functions alive in this process, by token (see `Jitted.__reduce__`).
+_LIVE: weakref.WeakValueDictionary[str, Jitted] = weakref.WeakValueDictionary()
+# Copies that arrived by pickle are kept alive, the most recent few: a function that is
+# sent with every task would otherwise be dropped, and traced again, between tasks.
+_ARRIVED: collections.OrderedDict[str, Jitted] = collections.OrderedDict()
+ARRIVED_KEPT = 32
+
+
+def _unpickle_jitted(token: str, fun: Callable[..., Any], options: tuple[Any, ...]) -> Jitted:
+    jitted = _LIVE.get(token)
+    if jitted is None:
+        fresh = Jitted(fun, *options)
+        del _LIVE[fresh._token]
+        fresh._token = token
+        jitted = _LIVE.setdefault(token, fresh)  # two threads may unpickle it at once
+    _ARRIVED[token] = jitted
+    _ARRIVED.move_to_end(token)
+    while len(_ARRIVED) > ARRIVED_KEPT:
+        _ARRIVED.popitem(last=False)
+    return jitted
 
 
 def jit(
@@ -193,8 +402,11 @@ def jit(
 
     Signatures are the pytree structure, shapes and dtypes of the arguments and the values
     of the static ones. Arguments named in `static_argnums`/`static_argnames` are passed as
-    plain Python values, so they may steer Python control flow. The graph is compiled into
-    fused Numba loops; `fuse=False` runs it through the NumPy reference interpreter instead.
+    plain Python values, so they may steer Python control flow. Arrays the function closes
+    over are read when it is traced, as in JAX: later changes to them are not seen. The
+    graph is compiled into fused Numba loops; `fuse=False` runs it through the NumPy
+    reference interpreter instead. `grad`, `value_and_grad`, `vjp`, `jvp` and `hessian` of
+    the result are compiled too.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> @fg.jit
@@ -206,6 +418,20 @@ def jit(
     if fun is None:
         return lambda f: Jitted(f, static_argnums, static_argnames, fuse)
     return Jitted(fun, static_argnums, static_argnames, fuse)
+
+
+def warmup(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Jitted:
+    """Compile `fun` for these arguments ahead of time and wait for its kernels, so that
+    its next call runs compiled; `fun` is jitted first if it is not. Returns the jitted
+    function (`Jitted.compile`).
+
+    >>> import fastgrad as fg, fastgrad.numpy as fnp
+    >>> loss = fg.warmup(fg.grad(lambda x: fnp.sum(x * x)), np.ones(2))
+    >>> loss(np.ones(2))
+    array([2., 2.])
+    """
+    jitted = fun if isinstance(fun, Jitted) else Jitted(fun, (), (), True)
+    return jitted.compile(*args, **kwargs)
 
 
 def make_graph(fun: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Any:

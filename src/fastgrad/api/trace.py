@@ -3,25 +3,32 @@
 `trace_function` flattens the arguments' pytrees, traces the function on one tracer per
 leaf (named by its path, `params['w']`), and gives a `Traced`: the graph, the output's
 structure, and the outer tracers it closed over. `Traced.compiled()` runs the pipeline
-below the front end: simplify, partition, and an executable plan of fused kernels.
+below the front end: simplify, partition, and an executable plan of fused kernels;
+`Traced.call` runs it, saying so on stderr when a run has kernels to build
+(fastgrad.core.compile_log).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fastgrad.compiler.fusion import partition
+from fastgrad.compiler.kernel_cache import STATS, needs_build
 from fastgrad.compiler.passes import simplify
+from fastgrad.core.compile_log import compiling, log_compile
+from fastgrad.core.config import config
 from fastgrad.core.interpreter import eval_graph, run_graph
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, leaf_paths, unflatten
 from fastgrad.core.tracing import Trace, Tracer, as_array, is_python_scalar
+from fastgrad.runtime.background import first_run
 from fastgrad.runtime.executable import DEBUG, Executable
 from fastgrad.runtime.explain import explain
 
@@ -32,15 +39,16 @@ def identifier(path: str) -> str:
 
 
 def signature(leaf: Any) -> Any:
-    """What the trace cache keys a leaf by; arrays take the fast path."""
+    """What the trace cache keys a leaf by: (shape, dtype), or the Aval of a weakly typed
+    Python scalar; arrays take the fast path."""
     if type(leaf) is np.ndarray:
         return leaf.shape, leaf.dtype
-    if isinstance(leaf, Tracer):
-        return leaf.aval
     try:
-        return leaf_aval(leaf, "argument")
+        aval = leaf.aval if isinstance(leaf, Tracer) else leaf_aval(leaf, "argument")
     except TypeError:
         return ("unsupported", type(leaf))  # reported, with its name, when traced
+    # A NumPy scalar and a 0-d array, or a tracer and an array, key alike.
+    return aval if aval.weak else (aval.shape, aval.dtype)
 
 
 def leaf_aval(leaf: Any, where: str) -> Aval:
@@ -57,7 +65,34 @@ class Traced:
     graph: Graph
     out_tree: TreeDef
     captured: list[Tracer]  # tracers of an enclosing trace that the function closed over
+    name: str = "function"  # what messages call it: `loss(w: f64[3], x: f64[2,3])`
     executable: Executable | None = None  # the compiled form, built on first concrete call
+    layouts: set[tuple[str, ...]] = field(default_factory=set)  # argument layouts run with
+
+    def call(self, args: list[np.ndarray], layout: tuple[str, ...] = (), why: str = "") -> Any:
+        """Run the compiled form on `args`, whose memory layouts are `layout`. The first
+        run builds the kernels Numba has not compiled yet (announced on stderr), or in
+        background mode hands them to the compile thread and runs with NumPy; a run with
+        a new layout may build new machine code for it (logged with `why`)."""
+        executable = self.compiled()
+        if self.layouts and layout in self.layouts:
+            return executable(args)
+        first = not self.layouts
+        self.layouts.add(layout)
+        if first and config.compile == "background" and not executable.waits:
+            with first_run(self.name):  # kernels compile behind, the call runs on NumPy
+                return executable(args)
+        sources = [k.source for k in executable.kernels]
+        to_build = len({s for s in sources if needs_build(s)}) if first else 0
+        built = STATS.numba_compiles() if config.log_compiles else 0
+        start = time.perf_counter()
+        with compiling(self.name, to_build):
+            outs = executable(args)
+        if config.log_compiles:
+            built = STATS.numba_compiles() - built
+            seconds = time.perf_counter() - start
+            log_compile(self.name, len(sources), len(sources) - built, seconds, why)
+        return outs
 
     def compiled(self) -> Executable:
         if self.executable is None:
@@ -69,6 +104,12 @@ class Traced:
             if DEBUG:
                 print(f"# fastgrad: plan\n{explain(self.graph, self.executable)}")
         return self.executable
+
+
+def signature_text(names: Sequence[str], avals: Sequence[Aval], limit: int = 4) -> str:
+    """`x: f64[3], labels: i64[4]`: the arguments a function was traced for (the first few)."""
+    parts = [f"{n}: {a}" for n, a in zip(names, avals, strict=True)]
+    return ", ".join(parts[:limit] + (["..."] if len(parts) > limit else []))
 
 
 def trace_function(
@@ -93,7 +134,8 @@ def trace_function(
                 leaf_aval(leaf, f"output leaf {i} of {fun_name}")
     graph = trace.to_graph(out_leaves)
     graph.verify()
-    return Traced(graph, out_tree, list(trace.captured))
+    name = f"{fun_name}({signature_text(names, avals)})"
+    return Traced(graph, out_tree, list(trace.captured), name)
 
 
 def name_of(fun: Any) -> str:

@@ -6,42 +6,24 @@ versions, the CPU), then imported under that name, so Numba's `cache=True` can s
 machine code beside it and a new process loads it instead of compiling. A module file
 whose text is not exactly the expected source is rewritten, never trusted; files are
 written to a temporary name and renamed, so concurrent processes cannot see half a file.
+`needs_build` tells, before a first run, whether a kernel will be compiled rather than
+loaded; `first_call` reports each kernel it built to fastgrad.core.compile_log.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fastgrad.compiler.machine_code import environment_tag
+from fastgrad.core import compile_log
 from fastgrad.core.config import cache_dir
-
-
-@functools.lru_cache(maxsize=1)
-def environment_tag() -> str:
-    """What compiled code depends on besides its source."""
-    import llvmlite
-    import llvmlite.binding as llvm
-    import numba
-
-    # The helpers every kernel imports: a change to them changes the machine code.
-    codegen = Path(__file__).parent / "codegen"
-    helpers = [codegen / "support.py", *sorted((codegen / "vecmath").glob("*.py"))]
-    code = b"".join(path.read_bytes() for path in helpers)
-    parts = [
-        numba.__version__,
-        llvmlite.__version__,
-        llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(),
-        hashlib.sha256(code).hexdigest(),
-        sys.version,
-    ]
-    return "\n".join(parts)
 
 
 def kernel_key(source: str) -> str:
@@ -117,11 +99,58 @@ def load_kernel(source: str, name: str = "kernel") -> Any:
     return dispatcher
 
 
+def needs_build(source: str) -> bool:
+    """Whether the first run of the kernel in `source` will compile it: it is neither
+    compiled in this process nor stored on disk with its machine code."""
+    key = kernel_key(source)
+    loaded = _MEMORY.get(key)
+    if loaded is not None:
+        return not loaded.signatures
+    directory = cache_dir() / "kernels"
+    module_name = f"fastgrad_kernel_{key}"
+    try:
+        if (directory / f"{module_name}.py").read_text() != source:
+            return True
+    except (OSError, UnicodeDecodeError):
+        return True
+    return not any((directory / "__pycache__").glob(f"{module_name}.*.nbi"))
+
+
+def _builds(dispatcher: Any) -> int:
+    stats = getattr(dispatcher, "stats", None)
+    return sum(stats.cache_misses.values()) if stats is not None else 0
+
+
 def first_call(dispatcher: Any, source: str, *args: Any) -> Any:
     """Call a freshly loaded kernel; if Numba's cached machine code for it is unreadable,
     drop that code and compile instead."""
+    before = _builds(dispatcher)
     try:
-        return dispatcher(*args)
+        result = _call_or_drop_cache(dispatcher, source, *args)
+    finally:
+        if _builds(dispatcher) > before:
+            compile_log.kernel_built()
+    return result
+
+
+def _call_or_drop_cache(dispatcher: Any, source: str, *args: Any) -> Any:
+    return _or_drop_cache(dispatcher, source, lambda: dispatcher(*args))
+
+
+def compile_kernel(source: str, name: str, types: tuple[Any, ...]) -> tuple[Any, bool]:
+    """The kernel in `source` compiled (or loaded from disk) for argument `types` without
+    running it: (dispatcher, whether Numba built machine code rather than loading it)."""
+    dispatcher = load_kernel(source, name)
+    before = _builds(dispatcher)
+    _or_drop_cache(dispatcher, source, lambda: dispatcher.compile(types))
+    return dispatcher, _builds(dispatcher) > before
+
+
+def _or_drop_cache(dispatcher: Any, source: str, action: Callable[[], Any]) -> Any:
+    """`action()`; if it failed inside Numba's cache (unreadable machine code), drop that
+    code and do it again, compiling."""
+    try:
+        return action()
     except Exception as error:
         tb = error.__traceback__
         in_cache = False
@@ -133,7 +162,7 @@ def first_call(dispatcher: Any, source: str, *args: Any) -> Any:
             raise
     _drop_numba_cache(cache_dir() / "kernels", f"fastgrad_kernel_{kernel_key(source)}")
     STATS.machine_code_dropped += 1
-    return dispatcher(*args)
+    return action()
 
 
 def _drop_numba_cache(directory: Path, module_name: str) -> None:

@@ -1,5 +1,5 @@
-"""Graph passes run before fusion: inline calls, erase stop_gradient, merge duplicates, drop
-dead nodes.
+"""Graph passes run before fusion: inline calls, erase stop_gradient, merge duplicates (and
+scans another scan repeats), drop dead nodes.
 
 Differentiation is over by the time these run, so stop_gradient has done its work and is
 the identity, and a custom_vjp call is just its forward graph. Common-subexpression
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Graph, Node, Var, live_nodes
+from fastgrad.transforms.scan import merge_extended
 
 
 def _param_key(value: Any) -> Any:
@@ -66,6 +67,9 @@ def simplify(graph: Graph) -> Graph:
         if node.op.name == "stop_gradient":
             rename[id(node.out)] = inputs[0]
             continue
+        if node.op.effect:  # each one runs, even when two look alike
+            nodes.append(Node(node.op, inputs, node.params, node.out))
+            continue
         key = (
             node.op.name,
             tuple(id(v) for v in inputs),
@@ -78,4 +82,4 @@ def simplify(graph: Graph) -> Graph:
         seen[key] = node.out
         nodes.append(Node(node.op, inputs, node.params, node.out))
     outputs = [rename.get(id(v), v) for v in graph.outputs]
-    return Graph(graph.inputs, live_nodes(nodes, outputs), outputs)
+    return Graph(graph.inputs, live_nodes(merge_extended(nodes), outputs), outputs)

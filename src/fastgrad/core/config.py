@@ -1,13 +1,17 @@
-"""Settings read from the environment: where compiled kernels are cached.
+"""Settings: where compiled kernels are cached, and what fastgrad says while it compiles.
 
-`FASTGRAD_CACHE_DIR` overrides the default, `$XDG_CACHE_HOME/fastgrad` (or
-`~/.cache/fastgrad`).
+`FASTGRAD_CACHE_DIR` overrides the cache's default place, `$XDG_CACHE_HOME/fastgrad` (or
+`~/.cache/fastgrad`). `config` holds the switches, read from the environment at import
+and changed with `fg.config.update(name, value)`: `log_compiles`
+(`FASTGRAD_LOG_COMPILES=1`), `compile_notice` (`FASTGRAD_COMPILE_NOTICE=0` hides it) and
+`compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 def cache_dir() -> Path:
@@ -30,3 +34,69 @@ def dir_size(path: Path) -> tuple[int, int]:
             except OSError:  # removed while we walk: another process cleaning up
                 pass
     return files, total
+
+
+def _flag(variable: str, default: bool) -> bool:
+    value = os.environ.get(variable, "").strip().lower()
+    if not value:
+        return default
+    return value not in ("0", "false", "no", "off")
+
+
+#: The values of `config.compile`.
+COMPILE_MODES = ("background", "sync")
+
+
+def _choice(variable: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(variable, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{variable}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
+class Config:
+    """fastgrad's switches.
+
+    - `log_compiles`: log every trace and compile on stderr, with the reason (which
+      argument changed, and how). Default from `FASTGRAD_LOG_COMPILES`.
+    - `compile_notice`: while kernels compile, say so on stderr in one line. Default on;
+      `FASTGRAD_COMPILE_NOTICE=0` turns it off.
+    - `compile`: "background" (the default): a first call runs at once on NumPy while its
+      kernels compile on a background thread, and calls switch to each kernel when it is
+      ready; "sync": a first call waits for its kernels. Default from `FASTGRAD_COMPILE`.
+
+    >>> import fastgrad as fg
+    >>> fg.config.update("log_compiles", True)
+    >>> fg.config.log_compiles
+    True
+    >>> fg.config.update("log_compiles", False)
+    """
+
+    log_compiles: bool
+    compile_notice: bool
+    compile: str
+
+    def __init__(self) -> None:
+        self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
+        self.compile_notice = _flag("FASTGRAD_COMPILE_NOTICE", True)
+        self.compile = _choice("FASTGRAD_COMPILE", COMPILE_MODES)
+
+    def update(self, name: str, value: Any) -> None:
+        """Set switch `name` (as in JAX's `jax.config.update`)."""
+        if name not in vars(self):
+            raise AttributeError(
+                f"fastgrad has no setting {name!r}; the settings are "
+                + ", ".join(sorted(vars(self)))
+            )
+        if name == "compile":
+            if value not in COMPILE_MODES:
+                raise ValueError(f"setting compile takes one of {COMPILE_MODES}, got {value!r}")
+        elif not isinstance(value, bool):
+            raise TypeError(f"setting {name} takes True or False, got {value!r}")
+        setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items())) + ")"
+
+
+config = Config()

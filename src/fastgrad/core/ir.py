@@ -144,12 +144,13 @@ def consumers(graph: Graph) -> dict[int, list[Node]]:
 
 
 def live_nodes(nodes: Iterable[Node], outputs: Iterable[Var]) -> list[Node]:
-    """The nodes that some output depends on, in their original order (dead-code elimination)."""
+    """The nodes that some output or some effect (debug printing) depends on, in their
+    original order (dead-code elimination)."""
     nodes = list(nodes)
     needed = {id(v) for v in outputs}
     keep = []
     for node in reversed(nodes):
-        if id(node.out) in needed:
+        if id(node.out) in needed or node.op.effect:
             keep.append(node)
             needed.update(id(v) for v in node.inputs)
     keep.reverse()

@@ -29,6 +29,9 @@ class Primitive:
     - `loop` is an elementwise op's scalar expression inside a fused loop.
     - `domain` names, per input, the range tests sample from ("real" where empty; see
       fastgrad.testing.strategies).
+    - `effect` marks an op run for what it does (debug printing), not for its value: its
+      node is never pruned, merged or folded, and its first input is a token, the output
+      of the effect before it, so that effects run in program order (core.tracing).
     """
 
     name: str
@@ -45,6 +48,7 @@ class Primitive:
     ufunc: Any = None
     loop: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    effect: bool = False
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"

@@ -25,41 +25,58 @@ class TracerError(TypeError):
     """A traced value was used where a concrete one is needed."""
 
 
-def _describe(tracer: Tracer) -> str:
-    hint = f"`{tracer.var.hint}` " if tracer.var.hint else ""
+def describe(tracer: Tracer) -> str:
+    """How errors name a traced value: its name where it has one, and its type."""
+    hint = f"`{tracer.hint}` " if tracer.hint else ""
     return f"the traced value {hint}({tracer.aval})"
+
+
+def static_error(what: str, tracer: Tracer, expected: str) -> TracerError:
+    """The error for a traced value where a value known while tracing is needed (an axis,
+    a shape): say that it must be static, and how."""
+    return TracerError(
+        f"{what} must be static ({expected}), but it is {describe(tracer)}. Values that "
+        "decide shapes must be known when the function is traced: pass it as a static "
+        "argument, fg.jit(f, static_argnums=...) or static_argnames=..."
+    )
 
 
 class Tracer:
     """A stand-in for an array while a function is traced; operations on it build the graph."""
 
-    __slots__ = ("trace", "var")
+    # The graph variable is `_var`: `var` is NumPy's variance method, as on arrays.
+    __slots__ = ("trace", "_var")
     __array_priority__ = 1000
 
     def __init__(self, trace: Trace, var: Var):
         self.trace = trace
-        self.var = var
+        self._var = var
 
     # ---- array attributes
     @property
+    def hint(self) -> str | None:
+        """The name of the traced value (an argument's path), if it has one."""
+        return self._var.hint
+
+    @property
     def aval(self) -> Aval:
-        return self.var.aval
+        return self._var.aval
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.var.aval.shape
+        return self._var.aval.shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self.var.aval.dtype
+        return self._var.aval.dtype
 
     @property
     def ndim(self) -> int:
-        return self.var.aval.ndim
+        return self._var.aval.ndim
 
     @property
     def size(self) -> int:
-        return self.var.aval.size
+        return self._var.aval.size
 
     def __len__(self) -> int:
         if not self.shape:
@@ -72,7 +89,7 @@ class Tracer:
     # ---- conversions that need a concrete value
     def _concrete_error(self, what: str) -> TracerError:
         return TracerError(
-            f"{what} needs a concrete value, but {_describe(self)} is traced. Python control "
+            f"{what} needs a concrete value, but {describe(self)} is traced. Python control "
             "flow cannot depend on traced values: mark the argument static with "
             "fg.jit(..., static_argnums=...) / static_argnames=..., or compute both branches "
             "and choose with fnp.where(cond, a, b)."
@@ -101,7 +118,7 @@ class Tracer:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise TracerError(
-            f"NumPy cannot convert {_describe(self)} to an array. Inside a traced function "
+            f"NumPy cannot convert {describe(self)} to an array. Inside a traced function "
             "use fastgrad.numpy (import fastgrad.numpy as fnp) instead of numpy functions."
         )
 
@@ -113,15 +130,25 @@ class Tracer:
     def __hash__(self) -> int:
         return id(self)
 
-    # ---- NumPy interop: ufuncs called on tracers dispatch to fastgrad.numpy
+    # ---- NumPy interop: NumPy's functions called on tracers run fastgrad.numpy's
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        fn = getattr(_fn, ufunc.__name__, None)
-        if method != "__call__" or kwargs or fn is None:
-            raise TracerError(
-                f"numpy.{ufunc.__name__}.{method} is not supported on traced values; "
-                "use the function of the same name in fastgrad.numpy"
-            )
-        return fn(*inputs)
+        return _fn.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return _fn.array_function(func, args, kwargs)
+
+    # ---- updates: traced arrays are immutable, `x.at[idx].set(v)` gives an updated copy
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TracerError(
+            f"{describe(self)} cannot be assigned to: traced arrays are immutable. Use "
+            "x = x.at[idx].set(v) for x[idx] = v (and .add(v) for x[idx] += v; also "
+            ".multiply, .min, .max), which gives the updated array."
+        )
+
+    @property
+    def at(self) -> Any:
+        """Functional index updates, as in JAX: `x.at[idx].set(v)`, `.add(v)`, ..."""
+        return _fn.at(self)
 
     # ---- operators
     def __add__(self, other: Any) -> Any:
@@ -249,6 +276,24 @@ class Tracer:
     def squeeze(self, axis: Any = None) -> Any:
         return _fn.squeeze(self, axis=axis)
 
+    def var(self, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
+        return _fn.var(self, axis=axis, keepdims=keepdims, ddof=ddof)
+
+    def std(self, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
+        return _fn.std(self, axis=axis, keepdims=keepdims, ddof=ddof)
+
+    def dot(self, other: Any) -> Any:
+        return _fn.dot(self, other)
+
+    def clip(self, a_min: Any = None, a_max: Any = None) -> Any:
+        return _fn.clip(self, a_min, a_max)
+
+    def swapaxes(self, axis1: int, axis2: int) -> Any:
+        return _fn.swapaxes(self, axis1, axis2)
+
+    def copy(self) -> Any:
+        return self  # traced values are immutable: a copy is the value itself
+
     def ravel(self) -> Any:
         return _fn.reshape(self, (-1,))
 
@@ -285,6 +330,7 @@ class Trace:
         self._captured_vars: dict[int, Var] = {}
         self._consts: dict[int, tuple[Any, Var]] = {}
         self._const_values: dict[int, np.ndarray] = {}
+        self._effect_token: Var | None = None  # the output of the last effect, if any
         self.alive = True
 
     def __enter__(self) -> Trace:
@@ -305,26 +351,33 @@ class Trace:
         """The var of `x` in this trace: its own tracer, a captured outer one, or a constant."""
         if isinstance(x, Tracer):
             if x.trace is self:
-                return x.var
+                return x._var
             if not x.trace.alive:
                 raise TracerError(
-                    f"{_describe(x)} escaped from a finished trace (was it stored in a global "
+                    f"{describe(x)} escaped from a finished trace (was it stored in a global "
                     "or a closure and used in a later call?)"
                 )
             var = self._captured_vars.get(id(x))
             if var is None:
-                var = Var(x.aval, x.var.hint)
+                var = Var(x.aval, x._var.hint)
                 self._captured_vars[id(x)] = var
                 self.captured.append(x)
             return var
         return self.const(x, is_python_scalar(x))
 
     def const(self, x: Any, weak: bool = False) -> Var:
-        """A constant node for the concrete value `x` (one per distinct object)."""
+        """A constant node for the concrete value `x` (one per distinct object).
+
+        An array is copied: a traced function sees the values its constants had when it
+        was traced, whatever later happens to the arrays it closed over, as in JAX
+        (tests/test_jit.py::test_captured_arrays_are_baked_in_at_trace_time).
+        """
         hit = self._consts.get(id(x))
         if hit is not None and hit[0] is x:
             return hit[1]
         value = as_array(x)
+        if value is x:
+            value = np.array(x, copy=True)
         var = Var(Aval(value.shape, value.dtype, weak))
         self.nodes.append(Node(CONST, (), {"value": value, "weak": weak}, var))
         self._consts[id(x)] = (x, var)  # keeps x alive so its id stays unique
@@ -332,8 +385,19 @@ class Trace:
         return var
 
     def emit(self, op: Primitive, args: Sequence[Any], params: dict[str, Any]) -> Tracer:
-        in_vars = [self.to_var(a) for a in args]
+        if op.effect:
+            # An effect's first input is the token of the effect before it in this trace,
+            # whatever it was where the node came from: effects run in program order.
+            token = self._effect_token or self.const(np.True_)
+            in_vars = [token, *(self.to_var(a) for a in args[1:])]
+        else:
+            in_vars = [self.to_var(a) for a in args]
         aval = op.abstract_eval(*(v.aval for v in in_vars), **params)
+        if op.effect:
+            out = Var(aval)
+            self.nodes.append(Node(op, in_vars, params, out))
+            self._effect_token = out
+            return Tracer(self, out)
         if aval.size <= 1 and all(id(v) in self._const_values for v in in_vars):
             # Fold scalar arithmetic on constants (like `1 / n` in a mean's gradient).
             with np.errstate(all="ignore"):
@@ -390,7 +454,7 @@ def bind(op: Primitive, *args: Any, **params: Any) -> Any:
         return _trace_stack[-1].emit(op, args, params)
     for a in args:
         if isinstance(a, Tracer):
-            raise TracerError(f"{_describe(a)} was used outside of its trace")
+            raise TracerError(f"{describe(a)} was used outside of its trace")
     with np.errstate(all="ignore"):
         return np.asarray(op.impl(*args, **params))
 

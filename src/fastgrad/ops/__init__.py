@@ -2,50 +2,59 @@
 reference, VJP, JVP, loop expression, input domain) beside the functions that apply it.
 
 Adding an op touches one family module: its record, its function, and its name in the
-module's `__all__` (which fastgrad.numpy re-exports). Families build on fastgrad.ops.base
+module's `__all__` (which fastgrad.numpy re-exports; the linear-algebra and SciPy families
+keep theirs empty, their names listed by fastgrad.numpy.linalg and fastgrad.scipy
+instead). Families build on fastgrad.ops.base
 and on families listed before them here; importing this package registers every record
-and installs the functions a tracer's operators call.
+and installs the functions a tracer's operators call, `x.at`, and how NumPy's own
+functions called on a tracer map to them (fastgrad.ops.numpy_interop).
 """
+
+import functools
 
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
 from fastgrad.ops import (
+    complex_numbers,
     construction,
     cumulative,
+    debug,
+    decompositions,
     einsum,
     elementwise,
     indexing,
+    linalg,
     manipulation,
     math,
+    matrix_functions,
+    numpy_interop,
     piecewise,
     products,
     reduction,
+    scatter,
     selection,
     shape,
     sorting,
+    special,
     statistics,
+    stats,
 )
 
 FAMILIES = (
-    elementwise,
-    math,
-    piecewise,
-    shape,
-    reduction,
-    indexing,
-    manipulation,
-    selection,
-    products,
-    einsum,
-    sorting,
-    cumulative,
-    construction,
-    statistics,
-)
+    elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
+    selection, products, einsum, sorting, cumulative, construction, statistics, debug,
+    complex_numbers, linalg, decompositions, matrix_functions, special, stats,
+)  # fmt: skip
 
+_FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}
 install_array_functions(
-    {name: getattr(family, name) for family in FAMILIES for name in family.__all__}
-    | {"getitem": indexing.getitem}
+    _FUNCTIONS
+    | {
+        "getitem": indexing.getitem,
+        "at": scatter.IndexUpdates,
+        "array_ufunc": functools.partial(numpy_interop.array_ufunc, _FUNCTIONS),
+        "array_function": functools.partial(numpy_interop.array_function, _FUNCTIONS),
+    }
 )
 
 __all__ = ["FAMILIES", "REGISTRY"]

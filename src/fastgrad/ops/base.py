@@ -19,7 +19,7 @@ import numpy as np
 
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY
-from fastgrad.core.tracing import Tracer, aval_of, bind, current_trace
+from fastgrad.core.tracing import Tracer, aval_of, bind, current_trace, static_error
 
 # ---------------------------------------------------------------- broadcasting and dtypes
 
@@ -96,9 +96,21 @@ def tangent_sum(tangents: Any, *parts: Callable[[Any], Any]) -> Any:
 # ---------------------------------------------------------------- axes and shapes
 
 
+def _traced_entry(value: Any) -> Tracer | None:
+    """`value` if it is a tracer, or the first tracer in it if it is a tuple or list."""
+    if isinstance(value, Tracer):
+        return value
+    if isinstance(value, tuple | list):
+        return next((v for v in value if isinstance(v, Tracer)), None)
+    return None
+
+
 def normalize_axis(axis: Any, ndim: int, what: str = "axis") -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
+    traced = _traced_entry(axis)
+    if traced is not None:
+        raise static_error(what, traced, "a Python int or a tuple of ints")
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
     out = []
     for a in axes:
@@ -112,6 +124,9 @@ def normalize_axis(axis: Any, ndim: int, what: str = "axis") -> tuple[int, ...]:
 
 
 def shape_tuple(shape: Any, what: str) -> tuple[int, ...]:
+    traced = _traced_entry(shape)
+    if traced is not None:
+        raise static_error(what, traced, "a tuple of Python ints")
     if isinstance(shape, int | np.integer):
         return (int(shape),)
     try:

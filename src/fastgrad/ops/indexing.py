@@ -26,7 +26,8 @@ __all__: list[str] = []  # x[...] reaches getitem through the tracer
 # Integer-array indexing: `index` holds ("slice", start, stop, step) or ("array", k) per
 # leading axis (k numbers the index-array operands); NumPy's placement rule decides where
 # the broadcast index dimensions go.
-def _index_tuple(index: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+def index_tuple(index: Any, arrays: Sequence[Any]) -> tuple[Any, ...]:
+    """The NumPy index that the `index` spec stands for, with `arrays` as index arrays."""
     return tuple(
         arrays[e[1]] if e[0] == "array" else slice(e[1], e[2] if e[2] >= 0 else None, e[3])
         for e in index
@@ -41,6 +42,8 @@ def gather_shape(x_shape: tuple[int, ...], index: Any, idx_shapes: list[tuple[in
             f"index arrays of shapes {idx_shapes} cannot be broadcast together"
         ) from None
     positions = [i for i, e in enumerate(index) if e[0] == "array"]
+    if not positions:  # slices only (an index update may have no index array)
+        return tuple(len(range(*e[1:])) for e in index) + tuple(x_shape[len(index) :])
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     sliced = [(i, len(range(e[1], e[2], e[3]))) for i, e in enumerate(index) if e[0] == "slice"] + [
         (i, d) for i, d in enumerate(x_shape) if i >= len(index)
@@ -61,7 +64,7 @@ def _gather_eval(x: Aval, *idx: Aval, index: Any) -> Aval:
 
 def _scatter_add_impl(g: np.ndarray, *idx: np.ndarray, shape: Any, index: Any) -> np.ndarray:
     out = np.zeros(shape, g.dtype)
-    np.add.at(out, _index_tuple(index, idx), g)
+    np.add.at(out, index_tuple(index, idx), g)
     return out
 
 
@@ -72,21 +75,20 @@ def _scatter_add_eval(g: Aval, *idx: Aval, shape: Any, index: Any) -> Aval:
     return Aval(tuple(shape), g.dtype, g.weak)
 
 
+def format_index(args: list[str], index: Any, first: int) -> str:
+    """The `index` spec as it would be written, index arrays named by `args[first:]`."""
+    return ", ".join(args[first + e[1]] if e[0] == "array" else format_slice(*e[1:]) for e in index)
+
+
 def _format_gather(args: list[str], params: dict[str, Any]) -> str:
-    parts = []
-    for e in params["index"]:
-        if e[0] == "array":
-            parts.append(args[1 + e[1]])
-        else:
-            parts.append(format_slice(*e[1:]))
-    return f"{args[0]}[{', '.join(parts)}]"
+    return f"{args[0]}[{format_index(args, params['index'], 1)}]"
 
 
 register(
     Primitive(
         "gather",
         _gather_eval,
-        lambda x, *idx, index: x[_index_tuple(index, idx)],
+        lambda x, *idx, index: x[index_tuple(index, idx)],
         lambda g, out, x, *idx, index: (
             scatter_add(g, idx, x.shape, index),
             *(None for _ in idx),
@@ -142,6 +144,18 @@ def getitem(x: Any, index: Any) -> Any:
     if not isinstance(x, Tracer) and not any(isinstance(entry, Tracer) for entry in index):
         return np.asarray(x)[index]
     shape = aval_of(x).shape
+    index = normalize_index(index, shape)
+    if any(_is_index_array(entry) for entry in index):
+        spec, arrays = index_spec(shape, index, "integer-array indexing")
+        return gather(x, arrays, spec)
+    return _basic_index(x, index, shape)
+
+
+def normalize_index(index: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """`index` with one entry per axis (None aside): Ellipsis expanded, concrete boolean
+    masks replaced by the integer arrays they stand for, trailing axes filled with `:`."""
+    if not isinstance(index, tuple):
+        index = (index,)
     if builtins.sum(entry is Ellipsis for entry in index) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = builtins.sum(
@@ -158,12 +172,9 @@ def getitem(x: Any, index: Any) -> Any:
     index = tuple(
         i for entry in index for i in (entry if isinstance(entry, _MaskParts) else (entry,))
     )
-    index = index + (slice(None),) * (
+    return index + (slice(None),) * (
         len(shape) - builtins.sum(entry is not None for entry in index)
     )
-    if any(_is_index_array(entry) for entry in index):
-        return _advanced_index(x, index, shape)
-    return _basic_index(x, index, shape)
 
 
 class _MaskParts(tuple):  # type: ignore[type-arg]
@@ -211,9 +222,15 @@ def _basic_index(x: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
     return reshape(slice_array(x, tuple(spans)), tuple(out_shape))
 
 
-def _advanced_index(x: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
+def index_spec(
+    shape: tuple[int, ...], index: Any, what: str
+) -> tuple[tuple[tuple[Any, ...], ...], list[Any]]:
+    """Gather's form of `index` into an array of `shape`: per axis ("slice", start, stop,
+    step) or ("array", k), and the index arrays (ints become 0-d ones), checked when
+    concrete. `what` names the operation in errors."""
+    index = normalize_index(index, shape)
     if any(entry is None for entry in index):
-        raise IndexError("None (newaxis) together with integer-array indexing is not supported")
+        raise IndexError(f"None (newaxis) is not supported in {what}")
     spec: list[tuple[Any, ...]] = []
     arrays: list[Any] = []
     for axis, entry in enumerate(index):
@@ -232,4 +249,4 @@ def _advanced_index(x: Any, index: tuple[Any, ...], shape: tuple[int, ...]) -> A
                 )
         spec.append(("array", len(arrays)))
         arrays.append(lift(entry))
-    return gather(x, arrays, tuple(spec))
+    return tuple(spec), arrays

@@ -246,7 +246,11 @@ def cov(
     """
     parts = [_array(m)] + ([] if y is None else [_array(y)])
     # NumPy computes covariances in float64 at least, whatever the input.
-    dtype = np.dtype(dtype) if dtype is not None else np.result_type(*parts, np.float64)
+    dtype = (
+        np.dtype(dtype)
+        if dtype is not None
+        else np.result_type(*(aval_of(p).dtype for p in parts), np.float64)
+    )
     # NumPy's rule for which inputs hold variables in columns: m unless it is 1-D, y
     # unless it has a single row.
     x = _variables(parts[0], rowvar, dtype, parts[0].ndim != 1)

@@ -3,7 +3,9 @@
 Every value has a slot; graph inputs and constants are filled in first, then each step
 reads its slots and fills its own. Kernel outputs are allocated with NumPy (which asks for
 huge pages) and passed in. A loop's kernel is generated, and compiled, on its first run:
-the serial variant for small sizes, the parallel one (prange) above a threshold.
+the serial variant for small sizes, the parallel one (prange) above a threshold. In
+background mode a kernel step asks its tier (runtime.background) at each run whether its
+kernel is ready; until then the tier runs the loop with NumPy.
 """
 
 from __future__ import annotations
@@ -19,9 +21,15 @@ import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource, generate
 from fastgrad.compiler.codegen.vecmath import FUNCTIONS
-from fastgrad.compiler.fusion import Call, Loop, Step
+from fastgrad.compiler.fusion import Call, Loop, Step, partition
 from fastgrad.compiler.kernel_cache import first_call, load_kernel
+from fastgrad.compiler.passes import simplify
+from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
+from fastgrad.runtime.background import KernelTier
+from fastgrad.runtime.control_flow import OPS as LOOP_OPS
+from fastgrad.runtime.control_flow import LoopPlanner, LoopStep
+from fastgrad.runtime.numpy_tier import NumpyLoop
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP
@@ -46,6 +54,7 @@ class _KernelStep:
     scalars: tuple[Any, ...] = ()
     checks: tuple[int, ...] = ()
     kernel: Any = None
+    tier: KernelTier | None = None  # background mode: NumPy, then kernels as they are ready
 
     def __post_init__(self) -> None:
         # Which operands the kernel sees in another shape: 0-d as (1,), and all raveled in a
@@ -70,23 +79,30 @@ class _KernelStep:
             if columns.size and (columns.min() < -k or columns.max() >= k):
                 bad = columns[(columns < -k) | (columns >= k)][0]
                 raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
+        if self.tier is not None and self.tier.answer(self, env):
+            return  # computed with NumPy: the kernel is still compiling in the background
         kernel = self.kernel
         if kernel is None:
             loaded = load_kernel(self.source.source, self.source.name)
             kernel = partial(first_call, loaded, self.source.source)
-        if self._any_reshape:
-            args = [
-                np.ascontiguousarray(env[slot]).reshape(-1) if reshape else env[slot]
-                for slot, reshape in zip(self.ins, self._reshape_in, strict=False)
-            ]
-        else:
-            args = [env[slot] for slot in self.ins]
-        outs = [np.empty(s, d) for s, d in self._allocations]
-        kernel(*self.sizes, self.nchunks, *self.scalars, *args, *outs)
+        args, outs = self.arguments(env)
+        kernel(*args)
         if self.kernel is None:
             self.kernel = loaded
         for slot, buf, view in zip(self.outs, outs, self._views, strict=False):
             env[slot] = buf if view is None else buf.reshape(view)
+
+    def arguments(self, env: list[Any]) -> tuple[list[Any], list[np.ndarray]]:
+        """The kernel's arguments for the values in `env`, and its fresh output arrays."""
+        if self._any_reshape:
+            arrays = [
+                np.ascontiguousarray(env[slot]).reshape(-1) if reshape else env[slot]
+                for slot, reshape in zip(self.ins, self._reshape_in, strict=False)
+            ]
+        else:
+            arrays = [env[slot] for slot in self.ins]
+        outs = [np.empty(s, d) for s, d in self._allocations]
+        return [*self.sizes, self.nchunks, *self.scalars, *arrays, *outs], outs
 
 
 @dataclass
@@ -123,9 +139,14 @@ class Executable:
             if node.op.name == "const":
                 constants[id(node.out)] = node.params["value"]
         self.constants = constants
-        self.plan: list[_KernelStep | _CallStep] = []
+        self.plan: list[_KernelStep | _CallStep | LoopStep] = []
+        loops = LoopPlanner(graph, compile_graph)
         for step in self.steps:
-            if isinstance(step, Call):
+            if isinstance(step, Call) and step.node.op.name in LOOP_OPS:
+                loop = loops.step(step.node, slot_of)  # one step for all of a loop's nodes
+                if loop is not None:
+                    self.plan.append(loop)
+            elif isinstance(step, Call):
                 n = step.node
                 self.plan.append(
                     _CallStep(
@@ -139,6 +160,7 @@ class Executable:
             else:
                 self.plan.append(self._kernel_step(step, slot_of))
         self.outputs = [slot_of(v) for v in graph.outputs]
+        self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
         for key, value in constants.items():
             if key in slot:
@@ -148,6 +170,11 @@ class Executable:
         size = int(np.prod(loop.shape))
         parallel = size >= PARALLEL_THRESHOLD and numba.config.NUMBA_NUM_THREADS > 1  # type: ignore[attr-defined]
         source = generate(loop, parallel, VECTOR_MATH, self.constants)
+        tier = None
+        if config.compile == "background":
+            # the serial variant first, which compiles ~1.2 s faster than the parallel one
+            serial = [generate(loop, False, VECTOR_MATH, self.constants)] if parallel else []
+            tier = KernelTier(NumpyLoop(loop, slot_of), [*serial, source], loop.shape)
         if DEBUG:
             print(f"# fastgrad: kernel for loop over {loop.shape}\n{source.source}")
         sizes = (size,) if source.flat else tuple(loop.shape)
@@ -164,6 +191,7 @@ class Executable:
             # NumPy scalars, so Numba types each by its dtype (float32 stays float32).
             scalars=tuple(self.constants[id(v)].reshape(())[()] for v in source.scalars),
             checks=tuple(slot_of(v) for v in source.index_checks),
+            tier=tier,
         )
 
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
@@ -173,6 +201,26 @@ class Executable:
             step.run(env)
         return [env[i] for i in self.outputs]
 
+    def settle(self) -> None:
+        """Make the next call wait for every kernel rather than run NumPy meanwhile."""
+        self.waits = True
+        for step in self.plan:
+            if isinstance(step, _KernelStep) and step.tier is not None:
+                step.tier.wait = True
+
+    @property
+    def compiled(self) -> bool:
+        """Whether every loop runs its final kernel (no NumPy tier left)."""
+        return all(s.tier is None for s in self.plan if isinstance(s, _KernelStep))
+
     @property
     def kernels(self) -> list[KernelSource]:
-        return [s.source for s in self.plan if isinstance(s, _KernelStep)]
+        """The plan's kernels, then those of the loop bodies it runs."""
+        own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
+        return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
+
+
+def compile_graph(graph: Graph) -> Executable:
+    """A loop body's plan: simplified, partitioned and compiled like a whole function."""
+    graph = simplify(graph)
+    return Executable(graph, partition(graph))

@@ -18,6 +18,11 @@ from fastgrad.core.pytree import flatten, unflatten
 
 __all__ = ["check_grads", "check_jvp", "check_vjp"]
 
+
+def __dir__() -> list[str]:
+    return list(__all__)  # fastgrad.testing.strategies is imported on its own (hypothesis)
+
+
 MODES = ("fwd", "rev")
 
 

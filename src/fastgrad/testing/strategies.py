@@ -28,7 +28,11 @@ DOMAINS: dict[str, tuple[float, float]] = {
     "unit": (-0.8, 0.8),
     "above_one": (1.2, 3.0),
     "above_minus_one": (-0.7, 3.0),
+    "unit_interval": (0.02, 0.98),
+    "below_two": (0.05, 1.95),
 }
+# Nonnegative whole numbers stored as floats: the order of polygamma.
+ORDERS = (0, 3)
 
 
 def shapes(
@@ -50,11 +54,13 @@ def broadcastable_shapes(
 def arrays(
     shape: tuple[int, ...], dtype: Any = np.float64, domain: str = "real"
 ) -> st.SearchStrategy[np.ndarray]:
-    """Arrays of `shape` and `dtype` with values inside `domain` (a name in DOMAINS, or
-    "bool")."""
+    """Arrays of `shape` and `dtype` with values inside `domain` (a name in DOMAINS, "bool",
+    or "order" for whole numbers 0 to 3)."""
     dtype = np.dtype(dtype)
     if domain == "bool":
         return hnp.arrays(np.bool_, shape)
+    if domain == "order":
+        return hnp.arrays(dtype, shape, elements=st.integers(*ORDERS).map(float))
     lo, hi = DOMAINS[domain]
     width: Literal[32, 64] = 32 if dtype == np.float32 else 64
     lo, hi = float(dtype.type(lo)), float(dtype.type(hi))  # representable in `dtype`

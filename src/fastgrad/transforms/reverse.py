@@ -69,7 +69,10 @@ def backpropagate(
             if node is not head or key not in pending:
                 continue
             ins = [env[id(v)] for v in node.inputs]
-            grads = node.op.extra["call_vjp"](pending.pop(key), *ins, call=node.params["call"])
+            kw: dict[str, Any] = {"call": node.params["call"]}
+            if node.op.extra.get("vjp_active"):  # a loop skips cotangents nothing reads
+                kw["active"] = tuple(id(v) in active for v in node.inputs)
+            grads = node.op.extra["call_vjp"](pending.pop(key), *ins, **kw)
         elif g is None:
             continue
         else:

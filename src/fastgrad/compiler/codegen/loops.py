@@ -167,7 +167,7 @@ class _Generator:
         if op.name == "scatter_add":  # the row pick's VJP: g[i] in column labels[i]
             g = self.value(node.inputs[0], node, "row", node.inputs[0].aval.shape)
             col = self.column(node.inputs[2], node.params["shape"][1])
-            return f"({g} if {col} == i1 else {scalar_type(out_dtype)}(0))"
+            return f"({g} if {col} == np.int64(i1) else {scalar_type(out_dtype)}(0))"
         args = [self.value(v, node, level) for v in node.inputs]
         template = op.loop
         assert template is not None, op.name
@@ -302,10 +302,13 @@ class _Generator:
         init_scalars(w, scalar_reductions)
         scratch_at, scratch_depth = len(w.lines), w.depth  # row buffers, once per chunk
         if first is not None:
-            w(f"for i{first} in range((c * n{first}) // nchunks, ((c + 1) * n{first}) // nchunks):")
+            w(
+                f"for i{first} in range(np.uint64((c * n{first}) // nchunks), "
+                f"np.uint64(((c + 1) * n{first}) // nchunks)):"
+            )
             w.indent()
             for a in self.outer[1:]:
-                w(f"for i{a} in range(n{a}):")
+                w(f"for i{a} in range(np.uint64(n{a})):")
                 w.indent()
         done: set[int] = set()
         scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
@@ -375,7 +378,7 @@ class _Generator:
                     if tracks_nan(n):
                         w(f"r{self.index[id(n.out)]}n = False")
             for a in self.inner:
-                w(f"for i{a} in range(n{a}):")
+                w(f"for i{a} in range(np.uint64(n{a})):")
                 w.indent()
             for n in nodes:
                 if id(n.out) not in needed:
@@ -473,8 +476,8 @@ class _Generator:
         w.indent()
         self.in_chunk = True
         body_begin, self.body_depth = len(w.lines), w.depth
-        w(f"lo = (c * n{o}) // nchunks")
-        w(f"hi = ((c + 1) * n{o}) // nchunks")
+        w(f"lo = np.uint64((c * n{o}) // nchunks)")
+        w(f"hi = np.uint64(((c + 1) * n{o}) // nchunks)")
         init_scalars(w, scalar_reductions)
         rows = [n for n in nodes if id(n.out) in reduce_phase]
         for n in rows:
@@ -483,7 +486,7 @@ class _Generator:
             if tracks_nan(n):
                 w(f"r{k}n = np.zeros(hi - lo, np.bool_)")
         for a in self.inner:
-            w(f"for i{a} in range(n{a}):")
+            w(f"for i{a} in range(np.uint64(n{a})):")
             w.indent()
         w(f"for i{o} in range(lo, hi):")
         w.indent()

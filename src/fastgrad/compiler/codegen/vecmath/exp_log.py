@@ -12,11 +12,11 @@ from fastgrad.compiler.codegen.vecmath.llvm import (
     _fabs,
     _fast_two_sum,
     _fma,
-    _jit,
     _mad,
     _poly,
     _select,
     _two_sum,
+    jit_for,
 )
 from fastgrad.compiler.codegen.vecmath.tables import constants
 
@@ -24,6 +24,7 @@ from fastgrad.compiler.codegen.vecmath.tables import constants
 def build(F: Any) -> dict[str, Any]:  # noqa: C901 - one closure scope keeps constants typed
     """The functions for float type F, by name (helpers the trig functions share too)."""
     k = constants(F)
+    _jit = jit_for(F)
     (
         BIAS,
         EXPM1_LO,

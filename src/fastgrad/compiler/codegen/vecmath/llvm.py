@@ -6,10 +6,13 @@ multiply-add; these intrinsics emit the single LLVM instruction.
 
 from __future__ import annotations
 
-import numba
+from typing import Any
+
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+from fastgrad.compiler.machine_code import cached_njit
 
 # Every function is compiled like the generated kernels: numpy error model (x/0 gives
 # inf/nan instead of raising) and no fastmath (the algorithms rely on exact IEEE
@@ -17,8 +20,15 @@ from numba.extending import intrinsic
 # that LLVM inlines it into the calling loop whatever its size: a call left in a loop
 # body blocks vectorization, and LLVM's size heuristics decline the trig reduction.
 # Inlining at the LLVM level (rather than Numba's inline="always") also keeps these
-# instructions free of a caller's fastmath flags and compiles each function only once.
-_jit = numba.njit(error_model="numpy")
+# instructions free of a caller's fastmath flags and compiles each function only once,
+# and its machine code is cached on disk: a new process loads it instead of compiling it
+# again for every kernel it builds. Functions built for one precision use `jit_for(F)`.
+_jit = cached_njit("shared", error_model="numpy")
+
+
+def jit_for(F: type) -> Any:
+    """The decorator for functions built for float type F (cached apart per precision)."""
+    return cached_njit(F.__name__, error_model="numpy")
 
 
 @intrinsic

@@ -12,12 +12,12 @@ from fastgrad.compiler.codegen.vecmath.llvm import (
     _fabs,
     _fast_two_sum,
     _fma,
-    _jit,
     _mad,
     _poly,
     _rint,
     _select,
     _two_sum,
+    jit_for,
 )
 from fastgrad.compiler.codegen.vecmath.tables import constants
 
@@ -25,6 +25,7 @@ from fastgrad.compiler.codegen.vecmath.tables import constants
 def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:  # noqa: C901
     """(functions, bounded variants) for float type F; `shared` holds exp_log's helpers."""
     k = constants(F)
+    _jit = jit_for(F)
     (
         ATAN_BIG,
         ATAN_P,

@@ -1,0 +1,23 @@
+"""The test session's kernel cache is never the user's.
+
+Unless FASTGRAD_CACHE_DIR already names a directory (each developer's own, say), every
+test, doctest and subprocess the tests start caches kernels in a per-user directory under
+the system's temporary directory, kept between runs so that a second run compiles
+nothing. Tests of the default location point HOME at a temporary directory of their own
+(tests/test_kernel_cache.py). Kernels compile before a first call returns
+(FASTGRAD_COMPILE=sync), so that every run takes the same path; tests of the background
+tier switch it on themselves (tests/test_tiers.py).
+"""
+
+import getpass
+import os
+import tempfile
+from pathlib import Path
+
+TEST_CACHE = Path(tempfile.gettempdir()) / f"fastgrad-test-cache-{getpass.getuser()}"
+
+
+def pytest_configure(config):
+    if not os.environ.get("FASTGRAD_CACHE_DIR"):
+        os.environ["FASTGRAD_CACHE_DIR"] = str(TEST_CACHE)
+    os.environ.setdefault("FASTGRAD_COMPILE", "sync")

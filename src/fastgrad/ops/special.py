@@ -1,0 +1,458 @@
+"""scipy.special: error and gamma functions, Bessel functions, information measures and
+log-sum-exp. Records and functions; public under fastgrad.scipy.special.
+
+Functions with no closed form here (erf, gammaln, digamma, ...) are primitives whose NumPy
+reference is SciPy's ufunc: a fused loop has no scalar version of them yet, so each runs as
+a library call over whole arrays. Their derivatives are written with these primitives and
+fastgrad's math, so every order works. The others (expit, logit, xlogy, entr, ndtr, ...)
+are exact compositions of existing ops and fuse with the code around them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+import scipy.special as sp
+
+from fastgrad.core.ir import Aval
+from fastgrad.core.primitive import REGISTRY, Primitive, register
+from fastgrad.core.tracing import Tracer, aval_of, bind, is_python_scalar
+from fastgrad.ops.base import (
+    astype,
+    broadcast_shapes,
+    broadcast_to,
+    coerce,
+    normalize_axis,
+    promote,
+    sum,
+    tangent_sum,
+)
+from fastgrad.ops.elementwise import (
+    abs,
+    isfinite,
+    isnan,
+    logical_and,
+    logical_or,
+    not_equal,
+    sign,
+    stop_gradient,
+    where,
+)
+from fastgrad.ops.math import exp, log, log1p, log_sigmoid, sigmoid
+from fastgrad.ops.reduction import max
+from fastgrad.ops.shape import squeeze, zeros_like
+
+__all__: list[str] = []  # public under fastgrad.scipy.special
+
+F = TypeVar("F", bound=Callable[..., Any])
+_SQRT_PI = math.sqrt(math.pi)
+_SQRT_2PI = math.sqrt(2 * math.pi)
+
+# ---------------------------------------------------------------- records
+
+
+def _same_float_eval(name: str) -> Callable[..., Aval]:
+    def abstract_eval(*avals: Aval) -> Aval:
+        first = avals[0]
+        if any(a.shape != first.shape or a.dtype != first.dtype for a in avals):
+            raise ValueError(f"{name} needs operands of one shape and dtype, got {avals}")
+        if first.dtype.kind != "f":
+            raise TypeError(f"{name} needs float operands, got {first}")
+        return Aval(first.shape, first.dtype, weak=all(a.weak for a in avals))
+
+    return abstract_eval
+
+
+def _scipy_impl(fn: Any) -> Callable[..., np.ndarray]:
+    # SciPy computes some functions (polygamma) in float64 only; results keep the
+    # operands' dtype, as every fastgrad op does.
+    return lambda *xs: np.asarray(fn(*xs)).astype(xs[0].dtype, copy=False)
+
+
+def special(
+    name: str,
+    fn: Any,
+    vjp: Callable[..., Any],
+    jvp: Callable[..., Any],
+    domain: tuple[str, ...],
+) -> Primitive:
+    """Register an elementwise function computed by SciPy as a library call (kind "other":
+    a fused loop has no scalar version of it)."""
+    return register(
+        Primitive(name, _same_float_eval(name), _scipy_impl(fn), vjp, jvp, domain=domain)
+    )
+
+
+def _unary(name: str, fn: Any, derivative: Callable[[Any, Any], Any], domain: str) -> None:
+    """A one-operand function whose derivative is `derivative(out, x)`."""
+    special(
+        name,
+        fn,
+        lambda g, out, x: (g * derivative(out, x),),
+        lambda t, out, x: t[0] * derivative(out, x),
+        (domain,),
+    )
+
+
+def _i1e_derivative(out: Any, x: Any) -> Any:
+    # i1e' = i0e - i1e (sign(x) + 1/x), whose limit at 0 is 1/2 (from a safe divisor).
+    at_zero = x == 0
+    return where(at_zero, 0.5, i0e(x) - out * (sign(x) + 1.0 / where(at_zero, 1.0, x)))
+
+
+# fmt: off
+_unary("erf", sp.erf, lambda out, x: exp(-x * x) * (2 / _SQRT_PI), "real")
+_unary("erfc", sp.erfc, lambda out, x: exp(-x * x) * (-2 / _SQRT_PI), "real")
+_unary("erfinv", sp.erfinv, lambda out, x: exp(out * out) * (_SQRT_PI / 2), "unit")
+_unary("erfcinv", sp.erfcinv, lambda out, x: exp(out * out) * (-_SQRT_PI / 2), "below_two")
+_unary("ndtri", sp.ndtri, lambda out, x: exp(out * out * 0.5) * _SQRT_2PI, "unit_interval")
+_unary("log_ndtr", sp.log_ndtr, lambda out, x: exp(-x * x * 0.5 - out) / _SQRT_2PI, "real")
+_unary("gammaln", sp.gammaln, lambda out, x: digamma(x), "positive")
+_unary("digamma", sp.digamma, lambda out, x: polygamma(1, x), "positive")
+_unary("gamma", sp.gamma, lambda out, x: out * digamma(x), "positive")
+_unary("i0e", sp.i0e, lambda out, x: i1e(x) - sign(x) * out, "real")
+_unary("i1e", sp.i1e, _i1e_derivative, "real")
+# fmt: on
+
+
+def _polygamma_vjp(g: Any, out: Any, n: Any, x: Any) -> tuple[None, Any]:
+    return None, g * polygamma(n + 1, x)  # n is an integer order: no gradient
+
+
+special(
+    "polygamma",
+    sp.polygamma,
+    _polygamma_vjp,
+    lambda t, out, n, x: None if t[1] is None else t[1] * polygamma(n + 1, x),
+    ("order", "positive"),
+)
+
+
+def _beta_partials(a: Any, b: Any) -> tuple[Any, Any]:
+    """d/da and d/db of log B(a, b)."""
+    both = digamma(a + b)
+    return digamma(a) - both, digamma(b) - both
+
+
+def _log_beta_rule(scale: Callable[[Any], Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """VJP and JVP of a function whose derivative is scale(out) times that of log B(a, b)."""
+
+    def vjp(g: Any, out: Any, a: Any, b: Any) -> tuple[Any, Any]:
+        da, db = _beta_partials(a, b)
+        return g * scale(out) * da, g * scale(out) * db
+
+    def jvp(t: Any, out: Any, a: Any, b: Any) -> Any:
+        da, db = _beta_partials(a, b)
+        return tangent_sum(t, lambda ta: ta * da, lambda tb: tb * db) * scale(out)
+
+    return vjp, jvp
+
+
+special("beta", sp.beta, *_log_beta_rule(lambda out: out), ("positive", "positive"))
+special("betaln", sp.betaln, *_log_beta_rule(lambda out: 1.0), ("positive", "positive"))
+
+
+# ---------------------------------------------------------------- the primitives' functions
+
+
+def _apply(name: str, *args: Any) -> Any:
+    """Apply special function `name` after promoting its operands to one float dtype
+    (integers to float64, as SciPy does) and broadcasting them."""
+    args = tuple(_as_operand(a) for a in args)
+    avals = [aval_of(a) for a in args]
+    shape = broadcast_shapes(*(a.shape for a in avals), what=name)
+    dtype, _ = promote(avals)
+    if dtype.kind != "f":
+        if dtype.kind not in "biu":
+            raise TypeError(f"{name}: expected real numbers, got dtype {dtype}")
+        dtype = np.dtype(np.float64)
+    tracing = any(isinstance(a, Tracer) for a in args)
+    return bind(
+        REGISTRY[name],
+        *(coerce(a, v, dtype, shape, tracing) for a, v in zip(args, avals, strict=True)),
+    )
+
+
+def _as_operand(x: Any) -> Any:
+    # Python scalars stay weakly typed (they take the other operand's float dtype).
+    return x if isinstance(x, Tracer) or is_python_scalar(x) else np.asarray(x)
+
+
+def erf(x: Any) -> Any:
+    """The error function, 2/sqrt(pi) times the integral of exp(-t^2) from 0 to x.
+
+    >>> round(float(erf(0.5)), 10)
+    0.5204998778
+    """
+    return _apply("erf", x)
+
+
+def erfc(x: Any) -> Any:
+    """1 - erf(x), accurate where erf(x) is near 1."""
+    return _apply("erfc", x)
+
+
+def erfinv(y: Any) -> Any:
+    """The inverse of erf on (-1, 1)."""
+    return _apply("erfinv", y)
+
+
+def erfcinv(y: Any) -> Any:
+    """The inverse of erfc on (0, 2)."""
+    return _apply("erfcinv", y)
+
+
+def ndtri(p: Any) -> Any:
+    """The standard normal quantile: the x with ndtr(x) = p."""
+    return _apply("ndtri", p)
+
+
+def log_ndtr(x: Any) -> Any:
+    """log(ndtr(x)), accurate far into the lower tail."""
+    return _apply("log_ndtr", x)
+
+
+def gammaln(x: Any) -> Any:
+    """log|Gamma(x)|; its derivative is digamma."""
+    return _apply("gammaln", x)
+
+
+def digamma(x: Any) -> Any:
+    """d/dx log Gamma(x) (also named psi)."""
+    return _apply("digamma", x)
+
+
+psi = digamma
+
+
+def polygamma(n: Any, x: Any) -> Any:
+    """The n-th derivative of digamma; `n` is a nonnegative integer order (no gradient).
+
+    >>> round(float(polygamma(1, 1.0)), 9)  # pi^2 / 6
+    1.644934067
+    """
+    if not isinstance(n, Tracer):
+        order = np.asarray(n)
+        if order.dtype.kind == "f" and np.any(order != np.floor(order)) or np.any(order < 0):
+            raise ValueError(f"polygamma: n must hold nonnegative integers, got {n!r}")
+    # The order takes x's dtype: an integer order does not make float32 x float64.
+    x = _as_operand(x)
+    dtype = aval_of(x).dtype if aval_of(x).dtype.kind == "f" else np.dtype(np.float64)
+    return _apply("polygamma", astype(_as_operand(n), dtype), x)
+
+
+def gamma(x: Any) -> Any:
+    """The gamma function."""
+    return _apply("gamma", x)
+
+
+def beta(a: Any, b: Any) -> Any:
+    """The beta function Gamma(a) Gamma(b) / Gamma(a + b)."""
+    return _apply("beta", a, b)
+
+
+def betaln(a: Any, b: Any) -> Any:
+    """log|B(a, b)|, without overflow for large a, b."""
+    return _apply("betaln", a, b)
+
+
+def i0e(x: Any) -> Any:
+    """The exponentially scaled modified Bessel function of order 0, exp(-|x|) I0(x)."""
+    return _apply("i0e", x)
+
+
+def i1e(x: Any) -> Any:
+    """The exponentially scaled modified Bessel function of order 1, exp(-|x|) I1(x)."""
+    return _apply("i1e", x)
+
+
+# ---------------------------------------------------------------- compositions
+
+
+def quiet(fn: F) -> F:
+    """Run `fn` with NumPy's floating-point warnings off. On plain arrays compositions
+    compute with NumPy's operators; like SciPy's functions they return inf and NaN as
+    values, without warnings (traced code never warns)."""
+
+    @functools.wraps(fn)
+    def quiet_fn(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return quiet_fn  # type: ignore[return-value]
+
+
+@quiet
+def i0(x: Any) -> Any:
+    """The modified Bessel function of order 0, exp(|x|) i0e(x)."""
+    return exp(abs(x)) * i0e(x)
+
+
+@quiet
+def i1(x: Any) -> Any:
+    """The modified Bessel function of order 1, exp(|x|) i1e(x)."""
+    return exp(abs(x)) * i1e(x)
+
+
+@quiet
+def ndtr(x: Any) -> Any:
+    """The standard normal CDF, erfc(-x / sqrt(2)) / 2.
+
+    >>> float(ndtr(0.0))
+    0.5
+    """
+    return erfc(x * -(1 / math.sqrt(2))) * 0.5
+
+
+def expit(x: Any) -> Any:
+    """The logistic function 1 / (1 + exp(-x)), without overflow."""
+    return sigmoid(x)
+
+
+def log_expit(x: Any) -> Any:
+    """log(expit(x)), accurate for large |x|."""
+    return log_sigmoid(x)
+
+
+@quiet
+def logit(p: Any) -> Any:
+    """log(p / (1 - p)), the inverse of expit.
+
+    >>> float(logit(0.5))
+    0.0
+    """
+    return log(p) - log1p(-p)
+
+
+def _kept_where(x: Any, y: Any, defined: Any, replacement: float) -> Any:
+    """`y` where x != 0 or `defined` holds (or y is NaN, which must propagate), else
+    `replacement`: where x == 0, x * f(y) is 0 whatever y is, so y only needs to be a safe
+    value there (and then d/dx is f(y) wherever f(y) is finite, as in JAX)."""
+    keep = logical_or(logical_or(not_equal(x, 0), defined), isnan(y))
+    return where(keep, y, replacement)
+
+
+@quiet
+def xlogy(x: Any, y: Any) -> Any:
+    """x * log(y), 0 where x == 0 (unless y is NaN).
+
+    >>> float(xlogy(0.0, 0.0)), float(xlogy(2.0, np.e))
+    (0.0, 2.0)
+    """
+    return x * log(_kept_where(x, y, logical_and(isfinite(y), y > 0), 1.0))
+
+
+@quiet
+def xlog1py(x: Any, y: Any) -> Any:
+    """x * log1p(y), 0 where x == 0 (unless y is NaN)."""
+    return x * log1p(_kept_where(x, y, logical_and(isfinite(y), y > -1), 0.0))
+
+
+@quiet
+def entr(x: Any) -> Any:
+    """-x log(x) for x > 0, 0 at 0, -inf below.
+
+    >>> float(entr(0.5)), float(entr(0.0)), float(entr(-1.0))
+    (0.34657359027997264, 0.0, -inf)
+    """
+    negative = x < 0
+    return where(negative, -np.inf, 0.0 - xlogy(x, where(negative, 1.0, x)))  # +0.0 at 0
+
+
+def _relative_entropy(x: Any, y: Any, extra: Callable[[Any, Any], Any]) -> Any:
+    # x log(x / y) + extra(x, y) for x, y > 0; extra(0, y) for x == 0 <= y; inf otherwise.
+    inside = logical_and(x > 0, y > 0)
+    xs, ys = where(inside, x, 1.0), where(inside, y, 1.0)
+    edge = where(logical_and(x == 0, y >= 0), extra(x, y), np.inf)
+    value = where(inside, xs * log(xs / ys) + extra(xs, ys), edge)
+    return where(logical_or(isnan(x), isnan(y)), np.nan, value)
+
+
+@quiet
+def rel_entr(x: Any, y: Any) -> Any:
+    """x log(x / y) for x, y > 0; 0 where x == 0 <= y; inf otherwise."""
+    return _relative_entropy(x, y, lambda x, y: zeros_like(x))
+
+
+@quiet
+def kl_div(x: Any, y: Any) -> Any:
+    """x log(x / y) - x + y for x, y > 0; y where x == 0 <= y; inf otherwise."""
+    return _relative_entropy(x, y, lambda x, y: y - x)
+
+
+def _shift(a: Any, axes: tuple[int, ...], b: Any = None) -> Any:
+    """The largest term over `axes` (leaving out terms weighted by b == 0), kept as axes of
+    size 1 and stop_gradient'ed: subtracting it changes no value, so no gradient needs to
+    flow through it. 0 where it is not finite, or the axes are empty."""
+    shape = aval_of(a).shape
+    if not all(shape[i] for i in axes):
+        return 0.0
+    candidates = a if b is None else where(b != 0, a, -np.inf)
+    shift = stop_gradient(max(candidates, axis=axes, keepdims=True))
+    return where(isfinite(shift), shift, 0.0)
+
+
+def _float_operand(x: Any) -> Any:
+    x = x if isinstance(x, Tracer) else np.asarray(x)
+    return x if aval_of(x).dtype.kind == "f" else astype(x, np.float64)
+
+
+@quiet
+def logsumexp(
+    a: Any, axis: Any = None, b: Any = None, keepdims: bool = False, return_sign: bool = False
+) -> Any:
+    """log(sum(b * exp(a))) over `axis`, computed stably (SciPy's signature).
+
+    `b` weights the terms (broadcast against `a`; terms with b == 0 are left out of the
+    shift). With `return_sign=True` returns (log|sum|, sign of the sum); otherwise a
+    negative sum gives NaN, as in SciPy. Empty axes give -inf.
+
+    >>> float(logsumexp(np.array([1000.0, 1000.0])))
+    1000.6931471805599
+    >>> logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]), return_sign=True)[1]
+    array(-1.)
+    """
+    a = _float_operand(a)
+    if b is not None:
+        b = _float_operand(b)
+        shape = broadcast_shapes(aval_of(a).shape, aval_of(b).shape, what="logsumexp a and b")
+        a = broadcast_to(a, shape)
+    axes = normalize_axis(axis, aval_of(a).ndim)
+    shift = _shift(a, axes, b)
+    terms = exp(a - shift)
+    if b is not None:
+        # A term that overflows where b == 0 is left out (0 * inf would be NaN), as SciPy does.
+        terms = where(logical_or(b != 0, isfinite(terms)), terms, 0.0) * b
+    total = sum(terms, axis=axes, keepdims=True)
+    if return_sign:
+        out, sign_out = log(abs(total)) + shift, sign(total)
+    else:
+        out, sign_out = log(total) + shift, None
+    if not keepdims:
+        out = squeeze(out, axes)
+        sign_out = None if sign_out is None else squeeze(sign_out, axes)
+    return (out, sign_out) if return_sign else out
+
+
+@quiet
+def softmax(x: Any, axis: Any = None) -> Any:
+    """exp(x) / sum(exp(x)) over `axis` (all axes by default, as in SciPy).
+
+    >>> softmax(np.array([0.0, np.log(3.0)]))
+    array([0.25, 0.75])
+    """
+    x = _float_operand(x)
+    axes = normalize_axis(axis, aval_of(x).ndim)
+    terms = exp(x - _shift(x, axes))
+    return terms / sum(terms, axis=axes, keepdims=True)
+
+
+@quiet
+def log_softmax(x: Any, axis: Any = None) -> Any:
+    """x - logsumexp(x) over `axis` (all axes by default, as in SciPy)."""
+    x = _float_operand(x)
+    return x - logsumexp(x, axis, keepdims=True)

@@ -1,0 +1,245 @@
+"""Tiered execution: kernels compile on a background thread while NumPy answers.
+
+In background mode (`config.compile`, the default) each kernel step of a plan carries a
+`KernelTier`. Its first run hands the kernel's variants to the compile thread (the serial
+one first; for loops large enough to gain from threads, the parallel one after it) and
+runs the loop with NumPy (runtime.numpy_tier); every later run asks the tier, which
+switches the step to the newest variant that is ready. A compile that fails leaves the
+step on NumPy and warns once, naming the kernel. One thread, not a worker process: Numba
+compiles one function at a time per process anyway, about half of a compile runs without
+the GIL, and on this kind of machine a worker process took 4-12 s to start, longer than
+most compiles (docs/architecture.md, the runtime layer).
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from fastgrad.compiler.codegen.source import KernelSource
+from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
+from fastgrad.core import compile_log
+from fastgrad.core.config import config
+from fastgrad.runtime.numpy_tier import NumpyLoop
+
+PENDING, READY, FAILED = "pending", "ready", "failed"
+
+
+class Batch:
+    """The kernels one first call handed to the compile thread, reported together once
+    the call has returned and all of them are done."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.jobs: list[Job] = []
+        self.to_build = 0  # jobs whose machine code is not on disk
+        self.start = time.perf_counter()
+        self.lock = threading.Lock()
+        self.finished = 0
+        self.open = True
+
+    def add(self, job: Job) -> None:
+        with self.lock:
+            self.jobs.append(job)
+
+    def job_done(self) -> None:
+        with self.lock:
+            self.finished += 1
+        self._report_if_done()
+
+    def close(self) -> None:
+        with self.lock:
+            self.open = False
+        self._report_if_done()
+
+    def _report_if_done(self) -> None:
+        with self.lock:
+            if self.open or self.finished < len(self.jobs) or not self.jobs:
+                return
+            self.open = True  # report once
+        built = sum(job.built for job in self.jobs)
+        failed = sum(job.state == FAILED for job in self.jobs)
+        seconds = time.perf_counter() - self.start
+        compile_log.background_done(self.what, len(self.jobs), built, failed, seconds)
+
+
+class Job:
+    """One kernel variant to compile for one argument signature."""
+
+    def __init__(self, source: KernelSource, label: str, types: tuple[Any, ...], batch: Batch):
+        self.source = source
+        self.label = label  # "serial kernel fastgrad_kernel_<key> (loop over (n,))"
+        self.types = types
+        self.batch = batch
+        self.state = PENDING
+        self.dispatcher: Any = None
+        self.error: BaseException | None = None
+        self.built = False
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        try:
+            self.dispatcher, self.built = compile_kernel(
+                self.source.source, self.source.name, self.types
+            )
+            self.state = READY
+        except Exception as error:  # reported to the caller, which stays on NumPy
+            self.error = error
+            self.state = FAILED
+        seconds = time.perf_counter() - start
+        compile_log.log_kernel_ready(self.label, self.state == READY, self.built, seconds)
+        self.done.set()
+        self.batch.job_done()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.state = FAILED
+        self.done.set()
+        self.batch.job_done()
+
+
+class _Worker:
+    """The compile thread: jobs run one at a time, in the order they were submitted."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.thread: threading.Thread | None = None
+        self.idle = threading.Condition()
+        self.pending = 0
+        self.stopping = False
+
+    def submit(self, job: Job) -> None:
+        with self.idle:
+            self.pending += 1
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._loop, name="fastgrad-compile", daemon=True
+                )
+                self.thread.start()
+                atexit.register(self.stop)
+        self.jobs.put(job)
+
+    def _loop(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            if self.stopping:  # the interpreter is exiting: pending jobs are dropped
+                job.fail(RuntimeError("the process exited before this kernel compiled"))
+            else:
+                job.run()
+            with self.idle:
+                self.pending -= 1
+                self.idle.notify_all()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        with self.idle:
+            return self.idle.wait_for(lambda: self.pending == 0, timeout)
+
+    def stop(self) -> None:
+        """At exit, finish the compile under way (its machine code is then cached for the
+        next process) and drop the rest, rather than leave Numba mid-compile."""
+        self.stopping = True
+        self.jobs.put(None)
+        if self.thread is not None:
+            self.thread.join(timeout=60)
+
+
+_WORKER = _Worker()
+_batches: list[Batch] = []
+
+
+@contextmanager
+def first_run(what: str) -> Iterator[Batch]:
+    """Collect the kernels handed to the compile thread during a first call of `what`;
+    once the call has returned, say how many build (fastgrad.core.compile_log), and again
+    when they are all done."""
+    batch = Batch(what)
+    _batches.append(batch)
+    try:
+        yield batch
+    finally:
+        _batches.remove(batch)
+        compile_log.background_started(what, batch.to_build)
+        batch.close()
+
+
+def wait_idle(timeout: float | None = None) -> bool:
+    """Wait until every kernel handed to the compile thread so far is compiled (or has
+    failed); False if `timeout` seconds passed first.
+
+    >>> wait_idle(timeout=60)
+    True
+    """
+    return _WORKER.wait_idle(timeout)
+
+
+class KernelTier:
+    """What a kernel step runs until its final kernel is ready: NumPy, then each variant
+    of its kernel as the compile thread finishes it."""
+
+    def __init__(self, numpy_loop: NumpyLoop, variants: Sequence[KernelSource], shape: Any):
+        self.numpy_loop = numpy_loop
+        self.variants = list(variants)  # serial first; the last one is final
+        self.shape = shape
+        self.jobs: list[Job] | None = None
+        self.warned = False
+        self.wait = False  # set by Executable.settle: the next call waits for the kernels
+
+    def answer(self, step: Any, env: list[Any]) -> bool:
+        """Run the step's loop with NumPy and return True while no kernel is ready; else
+        install the newest ready kernel as `step.kernel` and return False (the step then
+        runs it). With `wait` (or `config.compile == "sync"`) the kernels come first."""
+        wait = self.wait or config.compile == "sync"
+        if self.jobs is None:
+            if wait:  # compiled by the step itself, as without tiers: the final variant
+                step.tier = None
+                return False
+            self._submit(step, env)
+        assert self.jobs is not None
+        if wait:
+            for job in self.jobs:
+                job.done.wait()
+        ready = [job for job in self.jobs if job.state == READY]
+        failed = [job for job in self.jobs if job.state == FAILED]
+        if failed and not self.warned:
+            self.warned = True
+            job = failed[0]
+            warnings.warn(
+                f"fastgrad: compiling the {job.label} failed ({type(job.error).__name__}: "
+                f"{job.error}); this loop runs with NumPy instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if ready:
+            step.kernel = ready[-1].dispatcher
+            if all(job.state != PENDING for job in self.jobs):
+                step.tier = None  # settled: later calls ask nothing
+            return False
+        self.numpy_loop.run(env)  # still compiling, or every variant failed
+        return True
+
+    def _submit(self, step: Any, env: list[Any]) -> None:
+        import numba
+
+        args, _ = step.arguments(env)
+        types = tuple(numba.typeof(a) for a in args)
+        batch = _batches[-1] if _batches else Batch(f"a loop over {self.shape}")
+        self.jobs = []
+        for i, source in enumerate(self.variants):
+            final = i == len(self.variants) - 1
+            kind = "parallel" if final and step.parallel else "serial"
+            key = kernel_key(source.source)
+            label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
+            job = Job(source, label, types, batch)
+            if needs_build(source.source):
+                batch.to_build += 1
+            batch.add(job)
+            self.jobs.append(job)
+            _WORKER.submit(job)
+        if not _batches:
+            batch.close()

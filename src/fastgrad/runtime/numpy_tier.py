@@ -1,0 +1,72 @@
+"""The first tier: a fused loop run with whole-array NumPy while its kernel compiles.
+
+`NumpyLoop` evaluates a loop's nodes in order with each op's NumPy reference on whole
+arrays (one vectorized NumPy call per op, not an interpretation per element), writing an
+elementwise result into a dead operand's buffer where it can. It reads and fills the
+same slots as the kernel would, so a plan can switch between the two at any step.
+Results agree with the compiled kernels within the tolerance `tests/test_tiers.py`
+states: NumPy's libm and summation order against fastgrad's vector math and chunked sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fastgrad.compiler.fusion import Loop
+
+# (impl, params, inputs as (is_slot, slot or local index), dtype, reusable local index)
+_Op = tuple[Callable[..., Any], dict[str, Any], list[tuple[bool, int]], np.dtype, int]
+
+
+class NumpyLoop:
+    """One fused loop as a sequence of whole-array NumPy calls over the plan's slots."""
+
+    def __init__(self, loop: Loop, slot_of: Callable[[Any], int]):
+        nodes = loop.nodes
+        local = {id(node.out): i for i, node in enumerate(nodes)}
+        outputs = {local[id(v)] for v in loop.outputs}
+        # A ufunc's result is fresh memory, and one read only by ufuncs is never aliased by
+        # a view: the last of those ufuncs may write its own result into it.
+        ufunc = [isinstance(n.op.impl, np.ufunc) and n.op.impl is n.op.ufunc for n in nodes]
+        readers: dict[int, list[int]] = {}
+        for i, node in enumerate(nodes):
+            for v in node.inputs:
+                if id(v) in local:
+                    readers.setdefault(local[id(v)], []).append(i)
+        self.ops: list[_Op] = []
+        for i, node in enumerate(nodes):
+            ins = [
+                (False, local[id(v)]) if id(v) in local else (True, slot_of(v)) for v in node.inputs
+            ]
+            reuse = -1
+            for v in node.inputs if ufunc[i] else ():
+                k = local.get(id(v))
+                if (
+                    k is not None
+                    and ufunc[k]
+                    and k not in outputs
+                    and all(ufunc[r] for r in readers[k])
+                    and readers[k][-1] == i
+                    and v.aval.shape == node.out.aval.shape
+                    and v.aval.dtype == node.out.aval.dtype
+                ):
+                    reuse = k
+                    break
+            self.ops.append((node.op.impl, node.params, ins, node.out.aval.dtype, reuse))
+        self.outputs = [(local[id(v)], slot_of(v)) for v in loop.outputs]
+        self.size = len(self.ops)
+
+    def run(self, env: list[Any]) -> None:
+        values: list[Any] = [None] * self.size
+        with np.errstate(all="ignore"):  # as the kernels: inf and nan, never an exception
+            for i, (impl, params, ins, dtype, reuse) in enumerate(self.ops):
+                args = [env[k] if is_slot else values[k] for is_slot, k in ins]
+                if reuse >= 0 and values[reuse].ndim:
+                    values[i] = impl(*args, out=values[reuse], **params)
+                else:
+                    values[i] = np.asarray(impl(*args, **params), dtype=dtype)
+        for k, slot in self.outputs:
+            env[slot] = values[k]

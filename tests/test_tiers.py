@@ -1,0 +1,162 @@
+"""Tiered execution: a first call runs with NumPy while kernels compile in the background,
+and calls switch to each kernel when it is ready.
+
+The compile thread is replaced by a queue the test releases by hand, so that which tier
+answers each call is decided by the test, never by timing. Tolerance between the tiers:
+NumPy's libm and pairwise sums against fastgrad's vector math (~1 ulp) and chunked sums,
+so rtol = atol = 1e-10 in float64.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.runtime import background
+from fastgrad.runtime.executable import PARALLEL_THRESHOLD
+from fastgrad.testing import strategies as fst
+
+TOL = {"rtol": 1e-10, "atol": 1e-10}
+
+
+class HeldCompiles:
+    """Stands in for the compile thread: keeps jobs until the test releases them."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def submit(self, job):
+        self.jobs.append(job)
+
+    def release(self, n=None):
+        n = len(self.jobs) if n is None else n
+        for job in self.jobs[:n]:
+            job.run()
+        del self.jobs[:n]
+
+
+@pytest.fixture
+def held(monkeypatch):
+    worker = HeldCompiles()
+    monkeypatch.setattr(background, "_WORKER", worker)
+    monkeypatch.setattr(fg.config, "compile", "background")
+    return worker
+
+
+def plan(jitted):
+    (traced,) = jitted._cache.values()
+    return traced.executable
+
+
+def kernel_steps(jitted):
+    return [s for s in plan(jitted).plan if hasattr(s, "tier")]
+
+
+def loss(x, y):
+    return fnp.sum(fnp.tanh(x * y + fnp.sin(x)) * fnp.exp(-y * y) / (1 + x * x))
+
+
+def test_a_first_call_runs_on_numpy_then_switches(held, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))  # nothing on disk
+    x, y = np.linspace(-2, 2, 30), np.linspace(0, 1, 30)
+    f = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))
+    expected = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)), fuse=False)(x, y)
+    first = f(x, y)
+    (step,) = kernel_steps(f)
+    assert step.kernel is None and len(held.jobs) == 1  # no kernel ran: NumPy did
+    assert "1 kernel in the background" in capsys.readouterr().err
+    np.testing.assert_allclose(first[0], expected[0], **TOL)
+    assert f(x, y)[0] == first[0] and step.kernel is None  # still compiling
+    held.release()
+    assert "in the background: 1 kernel (1 built, 0 cached)" in capsys.readouterr().err
+    value, grads = f(x, y)
+    assert step.kernel is not None and plan(f).compiled
+    np.testing.assert_allclose(value, expected[0], **TOL)
+    for g, e in zip(grads, expected[1], strict=True):
+        np.testing.assert_allclose(g, e, **TOL)
+
+
+def test_large_loops_get_the_serial_kernel_first(held):
+    n = PARALLEL_THRESHOLD
+    x = np.linspace(-1, 1, n)
+    f = fg.jit(lambda x: fnp.sum(fnp.exp(x) * x))
+    expected = float(np.sum(np.exp(x) * x))
+    np.testing.assert_allclose(f(x), expected, rtol=1e-12)
+    (step,) = kernel_steps(f)
+    if not step.parallel:
+        pytest.skip("one thread: no parallel variant")
+    assert [j.label.split()[0] for j in held.jobs] == ["serial", "parallel"]
+    held.release(1)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-12)
+    assert step.kernel is not None and not plan(f).compiled
+    held.release()
+    np.testing.assert_allclose(f(x), expected, rtol=1e-12)
+    assert plan(f).compiled
+
+
+def test_a_failed_compile_warns_once_and_stays_on_numpy(held, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("no machine code today")
+
+    monkeypatch.setattr(background, "compile_kernel", broken)
+    x = np.linspace(0, 1, 7)
+    f = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 3.0))
+    f(x)
+    held.release()
+    with pytest.warns(RuntimeWarning, match=r"kernel fastgrad_kernel_\w+ \(loop over \(7,\)\)"):
+        value = f(x)
+    np.testing.assert_allclose(value, np.sum(np.cos(x) * 3.0), rtol=1e-14)
+    np.testing.assert_allclose(f(x), value)  # no second warning (warnings are errors here)
+    assert kernel_steps(f)[0].kernel is None
+
+
+def test_compile_and_warmup_wait_for_the_kernels(monkeypatch):
+    monkeypatch.setattr(fg.config, "compile", "background")
+    x = np.linspace(0, 1, 9)
+    f = fg.jit(lambda x: fnp.sum(fnp.sin(x) ** 2)).compile(x)
+    assert plan(f).compiled
+    g = fg.warmup(lambda x: fnp.sum(fnp.log1p(x) * 2.0), x)
+    assert plan(g).compiled
+    np.testing.assert_allclose(g(x), np.sum(np.log1p(x) * 2.0), rtol=1e-14)
+
+
+def test_sync_compiles_before_the_first_call_returns(monkeypatch):
+    monkeypatch.setattr(fg.config, "compile", "sync")
+    f = fg.jit(lambda x: fnp.sum(fnp.tanh(x) + 1.0))
+    f(np.ones(5))
+    assert plan(f).compiled and kernel_steps(f)[0].kernel is not None
+    with pytest.raises(ValueError, match="background"):
+        fg.config.update("compile", "later")
+
+
+def program_and_inputs():
+    return fst.programs().flatmap(
+        lambda p: st.tuples(
+            st.just(p), st.tuples(*(fst.arrays(s, np.float64, "real") for s in p.shapes))
+        )
+    )
+
+
+@settings(max_examples=8)
+@given(case=program_and_inputs())
+def test_the_numpy_tier_agrees_with_the_kernels(case):
+    program, xs = case
+    argnums = tuple(range(len(xs)))
+
+    def value_and_grads(*a):
+        return fg.value_and_grad(lambda *b: fnp.sum(program(*b)), argnums=argnums)(*a)
+
+    worker, mode = background._WORKER, fg.config.compile
+    background._WORKER = HeldCompiles()
+    try:
+        fg.config.compile = "background"
+        tiered = fg.jit(value_and_grads)(*xs)  # never released: all NumPy
+        fg.config.compile = "sync"
+        compiled = fg.jit(value_and_grads)(*xs)
+    finally:
+        background._WORKER, fg.config.compile = worker, mode
+    np.testing.assert_allclose(tiered[0], compiled[0], **TOL)
+    for a, b in zip(tiered[1], compiled[1], strict=True):
+        np.testing.assert_allclose(a, b, **TOL)
