@@ -34,6 +34,19 @@ def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: in
     )
 
 
+def axes_of(draw, ndim):
+    """None, an axis, or a tuple of distinct axes of an array of `ndim` dimensions."""
+    if ndim == 0:
+        return None
+    return draw(
+        st.none()
+        | st.integers(-ndim, ndim - 1)
+        | st.permutations(range(ndim)).flatmap(
+            lambda p: st.integers(1, ndim).map(lambda k: tuple(p[:k]))
+        )
+    )
+
+
 def values(shape, lo: float = -2.0, hi: float = 2.0, unique: bool = False):
     """float64 arrays of `shape` in [lo, hi]; `unique` keeps values apart (no ties, where
     finite differences would straddle a kink)."""

@@ -10,20 +10,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from numpy_check import assert_rejected, shapes, table_tests, values
-
-
-def _axes(draw, ndim):
-    """None, an axis, or a tuple of distinct axes."""
-    if ndim == 0:
-        return None
-    return draw(
-        st.none()
-        | st.integers(-ndim, ndim - 1)
-        | st.permutations(range(ndim)).flatmap(
-            lambda p: st.integers(1, ndim).map(lambda k: tuple(p[:k]))
-        )
-    )
+from numpy_check import assert_rejected, axes_of, shapes, table_tests, values
 
 
 def _reduced(shape, axis):
@@ -33,7 +20,7 @@ def _reduced(shape, axis):
 
 def var_std(draw):
     x = draw(values(draw(shapes(min_side=1))))
-    axis = _axes(draw, x.ndim)
+    axis = axes_of(draw, x.ndim)
     ddof = draw(st.integers(0, max(_reduced(x.shape, axis) - 1, 0)))
     keepdims = draw(st.booleans())
     # std's derivative is infinite where the deviation is 0: keep it away from there.
@@ -50,7 +37,7 @@ def var_std(draw):
 
 def average(draw):
     x = draw(values(draw(shapes(min_side=1))))
-    axis = _axes(draw, x.ndim)
+    axis = axes_of(draw, x.ndim)
     keepdims, returned = draw(st.booleans()), draw(st.booleans())
     kind = draw(st.sampled_from(["none", "full", "axes"]))
     if kind == "none":
@@ -73,7 +60,7 @@ def average(draw):
 
 def median(draw):
     x = draw(values(draw(shapes(min_side=1)), unique=True))
-    axis = _axes(draw, x.ndim)
+    axis = axes_of(draw, x.ndim)
     keepdims = draw(st.booleans())
     return (
         (lambda x: fnp.median(x, axis, keepdims=keepdims)),
@@ -92,7 +79,7 @@ def _q(draw, n, scale=1.0):
 
 def quantile(draw):
     x = draw(values(draw(shapes(min_side=1)), unique=True))
-    axis = _axes(draw, x.ndim)
+    axis = axes_of(draw, x.ndim)
     n = _reduced(x.shape, axis)
     keepdims = draw(st.booleans())
     q = np.array([_q(draw, n) for _ in range(draw(st.integers(0, 3)))])
@@ -112,7 +99,7 @@ def quantile(draw):
 
 def percentile(draw):
     x = draw(values(draw(shapes(min_side=1)), unique=True))
-    axis = _axes(draw, x.ndim)
+    axis = axes_of(draw, x.ndim)
     q = _q(draw, _reduced(x.shape, axis), 100.0)
     return (lambda x: fnp.percentile(x, q, axis)), (lambda x: np.percentile(x, q, axis)), (x,)
 
@@ -166,7 +153,7 @@ def corrcoef(draw):
 def nan_reductions(draw):
     x = draw(values(draw(shapes(min_side=1))))
     x = np.where(draw(values(x.shape)) > 1.0, np.nan, x)
-    axis = _axes(draw, x.ndim)
+    axis = axes_of(draw, x.ndim)
     keepdims = draw(st.booleans())
     name = draw(st.sampled_from(["nansum", "nanmean"]))
     if name == "nanmean" and np.any(np.all(np.isnan(x), axis=axis)):
@@ -214,7 +201,7 @@ FUSED = {
 def counting(draw):
     x = draw(values(draw(shapes())))
     x = np.where(x > 0.5, x, 0.0)
-    axis = _axes(draw, x.ndim)
+    axis = axes_of(draw, x.ndim)
     keepdims = draw(st.booleans())
     name = draw(st.sampled_from(["any", "all", "count_nonzero"]))
     ours, theirs = getattr(fnp, name), getattr(np, name)

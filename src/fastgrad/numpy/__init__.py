@@ -28,6 +28,7 @@ from numpy import (  # noqa: F401  re-exported: constants and array creation
 
 from fastgrad.numpy import linalg  # noqa: F401  fnp.linalg
 from fastgrad.ops import FAMILIES as _FAMILIES
+from fastgrad.ops.array_api import *  # noqa: F403
 from fastgrad.ops.complex_numbers import *  # noqa: F403
 from fastgrad.ops.construction import *  # noqa: F403
 from fastgrad.ops.cumulative import *  # noqa: F403
@@ -36,6 +37,8 @@ from fastgrad.ops.elementwise import *  # noqa: F403
 from fastgrad.ops.indexing import *  # noqa: F403
 from fastgrad.ops.manipulation import *  # noqa: F403
 from fastgrad.ops.math import *  # noqa: F403
+from fastgrad.ops.nan_reductions import *  # noqa: F403
+from fastgrad.ops.numerical import *  # noqa: F403
 from fastgrad.ops.numpy_interop import missing_name as _missing_name
 from fastgrad.ops.piecewise import *  # noqa: F403
 from fastgrad.ops.products import *  # noqa: F403

@@ -15,6 +15,7 @@ import functools
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
 from fastgrad.ops import (
+    array_api,
     complex_numbers,
     construction,
     cumulative,
@@ -27,6 +28,8 @@ from fastgrad.ops import (
     manipulation,
     math,
     matrix_functions,
+    nan_reductions,
+    numerical,
     numpy_interop,
     piecewise,
     products,
@@ -42,8 +45,9 @@ from fastgrad.ops import (
 
 FAMILIES = (
     elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
-    selection, products, einsum, sorting, cumulative, construction, statistics, debug,
-    complex_numbers, linalg, decompositions, matrix_functions, special, stats,
+    selection, products, einsum, sorting, cumulative, construction, statistics,
+    nan_reductions, numerical, debug, complex_numbers, linalg, decompositions,
+    matrix_functions, special, stats, array_api,
 )  # fmt: skip
 
 _FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}

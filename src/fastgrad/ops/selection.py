@@ -1,5 +1,5 @@
-"""Picking parts of arrays: take, take_along_axis, diagonals and triangles, select and
-nan_to_num.
+"""Picking parts of arrays: take, take_along_axis (and its update, put_along_axis),
+diagonals and triangles, select and nan_to_num.
 
 Compositions of indexing (gather, whose VJP is scatter_add), slices of a flattened view
 (a diagonal is every (m + 1)-th element), and `where`, which fuses.
@@ -19,11 +19,12 @@ from fastgrad.ops.elementwise import clip, isnan, where
 from fastgrad.ops.indexing import getitem
 from fastgrad.ops.manipulation import moveaxis, part
 from fastgrad.ops.piecewise import remainder
+from fastgrad.ops.scatter import update
 from fastgrad.ops.shape import ravel, slice_scatter
 
 __all__ = [
-    "diag", "diagflat", "diagonal", "nan_to_num", "select", "take", "take_along_axis",
-    "trace", "tril", "triu",
+    "diag", "diagflat", "diagonal", "nan_to_num", "put_along_axis", "select", "take",
+    "take_along_axis", "trace", "tril", "triu",
 ]  # fmt: skip
 
 
@@ -100,6 +101,43 @@ def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Any:
         )
     axis = normalize_axis(operator.index(axis), arr.ndim)[0]
     return getitem(arr, along_axis(arr.shape, indices, axis))
+
+
+def put_along_axis(
+    arr: Any, indices: Any, values: Any, axis: Any, inplace: bool = True, mode: str = "set"
+) -> Any:
+    """A copy of `arr` with `values` put at `indices` along `axis` (indexed as in
+    `take_along_axis`), differentiable in `arr` and `values`. NumPy writes into `arr`; a
+    traced array cannot change, so, as in JAX, pass ``inplace=False`` and use the result.
+    `mode` is the `x.at[...]` update: "set" (the last of repeated indices lands), "add",
+    "multiply", "min" or "max".
+
+    >>> put_along_axis(np.zeros((2, 3)), np.array([[2], [0]]), 1.0, axis=1, inplace=False)
+    array([[0., 0., 1.],
+           [1., 0., 0.]])
+    """
+    if inplace:
+        raise ValueError(
+            "put_along_axis: fastgrad never changes an array in place; pass inplace=False "
+            "and use the returned array"
+        )
+    if mode not in ("set", "add", "multiply", "min", "max"):
+        raise ValueError(
+            f"put_along_axis: mode must be 'set', 'add', 'multiply', 'min' or 'max', got {mode!r}"
+        )
+    arr = _array(arr)
+    indices = _index_array(indices, "put_along_axis")
+    if axis is None:
+        if indices.ndim != 1:
+            raise ValueError("put_along_axis: with axis=None, indices must be 1-D")
+        return reshape(put_along_axis(ravel(arr), indices, values, 0, False, mode), arr.shape)
+    if indices.ndim != arr.ndim:
+        raise ValueError(
+            f"put_along_axis: indices ({indices.ndim} dimensions) and arr "
+            f"({arr.ndim}) must have the same number of dimensions"
+        )
+    axis = normalize_axis(operator.index(axis), arr.ndim)[0]
+    return update(arr, along_axis(arr.shape, indices, axis), mode, values)
 
 
 # ---------------------------------------------------------------- diagonals, triangles

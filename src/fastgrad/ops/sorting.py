@@ -1,5 +1,6 @@
-"""Sorting: sort (a primitive with NumPy's values), argsort and argpartition (integer
-results, never differentiated), and partition built on argpartition.
+"""Sorting: sort (a primitive with NumPy's values), argsort, argpartition and
+searchsorted (integer results, never differentiated), partition built on argpartition,
+and digitize built on searchsorted.
 
 A sort moves each value to a new place, so its derivative moves the cotangent back: the
 VJP scatters `g` to the places a stable argsort names, the JVP gathers the tangent from
@@ -16,13 +17,13 @@ import numpy as np
 
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import Primitive, register
-from fastgrad.core.tracing import Tracer, bind
-from fastgrad.ops.base import normalize_axis
+from fastgrad.core.tracing import Tracer, aval_of, bind
+from fastgrad.ops.base import is_traced, normalize_axis
 from fastgrad.ops.indexing import scatter_add
 from fastgrad.ops.selection import along_axis, take_along_axis
 from fastgrad.ops.shape import ravel
 
-__all__ = ["argpartition", "argsort", "partition", "sort"]
+__all__ = ["argpartition", "argsort", "digitize", "partition", "searchsorted", "sort"]
 
 _KINDS = (None, "quicksort", "mergesort", "heapsort", "stable")
 
@@ -75,6 +76,21 @@ ARGPARTITION = register(
         "argpartition",
         _index_eval,
         lambda x, *, axis, kth: np.argpartition(x, kth, axis=axis),
+        None,
+        kind="other",
+    )
+)
+
+
+def _search_eval(a: Aval, v: Aval, *, side: str) -> Aval:
+    return Aval(v.shape, np.dtype(np.intp))
+
+
+SEARCHSORTED = register(
+    Primitive(
+        "searchsorted",
+        _search_eval,
+        lambda a, v, *, side: np.searchsorted(a, v, side=side),
         None,
         kind="other",
     )
@@ -155,3 +171,47 @@ def partition(a: Any, kth: Any, axis: Any = -1) -> Any:
     """
     a, axis = _prepared(a, axis, "partition")
     return take_along_axis(a, argpartition(a, kth, axis), axis)
+
+
+def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any:
+    """Where each of `v` would go in the sorted 1-D `a` to keep it sorted (the first such
+    place for side "left", the last for "right"), as ``numpy.searchsorted``; integer
+    results, never differentiated.
+
+    >>> searchsorted(np.array([1.0, 2.0, 3.0]), np.array([2.0, 0.5]), side="right")
+    array([2, 0])
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+    a = a if isinstance(a, Tracer) else np.asarray(a)
+    v = v if isinstance(v, Tracer) else np.asarray(v)
+    if aval_of(a).ndim != 1:
+        raise ValueError(f"searchsorted: a must be 1-D, got shape {aval_of(a).shape}")
+    if sorter is not None:
+        a = take_along_axis(a, sorter if isinstance(sorter, Tracer) else np.asarray(sorter), 0)
+    return bind(SEARCHSORTED, a, v, side=side)
+
+
+def digitize(x: Any, bins: Any, right: bool = False) -> Any:
+    """The index of the bin each of `x` falls in, for increasing or decreasing 1-D `bins`
+    (a bin holds its left edge, or its right one with `right`), as ``numpy.digitize``;
+    never differentiated.
+
+    >>> digitize(np.array([0.5, 1.0, 2.5]), np.array([1.0, 2.0, 3.0]))
+    array([0, 1, 2])
+    """
+    bins = bins if isinstance(bins, Tracer) else np.asarray(bins)
+    if aval_of(bins).ndim != 1:
+        raise ValueError(f"digitize: bins must be 1-D, got shape {aval_of(bins).shape}")
+    if is_traced(bins):
+        raise TypeError(
+            "digitize: bins must be concrete (whether they increase or decrease decides the "
+            "search); pass them as a static value, or use fnp.searchsorted"
+        )
+    steps = np.diff(bins)
+    if not (np.all(steps >= 0) or np.all(steps <= 0)):
+        raise ValueError("digitize: bins must be monotonically increasing or decreasing")
+    side = "left" if right else "right"
+    if bins.size > 1 and bins[0] > bins[-1]:  # decreasing: search the reversed bins
+        return bins.size - searchsorted(bins[::-1], x, side=side)
+    return searchsorted(bins, x, side=side)

@@ -1,6 +1,7 @@
 """Statistics: average with weights, median, quantile and percentile (linear
-interpolation), cov, corrcoef, nansum and nanmean (var and std are in fastgrad.ops.reduction);
-and the counting reductions any, all and count_nonzero.
+interpolation) and their NaN-skipping forms, cov, corrcoef (var and std are in
+fastgrad.ops.reduction, nansum and friends in fastgrad.ops.nan_reductions); and the
+counting reductions any, all and count_nonzero.
 
 Compositions: weighted sums fuse; order statistics sort (fastgrad.ops.sorting) and pick
 the neighbours of each quantile's position, so a median's gradient goes to the middle
@@ -42,13 +43,13 @@ from fastgrad.ops.manipulation import moveaxis
 from fastgrad.ops.math import sqrt
 from fastgrad.ops.products import matmul
 from fastgrad.ops.reduction import max, mean, min
-from fastgrad.ops.selection import diagonal
+from fastgrad.ops.selection import diagonal, take_along_axis
 from fastgrad.ops.shape import array, concatenate, squeeze, transpose
 from fastgrad.ops.sorting import sort
 
 __all__ = [
-    "all", "any", "average", "corrcoef", "count_nonzero", "cov", "median", "nanmean",
-    "nansum", "percentile", "quantile",
+    "all", "any", "average", "corrcoef", "count_nonzero", "cov", "median", "nanmedian",
+    "nanpercentile", "nanquantile", "percentile", "quantile",
 ]  # fmt: skip
 
 
@@ -106,35 +107,6 @@ def average(
     return avg
 
 
-def nansum(a: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
-    """The sum with NaNs counted as zero (their gradient is 0).
-
-    >>> float(nansum(np.array([1.0, np.nan, 2.0])))
-    3.0
-    """
-    a = _array(a)
-    if dtype is not None:
-        a = astype(a, dtype)
-    if a.dtype.kind == "f":
-        a = where(isnan(a), 0.0, a)
-    return sum(a, axis, keepdims)
-
-
-def nanmean(a: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
-    """The mean of the values that are not NaN (NaN where there are none).
-
-    >>> float(nanmean(np.array([1.0, np.nan, 2.0])))
-    1.5
-    """
-    a = _array(a)
-    if dtype is not None:
-        a = astype(a, dtype)
-    if a.dtype.kind != "f":
-        return mean(a, axis, keepdims)
-    count = sum(astype(logical_not(isnan(a)), a.dtype), axis, keepdims)
-    return divide(nansum(a, axis, keepdims=keepdims), count)
-
-
 # ---------------------------------------------------------------- order statistics
 
 
@@ -144,7 +116,9 @@ def _lerp(a: Any, b: Any, t: Any) -> Any:
     return where(t >= 0.5, b - d * (1 - t), a + d * t)
 
 
-def _quantile(a: Any, q: Any, axis: Any, keepdims: bool, scale: float, what: str) -> Any:
+def _quantile(
+    a: Any, q: Any, axis: Any, keepdims: bool, scale: float, what: str, skip_nan: bool = False
+) -> Any:
     a = _array(a)
     q = q if isinstance(q, Tracer | float | int) else np.asarray(q)
     # NumPy's result dtype: a Python number q takes a's float dtype.
@@ -164,20 +138,40 @@ def _quantile(a: Any, q: Any, axis: Any, keepdims: bool, scale: float, what: str
     # The reduced axes become one last axis, sorted; NaNs sort last.
     x = reshape(transpose(a, rest + list(axes)), tuple(a.shape[k] for k in rest) + (n,))
     x = sort(x, -1)
-    position = q * (n - 1)
-    below = floor(position)
-    t = position - below
-    lo = clip(astype(below, np.intp), 0, n - 1)  # in bounds even for a traced q outside
-    hi = minimum(lo + 1, n - 1)
-    out = _lerp(getitem(x, (Ellipsis, lo)), getitem(x, (Ellipsis, hi)), t)
-    # Slices holding a NaN give NaN, as in NumPy.
-    out = where(isnan(getitem(x, (Ellipsis, -1)))[..., *(None,) * q.ndim], np.nan, out)
+    if skip_nan:
+        # The values of each slice are its first `count`: positions depend on the slice.
+        count = sum(astype(logical_not(isnan(x)), dtype), -1)[..., *(None,) * q.ndim]
+        out = _interpolated(x, q * (count - 1), count, q.shape)
+        out = where(count == 0, np.nan, out)
+    else:
+        out = _interpolated(x, q * (n - 1), n, q.shape)
+        last = isnan(getitem(x, (Ellipsis, -1)))[..., *(None,) * q.ndim]
+        out = where(last, np.nan, out)  # slices holding a NaN give NaN, as in NumPy
     if is_traced(q):  # out of range: no error can be raised, so NaN rather than a guess
         out = where(logical_and(q >= 0, q <= 1), out, np.nan)
     out = moveaxis(out, tuple(range(len(rest), len(rest) + q.ndim)), tuple(range(q.ndim)))
     if keepdims:
         out = reshape(out, q.shape + kept)
     return out
+
+
+def _interpolated(x: Any, position: Any, count: Any, q_shape: tuple[int, ...]) -> Any:
+    """Sorted `x`'s values at fractional `position`s along its last axis, interpolated
+    linearly between neighbours; `count` values are in each slice (a number or an array
+    per slice). The result has shape x.shape[:-1] + q_shape."""
+    below = floor(position)
+    t = position - below
+    n = aval_of(x).shape[-1]
+    lo = clip(astype(below, np.intp), 0, n - 1)  # in bounds even for a traced q outside
+    if isinstance(count, int):  # the same positions in every slice
+        hi = minimum(lo + 1, n - 1)
+        return _lerp(getitem(x, (Ellipsis, lo)), getitem(x, (Ellipsis, hi)), t)
+    hi = minimum(lo + 1, clip(astype(count, np.intp) - 1, 0, n - 1))
+    out_shape = aval_of(position).shape
+    flat = (*out_shape[: len(out_shape) - len(q_shape)], math.prod(q_shape))
+    lo, hi = reshape(lo, flat), reshape(hi, flat)
+    pick = [reshape(take_along_axis(x, i, -1), out_shape) for i in (lo, hi)]
+    return _lerp(pick[0], pick[1], t)
 
 
 def quantile(
@@ -215,6 +209,41 @@ def median(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
     2.25
     """
     return _quantile(a, 0.5, axis, keepdims, 1.0, "median")
+
+
+def nanquantile(
+    a: Any, q: Any, axis: Any = None, method: str = "linear", keepdims: bool = False
+) -> Any:
+    """`quantile` of the values that are not NaN (NaN for a slice of NaNs only).
+
+    >>> float(nanquantile(np.array([1.0, np.nan, 3.0, 2.0]), 0.25))
+    1.5
+    """
+    if method != "linear":
+        raise ValueError(f"nanquantile: only method='linear' is supported, got {method!r}")
+    return _quantile(a, q, axis, keepdims, 1.0, "nanquantile", skip_nan=True)
+
+
+def nanpercentile(
+    a: Any, q: Any, axis: Any = None, method: str = "linear", keepdims: bool = False
+) -> Any:
+    """`percentile` of the values that are not NaN (NaN for a slice of NaNs only).
+
+    >>> float(nanpercentile(np.array([1.0, np.nan, 3.0, 2.0]), 50))
+    2.0
+    """
+    if method != "linear":
+        raise ValueError(f"nanpercentile: only method='linear' is supported, got {method!r}")
+    return _quantile(a, q, axis, keepdims, 100.0, "nanpercentile", skip_nan=True)
+
+
+def nanmedian(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """`median` of the values that are not NaN (NaN for a slice of NaNs only).
+
+    >>> float(nanmedian(np.array([3.0, np.nan, 1.0, 4.0])))
+    3.0
+    """
+    return _quantile(a, 0.5, axis, keepdims, 1.0, "nanmedian", skip_nan=True)
 
 
 # ---------------------------------------------------------------- covariance

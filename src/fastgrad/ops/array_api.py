@@ -1,0 +1,187 @@
+"""NumPy 2's names from the array API standard (acos, pow, concat, permute_dims, vecdot,
+cumulative_sum, unstack, ...) and a few small relatives (fabs, positive, signbit,
+empty_like): each is a function fastgrad already has, under NumPy's other name or with
+one more step, so the families stay the one place each op is defined.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastgrad.core.tracing import Tracer, aval_of
+from fastgrad.ops.base import astype, normalize_axis, sum
+from fastgrad.ops.cumulative import cumprod, cumsum
+from fastgrad.ops.elementwise import abs, multiply
+from fastgrad.ops.linalg import matrix_transpose
+from fastgrad.ops.manipulation import part
+from fastgrad.ops.math import (
+    arccos,
+    arccosh,
+    arcsin,
+    arcsinh,
+    arctan,
+    arctan2,
+    arctanh,
+    power,
+)
+from fastgrad.ops.piecewise import copysign
+from fastgrad.ops.products import matmul
+from fastgrad.ops.shape import concatenate, expand_dims, squeeze, transpose, zeros_like
+
+__all__ = [
+    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "concat", "cumulative_prod",
+    "cumulative_sum", "empty_like", "fabs", "matrix_transpose", "matvec", "permute_dims",
+    "positive", "pow", "signbit", "unstack", "vecdot", "vecmat",
+]  # fmt: skip
+
+# The array API's names for NumPy's inverse trigonometric functions and power.
+acos, acosh, asin, asinh = arccos, arccosh, arcsin, arcsinh
+atan, atan2, atanh, pow = arctan, arctan2, arctanh, power
+
+
+def _array(x: Any) -> Any:
+    return x if isinstance(x, Tracer) else np.asarray(x)
+
+
+def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
+    """Join arrays along `axis` (flattened first when None), as ``numpy.concat``.
+
+    >>> concat([np.ones(2), np.zeros(1)])
+    array([1., 1., 0.])
+    """
+    if axis is None:
+        return concatenate([_array(a).reshape(-1) for a in arrays])
+    return concatenate(arrays, axis)
+
+
+def permute_dims(a: Any, /, axes: Any = None) -> Any:
+    """Permute the axes of `a` (reverse them when None), as ``numpy.permute_dims``.
+
+    >>> permute_dims(np.zeros((2, 3, 4)), (2, 0, 1)).shape
+    (4, 2, 3)
+    """
+    return transpose(a, axes)
+
+
+def unstack(x: Any, /, *, axis: int = 0) -> tuple[Any, ...]:
+    """The slices of `x` along `axis`, as a tuple (``numpy.unstack``, the inverse of stack).
+
+    >>> unstack(np.array([[1.0, 2.0], [3.0, 4.0]]), axis=1)
+    (array([1., 3.]), array([2., 4.]))
+    """
+    x = _array(x)
+    axis = normalize_axis(operator.index(axis), aval_of(x).ndim)[0]
+    return tuple(squeeze(part(x, axis, k, k + 1), axis) for k in range(aval_of(x).shape[axis]))
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
+    """The dot products of the vectors along `axis`, broadcasting the other axes, as
+    ``numpy.vecdot`` (for real arrays).
+
+    >>> vecdot(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 1.0]))
+    array([3., 7.])
+    """
+    return sum(multiply(x1, x2), axis)
+
+
+def matvec(x1: Any, x2: Any, /) -> Any:
+    """Matrix-vector products over broadcast stacks, as ``numpy.matvec``: the matrices are
+    x1's last two axes, the vectors x2's last.
+
+    >>> matvec(np.eye(2) * 2, np.array([1.0, 3.0]))
+    array([2., 6.])
+    """
+    return squeeze(matmul(x1, expand_dims(x2, -1)), -1)
+
+
+def vecmat(x1: Any, x2: Any, /) -> Any:
+    """Vector-matrix products over broadcast stacks, as ``numpy.vecmat`` (for real arrays).
+
+    >>> vecmat(np.array([1.0, 3.0]), np.eye(2) * 2)
+    array([2., 6.])
+    """
+    return squeeze(matmul(expand_dims(x1, -2), x2), -2)
+
+
+def _cumulative(scan: Any, initial: float, x: Any, axis: Any, dtype: Any, include: bool) -> Any:
+    x = _array(x)
+    if axis is None:
+        if aval_of(x).ndim > 1:
+            raise ValueError("cumulative: axis must be given for arrays of more than 1 dimension")
+        axis = 0
+    out = scan(x, axis, dtype)
+    if not include:
+        return out
+    axis = normalize_axis(operator.index(axis), aval_of(out).ndim)[0]
+    first = zeros_like(part(out, axis, 0, 1)) + initial
+    return concatenate([first, out], axis)
+
+
+def cumulative_sum(
+    x: Any, /, *, axis: Any = None, dtype: Any = None, include_initial: bool = False
+) -> Any:
+    """The cumulative sum along `axis`, as ``numpy.cumulative_sum`` (with a leading 0 when
+    `include_initial`).
+
+    >>> cumulative_sum(np.array([1.0, 2.0, 3.0]), include_initial=True)
+    array([0., 1., 3., 6.])
+    """
+    return _cumulative(cumsum, 0.0, x, axis, dtype, include_initial)
+
+
+def cumulative_prod(
+    x: Any, /, *, axis: Any = None, dtype: Any = None, include_initial: bool = False
+) -> Any:
+    """The cumulative product along `axis`, as ``numpy.cumulative_prod`` (with a leading 1
+    when `include_initial`).
+
+    >>> cumulative_prod(np.array([1.0, 2.0, 3.0]))
+    array([1., 2., 6.])
+    """
+    return _cumulative(cumprod, 1.0, x, axis, dtype, include_initial)
+
+
+def fabs(x: Any) -> Any:
+    """The absolute value as a float (``numpy.fabs``); integers become float64.
+
+    >>> fabs(np.array([-1, 2]))
+    array([1., 2.])
+    """
+    x = _array(x)
+    return abs(x if aval_of(x).dtype.kind == "f" else astype(x, np.float64))
+
+
+def positive(x: Any) -> Any:
+    """`+x`: the values themselves (``numpy.positive``).
+
+    >>> positive(np.array([-1.0, 2.0]))
+    array([-1.,  2.])
+    """
+    return _array(x)
+
+
+def signbit(x: Any) -> Any:
+    """Whether the sign bit is set (negative numbers and -0.0), as ``numpy.signbit``; a
+    boolean array, never differentiated.
+
+    >>> signbit(np.array([-0.0, 0.0, -2.0]))
+    array([ True, False,  True])
+    """
+    x = _array(x)
+    if aval_of(x).dtype.kind != "f":
+        return x < 0
+    return copysign(1.0, x) < 0
+
+
+def empty_like(x: Any, dtype: Any = None) -> Any:
+    """An array of x's shape (and dtype, unless given) whose values are not to be relied
+    on, as ``numpy.empty_like``; here they are zeros.
+
+    >>> empty_like(np.ones(2)).shape
+    (2,)
+    """
+    return zeros_like(x, dtype)

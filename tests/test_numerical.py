@@ -1,0 +1,451 @@
+"""NaN-skipping reductions and scans (ops.nan_reductions, nanmedian/nanquantile), numerical
+routines (ops.numerical), searchsorted/digitize, put_along_axis, NumPy 2's array-API names
+(ops.array_api) and the `%`, `//` and divmod operators on traced values: values against
+NumPy on hypothesis shapes (size-0 and size-1 axes included), traced and eager, float32
+and float64, with derivatives at orders 1 and 2; the compiled kernels; clear errors."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.core.pytree import flatten
+from numpy_check import assert_rejected, axes_of, check_case, shapes, table_tests, values
+
+
+def _with_nans(draw, x, axis):
+    """`x` with some values NaN, but never a whole slice along `axis` (there NumPy's
+    result is a NaN that finite differences cannot check; test_all_nan_slices does)."""
+    mask = draw(values(x.shape)) > 1.0
+    x = np.where(mask, np.nan, x)
+    empty = np.all(np.isnan(x), axis=axis, keepdims=True) if x.size else np.zeros((), bool)
+    return np.where(np.isnan(x) & empty, 0.125 + np.abs(np.nan_to_num(x)), x)
+
+
+def _valid_count(x, axis):
+    return int(np.min(np.sum(~np.isnan(x), axis=axis))) if x.size else 0
+
+
+def nan_reductions(draw):
+    x = draw(values(draw(shapes(min_side=1)), unique=True))
+    name = draw(st.sampled_from(["nanmax", "nanmin", "nanprod", "nanvar", "nanstd"]))
+    axis = axes_of(draw, x.ndim)
+    x = _with_nans(draw, x, axis)
+    keepdims = draw(st.booleans())
+    kwargs = {"keepdims": keepdims}
+    if name in ("nanvar", "nanstd"):
+        count = _valid_count(x, axis)
+        if name == "nanstd" and count < 2:
+            name = "nanvar"  # a single value's deviation is 0, where sqrt has no derivative
+        kwargs["ddof"] = draw(st.integers(0, max(count - 1 - (name == "nanstd"), 0)))
+    ours, theirs = getattr(fnp, name), getattr(np, name)
+    return (
+        (lambda x: ours(x, axis=axis, **kwargs)),
+        (lambda x: theirs(x, axis=axis, **kwargs)),
+        (x,),
+    )
+
+
+def nan_arg_reductions(draw):
+    x = draw(values(draw(shapes(min_side=1))))
+    axis = None if x.ndim == 0 else draw(st.none() | st.integers(-x.ndim, x.ndim - 1))
+    x = _with_nans(draw, x, axis)
+    name = draw(st.sampled_from(["nanargmax", "nanargmin"]))
+    ours, theirs = getattr(fnp, name), getattr(np, name)
+    return (lambda x: ours(x, axis)), (lambda x: np.asarray(theirs(x, axis))), (x,)
+
+
+def nan_scans(draw):
+    x = draw(values(draw(shapes())))
+    x = np.where(draw(values(x.shape)) > 1.0, np.nan, x)
+    axis = None if x.ndim == 0 else draw(st.none() | st.integers(-x.ndim, x.ndim - 1))
+    name = draw(st.sampled_from(["nancumsum", "nancumprod"]))
+    ours, theirs = getattr(fnp, name), getattr(np, name)
+    return (lambda x: ours(x, axis)), (lambda x: theirs(x, axis)), (x,)
+
+
+def nan_order_statistics(draw):
+    x = draw(values(draw(shapes(min_side=1)), unique=True))
+    axis = axes_of(draw, x.ndim)
+    x = _with_nans(draw, x, axis)
+    keepdims = draw(st.booleans())
+    name = draw(st.sampled_from(["nanmedian", "nanquantile", "nanpercentile"]))
+    if name == "nanmedian":
+        return (
+            (lambda x: fnp.nanmedian(x, axis, keepdims=keepdims)),
+            (lambda x: np.nanmedian(x, axis, keepdims=keepdims)),
+            (x,),
+        )
+    scale = 100.0 if name == "nanpercentile" else 1.0
+    # Positions that fall between values: at a value itself a quantile has a kink.
+    q = draw(st.sampled_from([0.3, 0.55, 0.85, [0.15, 0.7]]))
+    q = np.asarray(q) * scale
+    ours, theirs = getattr(fnp, name), getattr(np, name)
+    return (
+        (lambda x: ours(x, q, axis, keepdims=keepdims)),
+        (lambda x: theirs(x, q, axis, keepdims=keepdims)),
+        (x,),
+    )
+
+
+def interp(draw):
+    # Knots and points drawn apart from one another: at a knot the interpolant has a kink.
+    k = draw(st.integers(1, 4))
+    m = draw(st.integers(0, 4))
+    both = draw(values((k + m,), -3.0, 3.0, unique=True))
+    xp, x = np.sort(both[:k]), both[k:].reshape(draw(st.sampled_from([(m,), (1, m)])))
+    fp = draw(values((k,)))
+    bounds = draw(st.sampled_from([{}, {"left": -5.0}, {"left": 0.5, "right": 2.0}]))
+    return (
+        (lambda x, xp, fp: fnp.interp(x, xp, fp, **bounds)),
+        (lambda x, xp, fp: np.interp(x, xp, fp, **bounds).astype(np.result_type(x, xp, fp))),
+        (x, xp, fp),
+    )
+
+
+def trapezoid(draw):
+    y = draw(values(draw(shapes(min_dims=1, min_side=1))))
+    axis = draw(st.integers(-y.ndim, y.ndim - 1))
+    kind = draw(st.sampled_from(["dx", "1-D", "full"]))
+    if kind == "dx":
+        dx = draw(st.sampled_from([1.0, 0.25]))
+        return (
+            (lambda y: fnp.trapezoid(y, dx=dx, axis=axis)),
+            (lambda y: np.trapezoid(y, dx=dx, axis=axis)),
+            (y,),
+        )
+    x = np.cumsum(draw(values((y.shape[axis],), 0.1, 1.0)))
+    if kind == "full":
+        x = np.moveaxis(np.broadcast_to(x, np.moveaxis(y, axis, -1).shape), -1, axis).copy()
+    return (
+        (lambda y, x: fnp.trapezoid(y, x, axis=axis)),
+        (lambda y, x: np.trapezoid(y, x, axis=axis)),
+        (y, x),
+    )
+
+
+def convolutions(draw):
+    a = draw(values((draw(st.integers(1, 5)),)))
+    v = draw(values((draw(st.integers(1, 5)),)))
+    mode = draw(st.sampled_from(["full", "same", "valid"]))
+    name = draw(st.sampled_from(["convolve", "correlate"]))
+    ours, theirs = getattr(fnp, name), getattr(np, name)
+    return (lambda a, v: ours(a, v, mode)), (lambda a, v: theirs(a, v, mode)), (a, v)
+
+
+def polyval(draw):
+    p = draw(values((draw(st.integers(1, 4)),)))
+    x = draw(values(draw(shapes())))
+    return fnp.polyval, np.polyval, (p, x)
+
+
+def ptp(draw):
+    x = draw(values(draw(shapes(min_side=1)), unique=True))
+    axis = axes_of(draw, x.ndim)
+    keepdims = draw(st.booleans())
+    return (
+        (lambda x: fnp.ptp(x, axis, keepdims=keepdims)),
+        (lambda x: np.ptp(x, axis, keepdims=keepdims)),
+        (x,),
+    )
+
+
+def closeness(draw):
+    a = draw(values(draw(shapes())))
+    special = np.array([np.nan, np.inf, -np.inf, 0.0])
+    pick = draw(values(a.shape)) > 1.0
+    a = np.where(pick, special[np.arange(a.size).reshape(a.shape) % 4], a)
+    b = np.where(draw(values(a.shape)) > 0, a * (1 + 1e-7), a + 0.5)
+    equal_nan = draw(st.booleans())
+    return (
+        (lambda a, b: fnp.isclose(a, b, equal_nan=equal_nan)),
+        (lambda a, b: np.isclose(a, b, equal_nan=equal_nan)),
+        (a, b),
+    )
+
+
+def searches(draw):
+    edges = np.sort(draw(values((draw(st.integers(1, 5)),), unique=True)))
+    x = draw(values(draw(shapes())))
+    x = np.where(draw(values(x.shape)) > 1.0, edges[0], x)  # some on an edge exactly
+    if draw(st.booleans()):
+        side = draw(st.sampled_from(["left", "right"]))
+        return (
+            (lambda e, x: fnp.searchsorted(e, x, side)),
+            (lambda e, x: np.searchsorted(e, x, side)),
+            (edges, x),
+        )
+    right, edges = draw(st.booleans()), edges[:: draw(st.sampled_from([1, -1]))]
+    return (
+        (lambda x: fnp.digitize(x, edges, right)),
+        (lambda x: np.digitize(x, edges, right)),
+        (x,),
+    )
+
+
+def put_along_axis(draw):
+    arr = draw(values(draw(shapes(min_dims=1, min_side=1))))
+    axis = draw(st.integers(-arr.ndim, arr.ndim - 1))
+    n = arr.shape[axis]
+    k = draw(st.integers(0, n))
+    mode = draw(st.sampled_from(["set", "add"]))
+    # Distinct indices along the axis for "set" (the last of repeated ones lands, by a
+    # convention of its own); any for "add".
+    picks = (
+        draw(st.permutations(range(n)))[:k]
+        if mode == "set"
+        else draw(st.lists(st.integers(0, n - 1), min_size=k, max_size=k))
+    )
+    shape = list(arr.shape)
+    shape[axis] = k
+    indices = np.moveaxis(
+        np.broadcast_to(
+            np.array(picks, dtype=np.intp), np.moveaxis(np.empty(shape), axis, -1).shape
+        ),
+        -1,
+        axis,
+    ).copy()
+    vals = draw(values(draw(st.sampled_from([(), tuple(shape)]))))
+
+    def reference(arr, vals):
+        out = arr.copy()
+        if mode == "set":
+            np.put_along_axis(out, indices, vals, axis)
+        else:
+            np.add.at(out, _along(indices, axis), np.broadcast_to(vals, indices.shape))
+        return out
+
+    return (
+        (lambda arr, vals: fnp.put_along_axis(arr, indices, vals, axis, inplace=False, mode=mode)),
+        reference,
+        (arr, vals),
+    )
+
+
+def _along(indices, axis):
+    grids = np.indices(indices.shape, sparse=True)
+    return tuple(indices if k == axis % indices.ndim else g for k, g in enumerate(grids))
+
+
+def array_api(draw):
+    x = draw(values(draw(shapes(min_dims=2, min_side=1))))
+    name = draw(st.sampled_from(["vecdot", "matvec", "vecmat", "cumulative", "unstack", "concat"]))
+    if name == "vecdot":
+        y = draw(values(x.shape[-1:]))
+        return fnp.vecdot, np.vecdot, (x, y)
+    if name == "matvec":
+        y = draw(values(x.shape[-1:]))
+        return fnp.matvec, np.matvec, (x, y)
+    if name == "vecmat":
+        y = draw(values(x.shape[-2:-1]))
+        return fnp.vecmat, np.vecmat, (y, x)
+    if name == "cumulative":
+        axis = draw(st.integers(-x.ndim, x.ndim - 1))
+        include = draw(st.booleans())
+        which = draw(st.sampled_from(["cumulative_sum", "cumulative_prod"]))
+        ours, theirs = getattr(fnp, which), getattr(np, which)
+        return (
+            (lambda x: ours(x, axis=axis, include_initial=include)),
+            (lambda x: theirs(x, axis=axis, include_initial=include)),
+            (x,),
+        )
+    if name == "unstack":
+        axis = draw(st.integers(-x.ndim, x.ndim - 1))
+        return (lambda x: fnp.unstack(x, axis=axis)), (lambda x: np.unstack(x, axis=axis)), (x,)
+    return (
+        (lambda x: fnp.concat([x, x * 2], axis=None)),
+        (lambda x: np.concat([x, x * 2], axis=None)),
+        (x,),
+    )
+
+
+def elementwise_names(draw):
+    name = draw(st.sampled_from(["acos", "asin", "atan", "asinh", "fabs", "positive", "signbit"]))
+    x = draw(values(draw(shapes()), -0.9, 0.9))
+    x = np.where(np.abs(x) < 0.05, 0.5, x)  # fabs has a kink at 0
+    if name == "signbit":
+        x = np.where(x > 0.5, -0.0, x)
+    return getattr(fnp, name), getattr(np, name), (x,)
+
+
+def operators(draw):
+    shape = draw(shapes())
+    y = draw(values(draw(st.sampled_from([(), shape[-1:]])), 0.5, 2.0))
+    y = y * draw(st.sampled_from([1.0, -1.0]))
+    # x / y an integer plus a fraction in [0.1, 0.9]: away from the jumps of % and //,
+    # where finite differences break.
+    whole = draw(st.lists(st.integers(-3, 3), min_size=1, max_size=1))[0]
+    x = y * (whole + draw(values(shape, 0.1, 0.9)))
+    op = draw(st.sampled_from(["mod", "floordiv", "divmod", "rmod"]))
+    if op == "mod":
+        return (lambda x, y: x % y), (lambda x, y: x % y), (x, y)
+    if op == "floordiv":
+        return (lambda x, y: x // y + x), (lambda x, y: x // y + x), (x, y)
+    if op == "divmod":
+        return (lambda x, y: divmod(x, y)), (lambda x, y: divmod(x, y)), (x, y)
+    # 7.25 / y is 3.625, 5.8, 14.5, ... at the y drawn: never an integer.
+    y = np.where(np.abs(7.25 / y - np.round(7.25 / y)) < 0.1, 1.5 * np.sign(y), y)
+    return (lambda y: 7.25 % y), (lambda y: 7.25 % y), (y,)
+
+
+rng = np.random.default_rng(5)
+A = rng.standard_normal((3, 5))
+A_NAN = np.where(A > 1.0, np.nan, A)
+A_NAN[:, 0] = rng.standard_normal(3)
+FUSED = {
+    "nanmax": (
+        lambda x: fnp.nanmax(x, 1) + fnp.nanmin(x, 0).sum(),
+        lambda x: np.nanmax(x, 1) + np.nanmin(x, 0).sum(),
+        (A_NAN,),
+    ),
+    "nanvar": (
+        lambda x: fnp.nanvar(x, axis=1, ddof=1) + fnp.nanstd(x, axis=1),
+        lambda x: np.nanvar(x, axis=1, ddof=1) + np.nanstd(x, axis=1),
+        (A_NAN,),
+    ),
+    "nanmedian": (lambda x: fnp.nanmedian(x, 1), lambda x: np.nanmedian(x, 1), (A_NAN,)),
+    "interp": (
+        lambda x, fp: fnp.interp(x, np.array([-1.0, 0.0, 2.0]), fp),
+        lambda x, fp: np.interp(x, np.array([-1.0, 0.0, 2.0]), fp),
+        (A[0], np.array([1.0, -1.0, 3.0])),
+    ),
+    "convolve": (
+        lambda a, v: fnp.convolve(a, v, "same"),
+        lambda a, v: np.convolve(a, v, "same"),
+        (A[0], A[1, :3]),
+    ),
+    "trapezoid": (lambda y: fnp.trapezoid(y, dx=0.5), lambda y: np.trapezoid(y, dx=0.5), (A,)),
+    "polyval": (
+        lambda p, x: fnp.polyval(p, x),
+        lambda p, x: np.polyval(p, x),
+        (A[0, :3], A),
+    ),
+    "put_along_axis": (
+        lambda a: fnp.put_along_axis(a, np.array([[4], [0], [2]]), a[:, 1:2] * 3, 1, inplace=False),
+        lambda a: _put(a, np.array([[4], [0], [2]]), a[:, 1:2] * 3, 1),
+        (A,),
+    ),
+    "mod": (lambda x: x % 0.75 + x // 0.75, lambda x: x % 0.75 + x // 0.75, (A,)),
+}
+
+
+def _put(a, indices, values, axis):
+    out = a.copy()
+    np.put_along_axis(out, indices, values, axis)
+    return out
+
+
+BUILDERS = (
+    nan_reductions, nan_arg_reductions, nan_scans, nan_order_statistics, interp, trapezoid,
+    convolutions, polyval, ptp, closeness, searches, put_along_axis, array_api,
+    elementwise_names, operators,
+)  # fmt: skip
+test_matches_numpy_with_gradients, test_compiled = table_tests(BUILDERS, FUSED)
+
+
+# ---------------------------------------------------------------- conventions and edges
+
+
+def test_all_nan_slices_give_nan_as_numpy():
+    x = np.array([[np.nan, np.nan], [1.0, np.nan]])
+    for name in ("nanmax", "nanmin", "nanmean", "nanvar", "nanstd", "nanmedian"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = getattr(np, name)(x, axis=1)
+        ours = getattr(fnp, name)
+        np.testing.assert_array_equal(ours(x, axis=1), expected, err_msg=name)
+        traced = fg.jit(lambda x, f=ours: f(x, axis=1))(x)
+        np.testing.assert_array_equal(traced, expected, err_msg=name)
+    # The gradient stays finite: the slice of NaNs gets none.
+    g = fg.grad(lambda x: fnp.sum(fnp.nan_to_num(fnp.nanmax(x, axis=1))))(x)
+    np.testing.assert_array_equal(g, [[0.0, 0.0], [1.0, 0.0]])
+
+
+def test_nanargmax_of_a_slice_of_nans():
+    x = np.array([[np.nan, np.nan], [1.0, np.nan]])
+    with pytest.raises(ValueError, match="All-NaN slice"):
+        np.nanargmax(x, axis=1)
+    with pytest.raises(ValueError, match="all-NaN slice"):
+        fnp.nanargmax(x, axis=1)
+    np.testing.assert_array_equal(fg.jit(lambda x: fnp.nanargmax(x, axis=1))(x), [-1, 0])
+
+
+def test_nan_reductions_of_integers_are_the_plain_ones():
+    x = np.array([[3, 1], [2, 5]])
+    for name in ("nansum", "nanprod", "nanmax", "nanmin", "nanargmax", "nanmean", "nanvar"):
+        np.testing.assert_array_equal(
+            getattr(fnp, name)(x, axis=0), getattr(np, name)(x, axis=0), err_msg=name
+        )
+
+
+def test_interp_at_the_knots_and_outside():
+    xp, fp = np.array([0.0, 1.0, 1.0, 3.0]), np.array([0.0, 2.0, 5.0, 0.0])
+    x = np.array([-1.0, 0.0, 0.5, 3.0, 4.0, np.nan])
+    np.testing.assert_array_equal(fnp.interp(x, xp, fp), np.interp(x, xp, fp))
+    np.testing.assert_array_equal(fg.jit(fnp.interp)(x, xp, fp), np.interp(x, xp, fp))
+    # Repeated knots never divide by zero in the gradient.
+    g = fg.grad(lambda fp: fnp.sum(fnp.interp(x[:5], xp, fp)))(fp)
+    assert np.all(np.isfinite(g))
+    check_case(lambda x: fnp.interp(x, xp, fp), lambda x: np.interp(x, xp, fp), (x[:5] + 0.25,))
+
+
+def test_put_along_axis_set_keeps_the_last_of_repeated_indices():
+    out = fnp.put_along_axis(np.zeros(3), np.array([1, 1]), np.array([4.0, 5.0]), 0, inplace=False)
+    np.testing.assert_array_equal(out, [0.0, 5.0, 0.0])
+    g = fg.grad(
+        lambda v: fnp.sum(
+            fnp.put_along_axis(np.zeros(3), np.array([1, 1]), v, 0, inplace=False) ** 2
+        )
+    )(np.array([4.0, 5.0]))
+    np.testing.assert_array_equal(g, [0.0, 10.0])
+
+
+def test_tracer_methods_and_operators_match_numpy():
+    x = np.array([[2.5, -1.25, 3.0], [0.5, 4.0, -2.0]])
+
+    def calls(x):
+        return (
+            x.cumsum(1), x.cumprod(), x.round(1), x.any(), x.all(0), x.argsort(), x.diagonal(),
+            x.repeat(2, 0), x.take([2, 0], 1), x.real, x.imag, x.conj(), 2.0 // x, divmod(3.0, x),
+        )  # fmt: skip
+
+    f, expected = fg.jit(calls), calls(x)
+    for got, want in zip(flatten(f(x))[0], flatten(expected)[0], strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(fg.TracerError, match=r"in place.*fnp.sort\(x\)"):
+        fg.jit(lambda x: x.sort())(x)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda x: fnp.interp(x, [0.0, 1.0], [0.0, 1.0], period=2.0), ValueError, "period"),
+        (lambda x: fnp.interp(x, np.zeros(0), np.zeros(0)), ValueError, "must not be empty"),
+        (lambda x: fnp.interp(x, [0.0, 1.0], [0.0]), ValueError, "one length"),
+        (lambda x: fnp.convolve(x, x, "wide"), ValueError, "mode must be"),
+        (lambda x: fnp.convolve(x, x[:0]), ValueError, "v cannot be empty"),
+        (lambda x: fnp.convolve(x[None], x), ValueError, "a must be 1-D"),
+        (lambda x: fnp.put_along_axis(x, np.array([0]), 1.0, 0), ValueError, "inplace=False"),
+        (
+            lambda x: fnp.put_along_axis(x, np.array([0]), 1.0, 0, inplace=False, mode="or"),
+            ValueError,
+            "mode must be",
+        ),
+        (lambda x: fnp.digitize(x, [1.0, 0.0, 2.0]), ValueError, "monotonically"),
+        (lambda x: fnp.searchsorted(x[None], x), ValueError, "a must be 1-D"),
+        (lambda x: fnp.searchsorted(x, x, side="middle"), ValueError, "side must be"),
+        (lambda x: fnp.nanvar(x, axis=3), ValueError, "axis"),
+        (lambda x: fnp.nanquantile(x, 0.5, method="nearest"), ValueError, "method='linear'"),
+        (lambda x: fnp.polyval(x[None], x), ValueError, "p must be 1-D"),
+    ],
+)
+def test_bad_arguments_get_clear_errors(call, error, match):
+    assert_rejected(call, error, match, np.array([0.5, 1.5, 2.5]))
+
+
+def test_digitize_with_traced_bins_says_they_must_be_concrete():
+    with pytest.raises(TypeError, match="bins must be concrete"):
+        fg.jit(lambda b: fnp.digitize(np.array([0.5]), b))(np.array([0.0, 1.0]))
