@@ -271,6 +271,69 @@ def elementwise_names(draw):
     return getattr(fnp, name), getattr(np, name), (x,)
 
 
+def small_relatives(draw):
+    x = draw(values(draw(shapes()), -3.0, 3.0))
+    # Away from integers, where fix and modf jump.
+    x = np.where(np.abs(x - np.round(x)) < 0.1, x + 0.25, x)
+    name = draw(st.sampled_from(["fix", "modf", "ldexp", "float_power", "isposinf"]))
+    if name == "ldexp":
+        n = np.arange(x.size).reshape(x.shape) % 5 - 2
+        return (lambda x: fnp.ldexp(x, n)), (lambda x: np.ldexp(x, n)), (x,)
+    if name == "float_power":
+        return (
+            (lambda x: fnp.float_power(np.abs(x) + 0.5, 1.5)),
+            (lambda x: np.float_power(np.abs(x) + 0.5, 1.5)),
+            (x,),
+        )
+    if name == "isposinf":
+        x = np.where(x > 1.5, np.inf, np.where(x < -1.5, -np.inf, x))
+        return (
+            (lambda x: (fnp.isposinf(x), fnp.isneginf(x))),
+            (lambda x: (np.isposinf(x), np.isneginf(x))),
+            (x,),
+        )
+    return getattr(fnp, name), getattr(np, name), (x,)
+
+
+def linalg_array_api(draw):
+    batch = draw(shapes(max_dims=1, max_side=2))
+    name = draw(
+        st.sampled_from(["cross", "diagonal", "trace", "outer", "tensordot", "vecdot", "matmul"])
+    )
+    n = draw(st.integers(1, 3))
+    x = draw(values(batch + (n, n)))
+    y = draw(values(batch + (n, n)))
+    ours, theirs = getattr(fnp.linalg, name), getattr(np.linalg, name)
+    if name == "cross":
+        x, y = draw(values(batch + (3,))), draw(values(batch + (3,)))
+    elif name in ("diagonal", "trace"):
+        offset = draw(st.integers(-n, n))
+        return (lambda x: ours(x, offset=offset)), (lambda x: theirs(x, offset=offset)), (x,)
+    elif name == "outer":
+        x, y = x.reshape(-1), y.reshape(-1)[:2]
+    elif name == "tensordot":
+        y = draw(values((n, 2)))
+        return (
+            (lambda x, y: ours(x, y, axes=1)),
+            (lambda x, y: theirs(x, y, axes=1)),
+            (x, y),
+        )
+    return ours, theirs, (x, y)
+
+
+def tensor_solves(draw):
+    if draw(st.booleans()):
+        a = draw(values((2, 3, 6))) + np.eye(6).reshape(2, 3, 6) * 3
+        b = draw(values((2, 3)))
+        return fnp.linalg.tensorsolve, np.linalg.tensorsolve, (a, b)
+    a = draw(values((4, 2, 2))) + np.eye(4).reshape(4, 2, 2) * 3
+    return (
+        (lambda a: fnp.linalg.tensorinv(a, ind=1)),
+        (lambda a: np.linalg.tensorinv(a, ind=1)),
+        (a,),
+    )
+
+
 def operators(draw):
     shape = draw(shapes())
     y = draw(values(draw(st.sampled_from([(), shape[-1:]])), 0.5, 2.0))
@@ -341,7 +404,7 @@ def _put(a, indices, values, axis):
 BUILDERS = (
     nan_reductions, nan_arg_reductions, nan_scans, nan_order_statistics, interp, trapezoid,
     convolutions, polyval, ptp, closeness, searches, put_along_axis, array_api,
-    elementwise_names, operators,
+    elementwise_names, operators, small_relatives, linalg_array_api, tensor_solves,
 )  # fmt: skip
 test_matches_numpy_with_gradients, test_compiled = table_tests(BUILDERS, FUSED)
 
@@ -444,6 +507,13 @@ def test_tracer_methods_and_operators_match_numpy():
 )
 def test_bad_arguments_get_clear_errors(call, error, match):
     assert_rejected(call, error, match, np.array([0.5, 1.5, 2.5]))
+
+
+def test_shape_queries_answer_from_the_type():
+    x = np.zeros((2, 3))
+    f = fg.jit(lambda x: fnp.full((fnp.ndim(x), fnp.size(x, 1)), fnp.size(x) * 1.0))
+    np.testing.assert_array_equal(f(x), np.full((2, 3), 6.0))
+    assert fg.jit(lambda x: fnp.zeros(fnp.shape(x)))(x).shape == (2, 3)
 
 
 def test_digitize_with_traced_bins_says_they_must_be_concrete():

@@ -1,7 +1,8 @@
 """NumPy 2's names from the array API standard (acos, pow, concat, permute_dims, vecdot,
-cumulative_sum, unstack, ...) and a few small relatives (fabs, positive, signbit,
-empty_like): each is a function fastgrad already has, under NumPy's other name or with
-one more step, so the families stay the one place each op is defined.
+cumulative_sum, unstack, ...; and numpy.linalg's cross, diagonal, outer, trace, ...) and a
+few small relatives (fabs, fix, modf, divmod, ldexp, float_power, signbit, empty_like,
+ndim, shape, size): each is a function fastgrad already has, under NumPy's other name or
+with one more step, so the families stay the one place each op is defined.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import astype, normalize_axis, sum
 from fastgrad.ops.cumulative import cumprod, cumsum
-from fastgrad.ops.elementwise import abs, multiply
+from fastgrad.ops.elementwise import abs, isinf, logical_and, multiply, where
 from fastgrad.ops.linalg import matrix_transpose
 from fastgrad.ops.manipulation import part
 from fastgrad.ops.math import (
@@ -28,14 +29,16 @@ from fastgrad.ops.math import (
     arctanh,
     power,
 )
-from fastgrad.ops.piecewise import copysign
-from fastgrad.ops.products import matmul
+from fastgrad.ops.piecewise import copysign, floor_divide, remainder, trunc
+from fastgrad.ops.products import cross, matmul, outer, tensordot
+from fastgrad.ops.selection import diagonal, trace
 from fastgrad.ops.shape import concatenate, expand_dims, squeeze, transpose, zeros_like
 
 __all__ = [
     "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "concat", "cumulative_prod",
-    "cumulative_sum", "empty_like", "fabs", "matrix_transpose", "matvec", "permute_dims",
-    "positive", "pow", "signbit", "unstack", "vecdot", "vecmat",
+    "cumulative_sum", "divmod", "empty_like", "fabs", "fix", "float_power", "isneginf",
+    "isposinf", "ldexp", "matrix_transpose", "matvec", "modf", "ndim", "permute_dims",
+    "positive", "pow", "shape", "signbit", "size", "unstack", "vecdot", "vecmat",
 ]  # fmt: skip
 
 # The array API's names for NumPy's inverse trigonometric functions and power.
@@ -185,3 +188,164 @@ def empty_like(x: Any, dtype: Any = None) -> Any:
     (2,)
     """
     return zeros_like(x, dtype)
+
+
+def fix(x: Any) -> Any:
+    """Round toward zero, as ``numpy.fix`` (``trunc``); derivative 0.
+
+    >>> fix(np.array([-1.5, 2.7]))
+    array([-1.,  2.])
+    """
+    return trunc(x)
+
+
+def modf(x: Any) -> tuple[Any, Any]:
+    """The fractional and integral parts, both with x's sign, as ``numpy.modf``; the
+    fractional part has derivative 1.
+
+    >>> modf(np.array([-1.5, 2.25]))
+    (array([-0.5 ,  0.25]), array([-1.,  2.]))
+    """
+    whole = trunc(x)
+    finite = where(isinf(x), 0.0, x)  # inf - inf would be NaN; NumPy's part there is +-0
+    return copysign(finite - trunc(finite), x), whole
+
+
+def divmod(x: Any, y: Any) -> tuple[Any, Any]:  # noqa: A001  NumPy's name
+    """``(floor_divide(x, y), remainder(x, y))``, as ``numpy.divmod``.
+
+    >>> divmod(np.array([7.0, -7.0]), 2.0)
+    (array([ 3., -4.]), array([1., 1.]))
+    """
+    return floor_divide(x, y), remainder(x, y)
+
+
+def ldexp(x: Any, n: Any) -> Any:
+    """``x * 2**n`` for integer `n`, as ``numpy.ldexp``; differentiable in x.
+
+    >>> ldexp(np.array([1.5, 1.0]), np.array([2, -1]))
+    array([6. , 0.5])
+    """
+    x = _array(x)
+    n = _array(n)
+    if aval_of(n).dtype.kind not in "iub":
+        raise TypeError(f"ldexp: n must be integers, got {aval_of(n).dtype}")
+    x = x if aval_of(x).dtype.kind == "f" else astype(x, np.float64)
+    return x * power(2.0, astype(n, aval_of(x).dtype))
+
+
+def float_power(x: Any, y: Any) -> Any:
+    """``x ** y`` computed in float64 at least, as ``numpy.float_power``.
+
+    >>> float_power(np.array([2, 3]), 2)
+    array([4., 9.])
+    """
+    x, y = _array(x), _array(y)
+    return power(astype(x, np.promote_types(aval_of(x).dtype, np.float64)), y)
+
+
+def isposinf(x: Any) -> Any:
+    """Where x is +inf, as ``numpy.isposinf``.
+
+    >>> isposinf(np.array([np.inf, -np.inf, 1.0]))
+    array([ True, False, False])
+    """
+    x = _array(x)
+    return logical_and(isinf(x), x > 0)
+
+
+def isneginf(x: Any) -> Any:
+    """Where x is -inf, as ``numpy.isneginf``.
+
+    >>> isneginf(np.array([np.inf, -np.inf, 1.0]))
+    array([False,  True, False])
+    """
+    x = _array(x)
+    return logical_and(isinf(x), x < 0)
+
+
+def ndim(a: Any) -> int:
+    """The number of dimensions of `a` (traced or not), as ``numpy.ndim``.
+
+    >>> ndim([[1.0, 2.0]])
+    2
+    """
+    return aval_of(_array(a)).ndim
+
+
+def shape(a: Any) -> tuple[int, ...]:
+    """The shape of `a` (traced or not), as ``numpy.shape``.
+
+    >>> shape([[1.0, 2.0]])
+    (1, 2)
+    """
+    return aval_of(_array(a)).shape
+
+
+def size(a: Any, axis: int | None = None) -> int:
+    """The number of elements of `a`, or its length along `axis`, as ``numpy.size``.
+
+    >>> size(np.zeros((2, 3)), 1)
+    3
+    """
+    sizes = aval_of(_array(a)).shape
+    if axis is None:
+        return int(np.prod(sizes))
+    return sizes[normalize_axis(operator.index(axis), len(sizes))[0]]
+
+
+# ---------------------------------------------------------------- numpy.linalg's array API
+# These take the matrices or vectors in the last axes, as numpy.linalg's do; fastgrad.numpy
+# .linalg lists them under NumPy's names.
+
+
+def linalg_cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
+    """The cross product of 3-vectors along `axis` (``numpy.linalg.cross``).
+
+    >>> linalg_cross(np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0]))
+    array([0., 0., 1.])
+    """
+    for name, x in (("x1", x1), ("x2", x2)):
+        if aval_of(_array(x)).shape[axis] != 3:
+            raise ValueError(f"linalg.cross: {name} must have 3 elements along axis {axis}")
+    return cross(x1, x2, axis=axis)
+
+
+def linalg_diagonal(x: Any, /, *, offset: int = 0) -> Any:
+    """The diagonals of the matrices in the last two axes (``numpy.linalg.diagonal``).
+
+    >>> linalg_diagonal(np.arange(4.0).reshape(2, 2))
+    array([0., 3.])
+    """
+    return diagonal(x, offset, -2, -1)
+
+
+def linalg_trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Any:
+    """The traces of the matrices in the last two axes (``numpy.linalg.trace``).
+
+    >>> float(linalg_trace(np.arange(4.0).reshape(2, 2)))
+    3.0
+    """
+    return trace(x, offset, -2, -1, dtype)
+
+
+def linalg_outer(x1: Any, x2: Any, /) -> Any:
+    """The outer product of two 1-D arrays (``numpy.linalg.outer``).
+
+    >>> linalg_outer(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    array([[3., 4.],
+           [6., 8.]])
+    """
+    for name, x in (("x1", x1), ("x2", x2)):
+        if aval_of(_array(x)).ndim != 1:
+            raise ValueError(f"linalg.outer: {name} must be 1-D, got {aval_of(_array(x)).shape}")
+    return outer(x1, x2)
+
+
+def linalg_tensordot(x1: Any, x2: Any, /, *, axes: Any = 2) -> Any:
+    """``tensordot`` with keyword-only `axes` (``numpy.linalg.tensordot``).
+
+    >>> linalg_tensordot(np.ones((2, 3)), np.ones((3, 4)), axes=1).shape
+    (2, 4)
+    """
+    return tensordot(x1, x2, axes)
