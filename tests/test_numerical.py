@@ -519,3 +519,70 @@ def test_shape_queries_answer_from_the_type():
 def test_digitize_with_traced_bins_says_they_must_be_concrete():
     with pytest.raises(TypeError, match="bins must be concrete"):
         fg.jit(lambda b: fnp.digitize(np.array([0.5]), b))(np.array([0.0, 1.0]))
+
+
+# ---------------------------------------------------------------- index tools
+
+
+def weighted_counts(draw):
+    n = draw(st.integers(0, 6))
+    x = np.array(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), dtype=np.intp)
+    w = draw(values((n,)))
+    if draw(st.booleans()):
+        minlength = draw(st.integers(0, 6))
+        return (
+            (lambda w: fnp.bincount(x, w, minlength)),
+            (lambda w: np.bincount(x, w, minlength).astype(w.dtype)),
+            (w,),
+        )
+    a = draw(values((n,), -1.0, 3.0))
+    kw = draw(
+        st.sampled_from(
+            [{"bins": 2, "range": (0.0, 2.0)}, {"bins": [0.0, 1.0, 2.5, 3.0], "density": True}]
+        )
+    )
+    if kw.get("density") and not np.any((a >= 0) & (a <= 3)):
+        kw = {"bins": 2, "range": (0.0, 2.0)}  # the density divides by the total in range
+    return (
+        (lambda w: fnp.histogram(a, weights=w * w + 0.5, **kw)[0]),
+        (lambda w: np.histogram(a, weights=w * w + 0.5, **kw)[0].astype(w.dtype)),
+        (w,),
+    )
+
+
+def index_arithmetic(draw):
+    shape = draw(shapes(min_dims=1, min_side=1))
+    flat = np.array(draw(st.lists(st.integers(0, int(np.prod(shape)) - 1), max_size=4)))
+    flat = flat.astype(np.intp)
+    if draw(st.booleans()):
+        return (
+            (lambda i: fnp.unravel_index(i, shape)),
+            (lambda i: np.unravel_index(i, shape)),
+            (flat,),
+        )
+    multi = np.unravel_index(flat, shape)
+    return (
+        (lambda *m: fnp.ravel_multi_index(m, shape)),
+        (lambda *m: np.ravel_multi_index(m, shape)),
+        multi,
+    )
+
+
+test_index_tools_match_numpy, _ = table_tests((weighted_counts, index_arithmetic), {})
+
+
+def test_value_shaped_functions_need_concrete_values():
+    x = np.array([[0.0, 2.0], [3.0, 0.0]])
+    for name in ("nonzero", "argwhere", "flatnonzero", "unique"):
+        expected, ours = getattr(np, name)(x), getattr(fnp, name)(x)
+        for got, want in zip(flatten(ours)[0], flatten(expected)[0], strict=True):
+            np.testing.assert_array_equal(got, want)
+        with pytest.raises(fg.TracerError, match=f"{name}: the shape of its result depends"):
+            fg.jit(getattr(fnp, name))(x)
+    with pytest.raises(fg.TracerError, match="values of x"):
+        fg.jit(lambda i: fnp.bincount(i))(np.array([0, 1]))
+    np.testing.assert_array_equal(fnp.tril_indices_from(x, -1), np.tril_indices_from(x, -1))
+    np.testing.assert_array_equal(fnp.triu_indices_from(x), np.triu_indices_from(x))
+    np.testing.assert_array_equal(fnp.diag_indices_from(x), np.diag_indices_from(x))
+    f = fg.jit(lambda x: x[fnp.triu_indices_from(x)] * fnp.result_type(x, np.float32).itemsize)
+    np.testing.assert_array_equal(f(x), x[np.triu_indices(2)] * 8)

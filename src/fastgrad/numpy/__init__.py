@@ -34,6 +34,7 @@ from fastgrad.ops.construction import *  # noqa: F403
 from fastgrad.ops.cumulative import *  # noqa: F403
 from fastgrad.ops.einsum import *  # noqa: F403
 from fastgrad.ops.elementwise import *  # noqa: F403
+from fastgrad.ops.index_tools import *  # noqa: F403
 from fastgrad.ops.indexing import *  # noqa: F403
 from fastgrad.ops.manipulation import *  # noqa: F403
 from fastgrad.ops.math import *  # noqa: F403

@@ -23,6 +23,7 @@ from fastgrad.ops import (
     decompositions,
     einsum,
     elementwise,
+    index_tools,
     indexing,
     linalg,
     manipulation,
@@ -46,7 +47,7 @@ from fastgrad.ops import (
 FAMILIES = (
     elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
     selection, products, einsum, sorting, cumulative, construction, statistics,
-    nan_reductions, numerical, debug, complex_numbers, linalg, decompositions,
+    nan_reductions, numerical, index_tools, debug, complex_numbers, linalg, decompositions,
     matrix_functions, special, stats, array_api,
 )  # fmt: skip
 
