@@ -586,3 +586,67 @@ def test_value_shaped_functions_need_concrete_values():
     np.testing.assert_array_equal(fnp.diag_indices_from(x), np.diag_indices_from(x))
     f = fg.jit(lambda x: x[fnp.triu_indices_from(x)] * fnp.result_type(x, np.float32).itemsize)
     np.testing.assert_array_equal(f(x), x[np.triu_indices(2)] * 8)
+
+
+# ---------------------------------------------------------------- polynomials, rearranging
+
+
+def polynomials(draw):
+    p = draw(values((draw(st.integers(1, 4)),)))
+    q = draw(values((draw(st.integers(1, 4)),)))
+    name = draw(st.sampled_from(["polyadd", "polysub", "polymul", "polyder", "polyint"]))
+    ours, theirs = getattr(fnp, name), getattr(np, name)
+    if name in ("polyder", "polyint"):
+        m = draw(st.integers(0, 3))
+        return (lambda p: ours(p, m)), (lambda p: theirs(p, m)), (p,)
+    return ours, theirs, (p, q)
+
+
+def vander(draw):
+    x = draw(values((draw(st.integers(0, 4)),)))
+    n = draw(st.none() | st.integers(0, 4))
+    increasing = draw(st.booleans())
+    return (
+        (lambda x: fnp.vander(x, n, increasing)),
+        (lambda x: np.vander(x, n, increasing).astype(x.dtype)),  # NumPy's is float64
+        (x,),
+    )
+
+
+def ediff1d(draw):
+    x = draw(values(draw(shapes())))
+    ends = draw(st.sampled_from([{}, {"to_end": 0.5}, {"to_begin": [1.0, 2.0], "to_end": -1.0}]))
+    return (lambda x: fnp.ediff1d(x, **ends)), (lambda x: np.ediff1d(x, **ends)), (x,)
+
+
+def rearranging(draw):
+    x = draw(values(draw(shapes(min_dims=1))))
+    name = draw(st.sampled_from(["rollaxis", "delete", "block"]))
+    if name == "rollaxis":
+        axis = draw(st.integers(-x.ndim, x.ndim - 1))
+        start = draw(st.integers(-x.ndim, x.ndim))
+        return (
+            (lambda x: fnp.rollaxis(x, axis, start)),
+            (lambda x: np.rollaxis(x, axis, start)),
+            (x,),
+        )
+    if name == "delete":
+        axis = draw(st.none() | st.integers(-x.ndim, x.ndim - 1))
+        n = x.size if axis is None else x.shape[axis]
+        obj = draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=n, unique=True)) if n else []
+        return (lambda x: fnp.delete(x, obj, axis)), (lambda x: np.delete(x, obj, axis)), (x,)
+    return (
+        (lambda x: fnp.block([[x, x * 2.0], [x - 1.0, x]])),
+        (lambda x: np.block([[x, x * 2.0], [x - 1.0, x]])),
+        (x,),
+    )
+
+
+test_polynomials_and_rearranging_match_numpy, _ = table_tests(
+    (polynomials, vander, ediff1d, rearranging), {}
+)
+
+
+def test_vander_gradient_is_exact_at_zero():
+    g = fg.grad(lambda x: fnp.sum(fnp.vander(x, 3)))(np.array([0.0, 2.0]))
+    np.testing.assert_array_equal(g, [1.0, 5.0])

@@ -21,10 +21,10 @@ from fastgrad.ops.indexing import getitem
 from fastgrad.ops.shape import concatenate, ravel, slice_array, transpose
 
 __all__ = [
-    "append", "array_split", "atleast_1d", "atleast_2d", "atleast_3d", "broadcast_arrays",
-    "column_stack", "dsplit", "dstack", "flip", "fliplr", "flipud", "hsplit", "hstack",
-    "moveaxis", "pad", "repeat", "roll", "rot90", "row_stack", "split", "tile", "vsplit",
-    "vstack",
+    "append", "array_split", "atleast_1d", "atleast_2d", "atleast_3d", "block",
+    "broadcast_arrays", "column_stack", "delete", "dsplit", "dstack", "flip", "fliplr",
+    "flipud", "hsplit", "hstack", "moveaxis", "pad", "repeat", "roll", "rollaxis", "rot90",
+    "row_stack", "split", "tile", "vsplit", "vstack",
 ]  # fmt: skip
 
 
@@ -142,6 +142,23 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Any:
     return transpose(a, order)
 
 
+def rollaxis(a: Any, axis: int, start: int = 0) -> Any:
+    """Move `axis` to just before position `start`, as ``numpy.rollaxis`` (moveaxis is
+    clearer).
+
+    >>> rollaxis(np.zeros((2, 3, 4)), 2).shape
+    (4, 2, 3)
+    """
+    a = _array(a)
+    axis = _axis(axis, a.ndim)
+    start = operator.index(start)
+    if not -a.ndim <= start <= a.ndim:
+        raise ValueError(f"rollaxis: start {start} must be in [{-a.ndim}, {a.ndim}]")
+    start = start + a.ndim if start < 0 else start
+    start = start - 1 if axis < start else start
+    return a if axis == start else moveaxis(a, axis, start)
+
+
 def broadcast_arrays(*args: Any) -> tuple[Any, ...]:
     """The arguments broadcast to their common shape.
 
@@ -225,6 +242,23 @@ def append(arr: Any, values: Any, axis: Any = None) -> Any:
 # ---------------------------------------------------------------- padding
 
 _PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+
+
+def delete(arr: Any, obj: Any, axis: Any = None) -> Any:
+    """`arr` without the entries `obj` (an index, a slice, indices or a boolean mask,
+    concrete) along `axis` (of the flattened array when None), as ``numpy.delete``.
+
+    >>> delete(np.array([1.0, 2.0, 3.0]), [0, 2])
+    array([2.])
+    """
+    if isinstance(obj, Tracer):
+        raise TypeError("delete: obj must be concrete (the result's shape depends on it)")
+    arr = _array(arr)
+    if axis is None:
+        arr, axis = reshape(arr, (-1,)), 0
+    axis = _axis(axis, arr.ndim)
+    keep = np.delete(np.arange(arr.shape[axis]), obj)
+    return getitem(arr, (slice(None),) * axis + (keep,))
 
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
@@ -445,3 +479,41 @@ def column_stack(tup: Sequence[Any]) -> Any:
     """Stack 1-D arrays as columns (and 2-D arrays as they are) along axis 1."""
     arrays = [_array(a) for a in _listed(tup, "column_stack")]
     return concatenate([reshape(a, (-1, 1)) if a.ndim < 2 else a for a in arrays], 1)
+
+
+def _depth(x: Any) -> int:
+    if isinstance(x, tuple):
+        raise TypeError("block: arrays must be nested lists, not tuples (as in NumPy)")
+    if not isinstance(x, list):
+        return 0
+    if not x:
+        raise ValueError("block: a list in arrays is empty")
+    depths = {_depth(e) for e in x}
+    if len(depths) != 1:
+        raise ValueError("block: the lists in arrays must be nested to one depth")
+    return 1 + depths.pop()
+
+
+def block(arrays: Any) -> Any:
+    """One array assembled from nested lists of blocks, as ``numpy.block``: the innermost
+    lists are joined along the last axis, the next ones along the one before, ...
+
+    >>> block([[np.eye(2), np.zeros((2, 1))], [np.ones((1, 2)), np.ones((1, 1))]])
+    array([[1., 0., 0.],
+           [0., 1., 0.],
+           [1., 1., 1.]])
+    """
+    depth = _depth(arrays)
+
+    def leaves(x: Any) -> list[Any]:
+        return [leaf for e in x for leaf in leaves(e)] if isinstance(x, list) else [x]
+
+    ndim = builtins.max([depth] + [aval_of(_array(leaf)).ndim for leaf in leaves(arrays)])
+
+    def assemble(x: Any, level: int) -> Any:
+        if not isinstance(x, list):
+            x = _array(x)
+            return reshape(x, (1,) * (ndim - x.ndim) + x.shape)
+        return concatenate([assemble(e, level + 1) for e in x], level - depth - 1)
+
+    return assemble(arrays, 1) if depth else _array(arrays)

@@ -1,6 +1,6 @@
 """Numerical routines: linear interpolation (interp), the trapezoid rule, 1-D convolution
-and correlation, polynomial evaluation (polyval), peak-to-peak (ptp), and the closeness
-tests isclose and allclose.
+and correlation, polynomials (polyval, polyadd, polysub, polymul, polyder, polyint,
+vander), ediff1d, peak-to-peak (ptp), and the closeness tests isclose and allclose.
 
 Compositions: interp finds each point's interval with searchsorted and interpolates, so
 its derivative flows to x, xp and fp; a convolution gathers the sliding windows of one
@@ -10,6 +10,7 @@ in both.
 
 from __future__ import annotations
 
+import builtins
 import operator
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import astype, normalize_axis, promote, reshape, sum
-from fastgrad.ops.cumulative import diff
+from fastgrad.ops.cumulative import cumprod, diff
 from fastgrad.ops.elementwise import (
     abs,
     divide,
@@ -33,12 +34,13 @@ from fastgrad.ops.manipulation import flip, pad, part
 from fastgrad.ops.products import matmul
 from fastgrad.ops.reduction import max, min
 from fastgrad.ops.selection import take
-from fastgrad.ops.shape import zeros_like
+from fastgrad.ops.shape import concatenate, expand_dims, ravel, zeros_like
 from fastgrad.ops.sorting import searchsorted
 from fastgrad.ops.statistics import all
 
 __all__ = [
-    "allclose", "convolve", "correlate", "interp", "isclose", "polyval", "ptp", "trapezoid",
+    "allclose", "convolve", "correlate", "ediff1d", "interp", "isclose", "polyadd", "polyder",
+    "polyint", "polymul", "polysub", "polyval", "ptp", "trapezoid", "vander",
 ]  # fmt: skip
 
 
@@ -186,6 +188,128 @@ def polyval(p: Any, x: Any) -> Any:
     for k in range(aval_of(p).shape[0]):
         y = y * x + getitem(p, k)
     return y
+
+
+def _polynomial(p: Any, fn: str) -> Any:
+    (p,) = _floats(p)
+    if aval_of(p).ndim != 1:
+        raise ValueError(f"{fn}: the coefficients must be 1-D, got shape {aval_of(p).shape}")
+    return p
+
+
+def _leading_zeros(p: Any, n: int) -> Any:
+    """`p` with zeros in front up to length `n` (its highest powers are 0)."""
+    short = n - aval_of(p).shape[0]
+    if short <= 0:
+        return p
+    return concatenate([np.zeros(short, aval_of(p).dtype), p])
+
+
+def polyadd(a1: Any, a2: Any) -> Any:
+    """The sum of two polynomials (coefficients highest power first), as
+    ``numpy.polyadd``.
+
+    >>> polyadd(np.array([1.0, 2.0]), np.array([3.0]))
+    array([1., 5.])
+    """
+    a1, a2 = _polynomial(a1, "polyadd"), _polynomial(a2, "polyadd")
+    n = builtins.max(aval_of(a1).shape[0], aval_of(a2).shape[0])
+    return _leading_zeros(a1, n) + _leading_zeros(a2, n)
+
+
+def polysub(a1: Any, a2: Any) -> Any:
+    """The difference of two polynomials, as ``numpy.polysub``.
+
+    >>> polysub(np.array([1.0, 2.0]), np.array([3.0]))
+    array([ 1., -1.])
+    """
+    return polyadd(a1, -_polynomial(a2, "polysub"))
+
+
+def polymul(a1: Any, a2: Any) -> Any:
+    """The product of two polynomials (the convolution of their coefficients), as
+    ``numpy.polymul``.
+
+    >>> polymul(np.array([1.0, 1.0]), np.array([1.0, -1.0]))
+    array([ 1.,  0., -1.])
+    """
+    return convolve(_polynomial(a1, "polymul"), _polynomial(a2, "polymul"))
+
+
+def polyder(p: Any, m: int = 1) -> Any:
+    """The `m`-th derivative of a polynomial, as ``numpy.polyder``.
+
+    >>> polyder(np.array([1.0, 2.0, 3.0]))
+    array([2., 2.])
+    """
+    p = _polynomial(p, "polyder")
+    m = operator.index(m)
+    if m < 0:
+        raise ValueError(f"polyder: the order m must be non-negative, got {m}")
+    for _ in range(m):
+        n = aval_of(p).shape[0]
+        if n <= 1:
+            return p[:0]
+        p = p[:-1] * np.arange(n - 1, 0, -1)
+    return p
+
+
+def polyint(p: Any, m: int = 1, k: Any = None) -> Any:
+    """The `m`-th antiderivative of a polynomial, the integration constants `k` (one per
+    integration, first to last; 0 by default), as ``numpy.polyint``.
+
+    >>> polyint(np.array([3.0, 2.0]), 2, [1.0, 2.0])
+    array([0.5, 1. , 1. , 2. ])
+    """
+    p = _polynomial(p, "polyint")
+    m = operator.index(m)
+    if m < 0:
+        raise ValueError(f"polyint: the order m must be non-negative, got {m}")
+    constants = [0.0] * m if k is None else k
+    if not isinstance(constants, list | tuple):
+        constants = [constants] * m
+    if len(constants) != m:
+        raise ValueError(f"polyint: k must hold m = {m} constants, got {len(constants)}")
+    for c in constants:
+        n = aval_of(p).shape[0]
+        last = reshape(astype(_array(c), aval_of(p).dtype), (1,))
+        p = concatenate([p / np.arange(n, 0, -1), last])
+    return p
+
+
+def vander(x: Any, N: int | None = None, increasing: bool = False) -> Any:  # noqa: N803
+    """The Vandermonde matrix of 1-D `x`: columns x**(N-1), ..., x, 1 (reversed when
+    `increasing`), as ``numpy.vander`` but in x's float dtype (NumPy's is float64). Built
+    by cumulative products, so its derivative is exact at x = 0.
+
+    >>> vander(np.array([2.0, 3.0]), 3)
+    array([[4., 2., 1.],
+           [9., 3., 1.]])
+    """
+    (x,) = _floats(x)
+    if aval_of(x).ndim != 1:
+        raise ValueError(f"vander: x must be 1-D, got shape {aval_of(x).shape}")
+    n = aval_of(x).shape[0] if N is None else operator.index(N)
+    column = expand_dims(x, 1)
+    if n == 0:
+        return column[:, :0]
+    ones = np.ones((aval_of(x).shape[0], 1), aval_of(x).dtype)
+    powers = cumprod(concatenate([ones] + [column] * (n - 1), 1), 1)
+    return powers if increasing else flip(powers, 1)
+
+
+def ediff1d(ary: Any, to_end: Any = None, to_begin: Any = None) -> Any:
+    """The differences of consecutive elements of the flattened `ary`, with `to_begin`
+    and `to_end` around them, as ``numpy.ediff1d``.
+
+    >>> ediff1d(np.array([1.0, 4.0, 9.0]), to_end=0.0)
+    array([3., 5., 0.])
+    """
+    d = diff(ravel(_array(ary)))
+    dtype = aval_of(d).dtype
+    ends = [None if e is None else ravel(astype(_array(e), dtype)) for e in (to_begin, to_end)]
+    parts = [e for e in (ends[0], d, ends[1]) if e is not None]
+    return concatenate(parts) if len(parts) > 1 else d
 
 
 def ptp(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
