@@ -650,3 +650,64 @@ test_polynomials_and_rearranging_match_numpy, _ = table_tests(
 def test_vander_gradient_is_exact_at_zero():
     g = fg.grad(lambda x: fnp.sum(fnp.vander(x, 3)))(np.array([0.0, 2.0]))
     np.testing.assert_array_equal(g, [1.0, 5.0])
+
+
+# ---------------------------------------------------------------- building, predicates
+
+
+def geomspace(draw):
+    start = draw(values((), 0.5, 2.0))
+    stop = draw(values(draw(st.sampled_from([(), (2,)])), 2.5, 8.0))
+    sign = draw(st.sampled_from([1.0, -1.0]))
+    num, endpoint = draw(st.integers(0, 5)), draw(st.booleans())
+    axis = draw(st.integers(0, np.ndim(stop)))
+    return (
+        (lambda a, b: fnp.geomspace(a, b, num, endpoint, axis=axis)),
+        (lambda a, b: np.geomspace(a, b, num, endpoint, axis=axis)),
+        (start * sign, stop * sign),
+    )
+
+
+def membership(draw):
+    x = draw(values(draw(shapes())))
+    tests = np.concatenate([x.ravel()[:2], draw(values((draw(st.integers(0, 3)),)))])
+    name = draw(st.sampled_from(["isin", "array_equal", "array_equiv", "i0"]))
+    if name == "i0":
+        return fnp.i0, np.i0, (x,)
+    x = np.where(draw(values(x.shape)) > 1.5, np.nan, x)
+    if name == "isin":
+        invert = draw(st.booleans())
+        return (
+            (lambda x, t: fnp.isin(x, t, invert=invert)),
+            (lambda x, t: np.isin(x, t, invert=invert)),
+            (x, tests),
+        )
+    equal_nan = name == "array_equal" and draw(st.booleans())
+    y = draw(st.sampled_from([x, x + 1.0, x.copy()] + ([x[..., :1]] if x.ndim else [])))
+    ours = getattr(fnp, name)
+    theirs = getattr(np, name)
+    kwargs = {"equal_nan": equal_nan} if name == "array_equal" else {}
+    return (
+        (lambda x, y: fnp.asarray(ours(x, y, **kwargs))),
+        (lambda x, y: np.asarray(theirs(x, y, **kwargs))),
+        (x, y),
+    )
+
+
+test_building_and_predicates_match_numpy, _ = table_tests((geomspace, membership), {})
+
+
+def test_windows_and_dtype_predicates_are_numpys():
+    for name in ("bartlett", "blackman", "hamming", "hanning"):
+        np.testing.assert_array_equal(getattr(fnp, name)(5), getattr(np, name)(5))
+    np.testing.assert_array_equal(fnp.kaiser(5, 2.0), np.kaiser(5, 2.0))
+    z = np.array([1 + 1j, 2 + 0j])
+    assert fnp.iscomplexobj(z) and not fnp.isrealobj(z) and fnp.isscalar(2.0)
+    np.testing.assert_array_equal(fnp.iscomplex(z), [True, False])
+    np.testing.assert_array_equal(fnp.isreal(z), [False, True])
+    flags = fg.jit(
+        lambda x: (fnp.iscomplex(x), fnp.isreal(x), fnp.iscomplexobj(x) or fnp.isscalar(x))
+    )(np.array([np.nan, 1.0]))
+    np.testing.assert_array_equal(flags[0], [False, False])
+    np.testing.assert_array_equal(flags[1], [True, True])
+    assert flags[2] == np.False_

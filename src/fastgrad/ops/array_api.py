@@ -32,13 +32,17 @@ from fastgrad.ops.math import (
 from fastgrad.ops.piecewise import copysign, floor_divide, remainder, trunc
 from fastgrad.ops.products import cross, matmul, outer, tensordot
 from fastgrad.ops.selection import diagonal, trace
-from fastgrad.ops.shape import concatenate, expand_dims, squeeze, transpose, zeros_like
+from fastgrad.ops.shape import concatenate, expand_dims, ravel, squeeze, transpose, zeros_like
+from fastgrad.ops.special import i0
+from fastgrad.ops.statistics import all, any
 
 __all__ = [
-    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "concat", "cumulative_prod",
-    "cumulative_sum", "divmod", "empty_like", "fabs", "fix", "float_power", "isneginf",
-    "isposinf", "ldexp", "matrix_transpose", "matvec", "modf", "ndim", "permute_dims",
-    "positive", "pow", "shape", "signbit", "size", "unstack", "vecdot", "vecmat",
+    "acos", "acosh", "array_equal", "array_equiv", "asin", "asinh", "atan", "atan2", "atanh",
+    "concat", "cumulative_prod", "cumulative_sum", "divmod", "empty_like", "fabs", "fix",
+    "float_power", "i0", "iscomplex", "iscomplexobj", "isin", "isneginf", "isposinf",
+    "isreal", "isrealobj", "isscalar", "ldexp", "matrix_transpose", "matvec", "modf", "ndim",
+    "permute_dims", "positive", "pow", "shape", "signbit", "size", "unstack", "vecdot",
+    "vecmat",
 ]  # fmt: skip
 
 # The array API's names for NumPy's inverse trigonometric functions and power.
@@ -292,6 +296,106 @@ def size(a: Any, axis: int | None = None) -> int:
     if axis is None:
         return int(np.prod(sizes))
     return sizes[normalize_axis(operator.index(axis), len(sizes))[0]]
+
+
+# ---------------------------------------------------------------- predicates
+# Traced values are real (fastgrad has no complex dtype), so the complex tests answer
+# from the dtype.
+
+
+def iscomplexobj(x: Any) -> bool:
+    """Whether `x` has a complex dtype (never, traced), as ``numpy.iscomplexobj``.
+
+    >>> iscomplexobj(np.array([1 + 0j]))
+    True
+    """
+    return not isinstance(x, Tracer) and bool(np.iscomplexobj(x))
+
+
+def isrealobj(x: Any) -> bool:
+    """Whether `x` has no complex dtype, as ``numpy.isrealobj``.
+
+    >>> isrealobj(np.array([1.0]))
+    True
+    """
+    return not iscomplexobj(x)
+
+
+def iscomplex(x: Any) -> Any:
+    """Where the imaginary part is nonzero (nowhere, for a real or traced array), as
+    ``numpy.iscomplex``.
+
+    >>> iscomplex(np.array([1 + 1j, 2 + 0j]))
+    array([ True, False])
+    """
+    return zeros_like(x, np.bool_) if isinstance(x, Tracer) else np.iscomplex(x)
+
+
+def isreal(x: Any) -> Any:
+    """Where the imaginary part is zero (everywhere, for a real or traced array), as
+    ``numpy.isreal``.
+
+    >>> isreal(np.array([1 + 1j, 2 + 0j]))
+    array([False,  True])
+    """
+    return ~zeros_like(x, np.bool_) if isinstance(x, Tracer) else np.isreal(x)
+
+
+def isscalar(element: Any) -> bool:
+    """Whether `element` is a scalar (a Python or NumPy number, not an array; a traced
+    value is an array), as ``numpy.isscalar``.
+
+    >>> isscalar(3.0), isscalar(np.array(3.0))
+    (True, False)
+    """
+    return not isinstance(element, Tracer) and bool(np.isscalar(element))
+
+
+def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> Any:
+    """Whether `a1` and `a2` have one shape and equal elements, as ``numpy.array_equal``:
+    a Python bool on plain arrays, a traced boolean scalar on traced ones.
+
+    >>> array_equal(np.array([1.0, 2.0]), [1.0, 2.0])
+    True
+    """
+    a1, a2 = _array(a1), _array(a2)
+    if aval_of(a1).shape != aval_of(a2).shape:
+        return False
+    same = a1 == a2
+    if equal_nan and aval_of(a1).dtype.kind == "f":
+        same = same | logical_and(a1 != a1, a2 != a2)
+    return _all(same)
+
+
+def array_equiv(a1: Any, a2: Any) -> Any:
+    """Whether `a1` and `a2` broadcast to one shape with equal elements, as
+    ``numpy.array_equiv``.
+
+    >>> array_equiv(np.array([[1.0, 1.0]]), 1.0)
+    True
+    """
+    a1, a2 = _array(a1), _array(a2)
+    try:
+        np.broadcast_shapes(aval_of(a1).shape, aval_of(a2).shape)
+    except ValueError:
+        return False
+    return _all(a1 == a2)
+
+
+def _all(x: Any) -> Any:
+    return all(x) if isinstance(x, Tracer) else bool(np.all(x))
+
+
+def isin(element: Any, test_elements: Any, invert: bool = False) -> Any:
+    """Where `element` is one of `test_elements`, as ``numpy.isin``; both may be traced
+    (the test compares every pair, so keep `test_elements` small).
+
+    >>> isin(np.array([1, 2, 3]), [2, 4])
+    array([False,  True, False])
+    """
+    element, tests = _array(element), ravel(_array(test_elements))
+    found = any(expand_dims(element, -1) == tests, axis=-1)
+    return ~found if invert else found
 
 
 # ---------------------------------------------------------------- numpy.linalg's array API

@@ -1,5 +1,5 @@
-"""Building arrays: linspace and logspace with traced endpoints, meshgrid, full with a
-traced fill value, arange (static), copy.
+"""Building arrays: linspace, logspace and geomspace with traced endpoints, meshgrid, full
+with a traced fill value, arange (static), copy, and NumPy's window functions (static).
 
 With only concrete arguments each is NumPy's own function; with traced ones it is a
 composition (a ramp times a step plus the start), differentiable in every traced value.
@@ -15,12 +15,24 @@ import numpy as np
 from fastgrad.core.ir import Aval
 from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import astype, broadcast_shapes, broadcast_to, is_traced, promote, reshape
-from fastgrad.ops.elementwise import floor
+from fastgrad.ops.elementwise import abs, floor, sign
 from fastgrad.ops.manipulation import moveaxis, part
-from fastgrad.ops.math import power
+from fastgrad.ops.math import exp, log, power
 from fastgrad.ops.shape import asarray, concatenate, ravel
 
-__all__ = ["arange", "copy", "full", "linspace", "logspace", "meshgrid"]
+__all__ = [
+    "arange", "bartlett", "blackman", "copy", "full", "geomspace", "hamming", "hanning",
+    "kaiser", "linspace", "logspace", "meshgrid",
+]  # fmt: skip
+
+# Windows of a static length: NumPy's own functions give the same plain arrays.
+bartlett, blackman, hamming, hanning, kaiser = (
+    np.bartlett,
+    np.blackman,
+    np.hamming,
+    np.hanning,
+    np.kaiser,
+)
 
 
 def linspace(
@@ -86,6 +98,33 @@ def logspace(
         base = moveaxis(reshape(base, (1, *aval_of(base).shape)), 0, axis)
     out = power(base, y)
     return out if dtype is None else astype(out, dtype)
+
+
+def geomspace(
+    start: Any, stop: Any, num: int = 50, endpoint: bool = True, dtype: Any = None, axis: int = 0
+) -> Any:
+    """`num` values from `start` to `stop` evenly spaced on a log scale, as
+    ``numpy.geomspace``; `start` and `stop` (of one sign, nonzero) may be traced.
+
+    >>> geomspace(1.0, 1000.0, 4)
+    array([   1.,   10.,  100., 1000.])
+    """
+    if not is_traced(start, stop):
+        return np.geomspace(start, stop, num, endpoint, dtype, axis)
+    start, stop = asarray(start), asarray(stop)
+    y = exp(linspace(log(abs(start)), log(abs(stop)), num, endpoint)) * sign(start)
+    n = aval_of(y).shape[0]
+    # The ends are start and stop exactly, as in NumPy.
+    shape = (1, *aval_of(y).shape[1:])
+    ends = [broadcast_to(reshape(start, (1, *aval_of(start).shape)), shape)]
+    if n > 1:
+        middle = part(y, 0, 1, n - 1 if endpoint else n)
+        last = [broadcast_to(reshape(stop, (1, *aval_of(stop).shape)), shape)] if endpoint else []
+        y = concatenate(ends + [middle] + last, 0)
+    elif n == 1:
+        y = ends[0]
+    y = moveaxis(y, 0, axis)
+    return y if dtype is None else astype(y, dtype)
 
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Any:
