@@ -39,16 +39,22 @@ def _shape_of(arr: Any) -> tuple[int, ...]:
     return aval_of(arr if isinstance(arr, Tracer) else np.asarray(arr)).shape
 
 
+def _sides(arr: Any, fn: str) -> tuple[int, int]:
+    """The row and column counts `n`, `m` of a 2-D `arr`."""
+    shape = _shape_of(arr)
+    if len(shape) != 2:
+        raise ValueError(f"{fn}: arr must be 2-D, got shape {shape}")
+    return shape[0], shape[1]
+
+
 def tril_indices_from(arr: Any, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The indices of the lower triangle of a 2-D `arr` (only its shape is read).
 
     >>> tril_indices_from(np.zeros((2, 2)))
     (array([0, 1, 1]), array([0, 0, 1]))
     """
-    shape = _shape_of(arr)
-    if len(shape) != 2:
-        raise ValueError(f"tril_indices_from: arr must be 2-D, got shape {shape}")
-    return np.tril_indices(shape[0], k, shape[1])
+    n, m = _sides(arr, "tril_indices_from")
+    return np.tril_indices(n, k, m)
 
 
 def triu_indices_from(arr: Any, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -57,10 +63,8 @@ def triu_indices_from(arr: Any, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
     >>> triu_indices_from(np.zeros((2, 2)))
     (array([0, 0, 1]), array([0, 1, 1]))
     """
-    shape = _shape_of(arr)
-    if len(shape) != 2:
-        raise ValueError(f"triu_indices_from: arr must be 2-D, got shape {shape}")
-    return np.triu_indices(shape[0], k, shape[1])
+    n, m = _sides(arr, "triu_indices_from")
+    return np.triu_indices(n, k, m)
 
 
 def diag_indices_from(arr: Any) -> tuple[np.ndarray, ...]:

@@ -174,6 +174,11 @@ def _interpolated(x: Any, position: Any, count: Any, q_shape: tuple[int, ...]) -
     return _lerp(pick[0], pick[1], t)
 
 
+def _linear_only(method: str, fn: str) -> None:
+    if method != "linear":
+        raise ValueError(f"{fn}: only method='linear' is supported, got {method!r}")
+
+
 def quantile(
     a: Any, q: Any, axis: Any = None, method: str = "linear", keepdims: bool = False
 ) -> Any:
@@ -183,8 +188,7 @@ def quantile(
     >>> quantile(np.array([1.0, 2.0, 3.0, 10.0]), [0.5, 1.0])
     array([ 2.5, 10. ])
     """
-    if method != "linear":
-        raise ValueError(f"quantile: only method='linear' is supported, got {method!r}")
+    _linear_only(method, "quantile")
     return _quantile(a, q, axis, keepdims, 1.0, "quantile")
 
 
@@ -196,8 +200,7 @@ def percentile(
     >>> float(percentile(np.array([1.0, 2.0, 3.0, 4.0]), 50))
     2.5
     """
-    if method != "linear":
-        raise ValueError(f"percentile: only method='linear' is supported, got {method!r}")
+    _linear_only(method, "percentile")
     return _quantile(a, q, axis, keepdims, 100.0, "percentile")
 
 
@@ -219,8 +222,7 @@ def nanquantile(
     >>> float(nanquantile(np.array([1.0, np.nan, 3.0, 2.0]), 0.25))
     1.5
     """
-    if method != "linear":
-        raise ValueError(f"nanquantile: only method='linear' is supported, got {method!r}")
+    _linear_only(method, "nanquantile")
     return _quantile(a, q, axis, keepdims, 1.0, "nanquantile", skip_nan=True)
 
 
@@ -232,8 +234,7 @@ def nanpercentile(
     >>> float(nanpercentile(np.array([1.0, np.nan, 3.0, 2.0]), 50))
     2.0
     """
-    if method != "linear":
-        raise ValueError(f"nanpercentile: only method='linear' is supported, got {method!r}")
+    _linear_only(method, "nanpercentile")
     return _quantile(a, q, axis, keepdims, 100.0, "nanpercentile", skip_nan=True)
 
 
