@@ -200,6 +200,13 @@ CASES = {
         (lambda x: fnp.sort(x, None), lambda x: np.sort(x, None), (T,)),
     ],
     "argsort": [(lambda x: fnp.argsort(x, 1), lambda x: np.argsort(x, 1), (A,))],
+    "searchsorted": [
+        (
+            lambda x: fnp.searchsorted(np.array([-0.5, 0.0, 0.5]), x),
+            lambda x: np.searchsorted(np.array([-0.5, 0.0, 0.5]), x),
+            (A,),
+        )
+    ],
     "argpartition": [
         (
             lambda x: fnp.take_along_axis(x, fnp.argpartition(x, 2), -1)[:, 2],
