@@ -18,7 +18,9 @@ ELEMENTWISE = sorted(
 )
 UNARY = [n for n in ELEMENTWISE if REGISTRY[n].ufunc.nin == 1]
 BINARY = [n for n in ELEMENTWISE if REGISTRY[n].ufunc.nin == 2]
-PIECEWISE_CONSTANT = {"sign", "floor", "ceil", "rint"}  # derivative 0 where it exists
+PIECEWISE_CONSTANT = {"sign", "floor", "ceil", "rint", "trunc", "floor_divide"}  # derivative 0
+TIES = {"maximum", "minimum", "fmax", "fmin"}  # the first derivative jumps where x == y
+REMAINDERS = {"remainder", "fmod"}  # jump where x / y is an integer
 
 
 def reference(name, *xs):
@@ -60,13 +62,16 @@ def test_gradients_match_finite_differences(name, data):
     shapes = data.draw(fst.broadcastable_shapes(nin))
     xs = data.draw(in_domain(name, shapes, np.float64))
     fn = getattr(fnp, name)
-    if name in ("maximum", "minimum"):  # finite differences are wrong within eps of a tie
+    if name in TIES:  # finite differences are wrong within eps of a tie
         gap = np.abs(np.subtract(*xs))
         assume(np.all((gap > 1e-3) | (gap == 0)))
+    if name in REMAINDERS:  # ... and within eps of a jump
+        ratio = xs[0] / xs[1]
+        assume(np.all(np.abs(ratio - np.rint(ratio)) > 1e-3))
     if name in PIECEWISE_CONSTANT:  # finite differences jump at the steps; the rule is 0
         assert all(np.all(g == 0) for g in fg.vjp(fn, *xs)[1](np.ones_like(fn(*xs))))
     else:  # at ties the first derivative of maximum/minimum jumps, so check it only
-        check_grads(fn, xs, order=1 if name in ("maximum", "minimum") else 2)
+        check_grads(fn, xs, order=1 if name in TIES else 2, modes=("fwd", "rev"))
 
 
 @pytest.mark.parametrize("name", [n for n in UNARY + BINARY if REGISTRY[n].vjp is not None])
@@ -137,3 +142,10 @@ def test_stable_derived_functions():
         lambda a, b: fnp.logaddexp(a, b), (np.array([0.3, -2.0]), np.array([1.0, 5.0])), order=2
     )
     check_grads(fnp.log_sigmoid, (np.array([-3.0, 0.2, 4.0]),), order=2)
+
+
+def test_float16_results_are_rejected_clearly():
+    # NumPy gives float16 for small integers; fastgrad has no float16 kernels.
+    with pytest.raises(TypeError, match="float16, which fastgrad does not support"):
+        fg.jit(fnp.sqrt)(np.arange(3, dtype=np.int8))
+    assert fg.jit(fnp.sqrt)(np.arange(3, dtype=np.int32)).dtype == np.float64

@@ -136,10 +136,10 @@ def test_numpy_functions_on_traced_values_run_fastgrads():
 
 def test_a_missing_function_says_so_and_names_what_to_use():
     scipy_special = pytest.importorskip("scipy.special")
-    with pytest.raises(fg.TracerError, match=r"scipy.special.dawsn .*fastgrad.numpy has no dawsn"):
-        fg.jit(lambda x: scipy_special.dawsn(x))(X)
+    with pytest.raises(fg.TracerError, match=r"scipy.special.struve .*has no struve yet"):
+        fg.jit(lambda x: scipy_special.struve(1.0, x))(X)
     with pytest.raises(fg.TracerError, match=r"numpy.linalg.eig .*no numpy.linalg.eig yet"):
-        fg.jit(lambda x: np.linalg.eig(x))(np.eye(2))
+        fg.jit(lambda x: np.linalg.eig(x))(X)
     with pytest.raises(fg.TracerError, match=r"where=.*fnp.sum\(x, axis=None, keepdims=False\)"):
         fg.jit(lambda x: np.sum(x, where=x > 0))(X)
     with pytest.raises(fg.TracerError, match=r"out= cannot be used.*x.at\[idx\]"):

@@ -16,7 +16,7 @@ from fastgrad.compiler.fusion import Call, Loop
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.testing import check_grads
 from fastgrad.testing import strategies as fst
-from test_elementwise import BINARY, PIECEWISE_CONSTANT, UNARY, in_domain
+from test_elementwise import BINARY, PIECEWISE_CONSTANT, REMAINDERS, TIES, UNARY, in_domain
 from test_structural import ALL
 
 rng = np.random.default_rng(7)
@@ -63,11 +63,14 @@ def test_elementwise_jvp_rules_match_finite_differences(name, data):
         _, tangent = fg.jvp(fn, xs, tuple(np.ones_like(x) for x in xs))
         assert np.all(tangent == 0)
         return
-    if name in ("maximum", "minimum"):  # finite differences are wrong within eps of a tie
+    if name in TIES:  # finite differences are wrong within eps of a tie
         gap = np.abs(np.subtract(*xs))
         assume(np.all((gap > 1e-3) | (gap == 0)))
+    if name in REMAINDERS:  # ... and within eps of a jump
+        ratio = xs[0] / xs[1]
+        assume(np.all(np.abs(ratio - np.rint(ratio)) > 1e-3))
     # Order 2 checks the JVP of the JVP, the JVP of the VJP and the VJP of the JVP too.
-    order = 1 if name in ("maximum", "minimum") else 2
+    order = 1 if name in TIES else 2
     check_grads(fn, xs, order=order, modes=("fwd", "rev"))
 
 

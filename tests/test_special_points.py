@@ -59,7 +59,10 @@ EXEMPT = {
 PENDING = set(
     "beta betaln cholesky debug_print det digamma eigh gamma gammaln i0e i1e inv log_ndtr"
     " pinv polygamma qr scatter scatter_max scatter_min"
-    " scatter_multiply slogdet solve svd triangular_solve at".split()
+    " scatter_multiply slogdet solve svd triangular_solve at"
+    # came with the NumPy breadth (sorting, scans, piecewise elementwise ops)
+    " hypot logaddexp2 remainder fmod floor_divide trunc fmax fmin copysign heaviside"
+    " cumsum sort argsort argpartition searchsorted".split()
 )
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 

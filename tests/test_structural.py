@@ -200,6 +200,29 @@ CASES = {
             (np.abs(A) + 0.5, A),
         )
     ],
+    "cumsum": [
+        (lambda x: fnp.cumsum(x, 1), lambda x: np.cumsum(x, 1), (A,)),
+        (lambda x: fnp.cumsum(x), np.cumsum, (T,)),
+    ],
+    "sort": [
+        (lambda x: fnp.sort(x, 0), lambda x: np.sort(x, 0), (A,)),
+        (lambda x: fnp.sort(x, None), lambda x: np.sort(x, None), (T,)),
+    ],
+    "argsort": [(lambda x: fnp.argsort(x, 1), lambda x: np.argsort(x, 1), (A,))],
+    "searchsorted": [
+        (
+            lambda x: fnp.searchsorted(np.array([-0.5, 0.0, 0.5]), x),
+            lambda x: np.searchsorted(np.array([-0.5, 0.0, 0.5]), x),
+            (A,),
+        )
+    ],
+    "argpartition": [
+        (
+            lambda x: fnp.take_along_axis(x, fnp.argpartition(x, 2), -1)[:, 2],
+            lambda x: np.partition(x, 2)[:, 2],
+            (A,),
+        )
+    ],
 }
 COMPOSITES = [
     (lambda x: fnp.mean(x, axis=0), lambda x: np.mean(x, axis=0), (A,)),

@@ -122,6 +122,14 @@ def spd(n, batch=()):
 
 IDX = np.array([2, 0, 2])
 CASES = {
+    "cumsum": (lambda x: fnp.cumsum(x, axis=-1), [(2, 3)]),
+    "sort": (lambda x: fnp.sort(x, axis=0), [(3, 2)]),
+    "argsort": (lambda x: fnp.argsort(x, axis=-1).astype(np.float64), [(2, 3)]),
+    "argpartition": (lambda x: fnp.take_along_axis(x, fnp.argpartition(x, 1), -1), [(2, 3)]),
+    "searchsorted": (
+        lambda a, v: fnp.searchsorted(fnp.sort(a), v).astype(np.float64),
+        [(4,), (3,)],
+    ),
     # d/dy x**y = x**y log(x): the exponent's derivatives go through power_log
     "power_log": (fg.grad(lambda x, y: fnp.sum(fnp.power(x, y)), argnums=1), [(3,), (3,)]),
     "broadcast_to": (lambda x: fnp.broadcast_to(x, (2, 3, 4)), [(3, 1)]),

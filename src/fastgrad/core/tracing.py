@@ -186,6 +186,24 @@ class Tracer:
     def __rtruediv__(self, other: Any) -> Any:
         return _fn.divide(other, self)
 
+    def __mod__(self, other: Any) -> Any:
+        return _fn.remainder(self, other)
+
+    def __rmod__(self, other: Any) -> Any:
+        return _fn.remainder(other, self)
+
+    def __floordiv__(self, other: Any) -> Any:
+        return _fn.floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> Any:
+        return _fn.floor_divide(other, self)
+
+    def __divmod__(self, other: Any) -> Any:
+        return _fn.floor_divide(self, other), _fn.remainder(self, other)
+
+    def __rdivmod__(self, other: Any) -> Any:
+        return _fn.floor_divide(other, self), _fn.remainder(other, self)
+
     def __pow__(self, other: Any) -> Any:
         return _fn.power(self, other)
 
@@ -309,6 +327,51 @@ class Tracer:
         return _fn.reshape(self, (-1,))
 
     flatten = ravel
+
+    def cumsum(self, axis: Any = None) -> Any:
+        return _fn.cumsum(self, axis=axis)
+
+    def cumprod(self, axis: Any = None) -> Any:
+        return _fn.cumprod(self, axis=axis)
+
+    def round(self, decimals: int = 0) -> Any:
+        return _fn.round(self, decimals)
+
+    def any(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return _fn.any(self, axis=axis, keepdims=keepdims)
+
+    def all(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return _fn.all(self, axis=axis, keepdims=keepdims)
+
+    def sort(self, axis: int = -1) -> Any:
+        # NumPy sorts in place and returns None; a traced array cannot change, so this
+        # raises rather than silently leaving the array unsorted.
+        raise TracerError("x.sort() sorts in place, which a traced array cannot: use fnp.sort(x)")
+
+    def argsort(self, axis: Any = -1) -> Any:
+        return _fn.argsort(self, axis=axis)
+
+    def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+        return _fn.diagonal(self, offset, axis1, axis2)
+
+    def repeat(self, repeats: Any, axis: Any = None) -> Any:
+        return _fn.repeat(self, repeats, axis)
+
+    def take(self, indices: Any, axis: Any = None) -> Any:
+        return _fn.take(self, indices, axis)
+
+    def conj(self) -> Any:
+        return _fn.conj(self)
+
+    conjugate = conj
+
+    @property
+    def real(self) -> Any:
+        return _fn.real(self)
+
+    @property
+    def imag(self) -> Any:
+        return _fn.imag(self)
 
 
 class _ArrayFunctions:

@@ -9,39 +9,50 @@ AttributeError that lists the closest names it has.
 """
 
 from numpy import (  # noqa: F401  re-exported: constants and array creation
-    arange,
     e,
     empty,
     eye,
     float32,
     float64,
-    full,
+    identity,
     inf,
     int32,
     int64,
-    linspace,
     nan,
     newaxis,
     ones,
     pi,
+    tri,
     zeros,
 )
 
 from fastgrad.numpy import linalg  # noqa: F401  fnp.linalg
 from fastgrad.ops import FAMILIES as _FAMILIES
+from fastgrad.ops.array_api import *  # noqa: F403
 from fastgrad.ops.complex_numbers import *  # noqa: F403
+from fastgrad.ops.construction import *  # noqa: F403
+from fastgrad.ops.cumulative import *  # noqa: F403
+from fastgrad.ops.einsum import *  # noqa: F403
 from fastgrad.ops.elementwise import *  # noqa: F403
+from fastgrad.ops.index_tools import *  # noqa: F403
 from fastgrad.ops.indexing import *  # noqa: F403
+from fastgrad.ops.manipulation import *  # noqa: F403
 from fastgrad.ops.math import *  # noqa: F403
+from fastgrad.ops.nan_reductions import *  # noqa: F403
+from fastgrad.ops.numerical import *  # noqa: F403
 from fastgrad.ops.numpy_interop import missing_name as _missing_name
+from fastgrad.ops.piecewise import *  # noqa: F403
 from fastgrad.ops.products import *  # noqa: F403
 from fastgrad.ops.reduction import *  # noqa: F403
 from fastgrad.ops.scatter import *  # noqa: F403
+from fastgrad.ops.selection import *  # noqa: F403
 from fastgrad.ops.shape import *  # noqa: F403
+from fastgrad.ops.sorting import *  # noqa: F403
+from fastgrad.ops.statistics import *  # noqa: F403
 
 _NUMPY_NAMES = [
-    "arange", "e", "empty", "eye", "float32", "float64", "full", "inf", "int32", "int64",
-    "linspace", "nan", "newaxis", "ones", "pi", "zeros",
+    "e", "empty", "eye", "float32", "float64", "identity", "inf", "int32", "int64", "nan",
+    "newaxis", "ones", "pi", "tri", "zeros",
 ]  # fmt: skip
 
 # fnp.linalg is the submodule imported above; __all__ lists functions only.

@@ -1,10 +1,12 @@
-"""NumPy's linalg namespace: solves, determinants, decompositions and norms that work on
-plain arrays and traced values alike, batched over leading axes. The functions live with
-their primitives in fastgrad.ops.linalg, .decompositions and .matrix_functions.
+"""NumPy's linalg namespace: solves, determinants, decompositions, norms and products that
+work on plain arrays and traced values alike, batched over leading axes. The functions
+live with their primitives in fastgrad.ops.linalg, .decompositions, .matrix_functions and
+.array_api.
 """
 
 from numpy.linalg import LinAlgError
 
+from fastgrad.ops import array_api as _array_api
 from fastgrad.ops.decompositions import (
     EighResult,
     QRResult,
@@ -33,15 +35,27 @@ from fastgrad.ops.matrix_functions import (
     matrix_rank,
     multi_dot,
     norm,
+    tensorinv,
+    tensorsolve,
     vector_norm,
 )
 from fastgrad.ops.numpy_interop import register_namespace
+from fastgrad.ops.products import matmul
+
+# NumPy 2's linalg takes the vectors and matrices in the last axes (fastgrad.ops.array_api).
+cross, diagonal, outer = (
+    _array_api.linalg_cross,
+    _array_api.linalg_diagonal,
+    _array_api.linalg_outer,
+)
+tensordot, trace, vecdot = _array_api.linalg_tensordot, _array_api.linalg_trace, _array_api.vecdot
 
 __all__ = [
     "EighResult", "LinAlgError", "QRResult", "SVDResult", "SlogdetResult", "cholesky",
-    "cond", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_norm", "matrix_power",
-    "matrix_rank", "matrix_transpose", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve",
-    "svd", "svdvals", "vector_norm",
+    "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
+    "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm",
+    "outer", "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "tensorinv",
+    "tensorsolve", "trace", "vecdot", "vector_norm",
 ]  # fmt: skip
 
 # numpy.linalg.solve(x, ...) on a traced x calls these.

@@ -15,27 +15,41 @@ import functools
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
 from fastgrad.ops import (
+    array_api,
     complex_numbers,
+    construction,
+    cumulative,
     debug,
     decompositions,
+    einsum,
     elementwise,
+    index_tools,
     indexing,
     linalg,
+    manipulation,
     math,
     matrix_functions,
+    nan_reductions,
+    numerical,
     numpy_interop,
+    piecewise,
     products,
     reduction,
     sampling,
     scatter,
+    selection,
     shape,
+    sorting,
     special,
+    statistics,
     stats,
 )
 
 FAMILIES = (
-    elementwise, math, shape, reduction, indexing, scatter, products, debug, complex_numbers,
-    linalg, decompositions, matrix_functions, special, stats, sampling,
+    elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
+    selection, products, einsum, sorting, cumulative, construction, statistics,
+    nan_reductions, numerical, index_tools, debug, complex_numbers, linalg, decompositions,
+    matrix_functions, special, stats, sampling, array_api,
 )  # fmt: skip
 
 _FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}

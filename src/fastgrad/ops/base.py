@@ -214,6 +214,16 @@ def all_batched(batched: Sequence[bool], args: Sequence[Any]) -> list[Any]:
     return [a if b else with_batch(a, size) for a, b in zip(args, batched, strict=True)]
 
 
+def batch_shift_axis(name: str) -> Callable[..., Any]:
+    """The batching rule of a one-operand op along `axis` (a sort, a scan): the batch axis
+    leads, so the op runs once on the whole stack along axis + 1."""
+
+    def rule(batched: Sequence[bool], x: Any, *, axis: int, **params: Any) -> Any:
+        return bind(REGISTRY[name], x, axis=axis + 1, **params)
+
+    return rule
+
+
 def batch_stacked(name: str) -> Callable[..., Any]:
     """The batching rule of an op that maps over leading axes (elementwise ops, stacked
     linear algebra): unbatched operands are broadcast along the batch, and the op runs once

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.core.ir import Aval
+from fastgrad.core.ir import SUPPORTED_DTYPES, Aval
 from fastgrad.core.primitive import REGISTRY, Point, Primitive, at, points, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
@@ -53,6 +53,11 @@ def _elementwise_eval(name: str, ufunc: Any) -> Callable[..., Aval]:
         if any(a.shape != shape for a in avals[1:]):
             raise ValueError(f"{name} needs operands of one shape, got {[a.shape for a in avals]}")
         dtype = _result_dtype(ufunc, tuple(a.dtype for a in avals))
+        if dtype not in SUPPORTED_DTYPES:  # float16, from small integers (sqrt of int8)
+            raise TypeError(
+                f"{name} of {' and '.join(a.dtype.name for a in avals)} gives {dtype.name}, "
+                "which fastgrad does not support; convert to float32 or float64 first"
+            )
         return Aval(shape, dtype, weak=all(a.weak for a in avals))
 
     return abstract_eval
@@ -309,6 +314,7 @@ STOP_GRADIENT = register(
     )
 )
 
+
 # ---------------------------------------------------------------- functions
 # One function per primitive, named as in NumPy.
 
@@ -452,12 +458,28 @@ absolute = abs
 true_divide = divide
 
 
-def where(condition: Any, x: Any, y: Any) -> Any:
+_MISSING: Any = object()
+
+
+def where(condition: Any, x: Any = _MISSING, y: Any = _MISSING) -> Any:
     """Choose elementwise from `x` where `condition` holds, else from `y` (NumPy broadcasting).
 
     >>> where(np.array([True, False]), 1.0, np.array([5.0, 6.0]))
     array([1., 6.])
+
+    With the condition alone it is NumPy's ``nonzero``, on concrete arrays only: the number
+    of indices depends on the values, so a traced condition is rejected.
     """
+    if x is _MISSING and y is _MISSING:
+        if isinstance(condition, Tracer):
+            raise TypeError(
+                "where(condition) with one argument gives the indices where condition holds, "
+                "and their number depends on traced values. Use where(condition, x, y) to "
+                "choose values, or compute the indices outside the traced function."
+            )
+        return np.nonzero(condition)
+    if x is _MISSING or y is _MISSING:
+        raise TypeError("where takes one argument (the condition) or three (condition, x, y)")
     if aval_of(condition).dtype != np.bool_:
         condition = not_equal(condition, 0)
     avals = [aval_of(a) for a in (condition, x, y)]

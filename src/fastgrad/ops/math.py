@@ -14,14 +14,15 @@ import numpy as np
 
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, at, points, register
-from fastgrad.core.tracing import bind
-from fastgrad.ops.base import apply_elementwise, batch_stacked, tangent_sum
-from fastgrad.ops.elementwise import abs, elementwise, maximum, where
+from fastgrad.core.tracing import aval_of, bind
+from fastgrad.ops.base import apply_elementwise, astype, batch_stacked, tangent_sum
+from fastgrad.ops.elementwise import abs, elementwise, maximum, multiply, where
 
 __all__ = [
     "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "cbrt", "cos",
-    "cosh", "exp", "exp2", "expm1", "log", "log10", "log1p", "log2", "log_sigmoid",
-    "logaddexp", "power", "sigmoid", "sin", "sinh", "softplus", "sqrt", "tan", "tanh",
+    "cosh", "deg2rad", "degrees", "exp", "exp2", "expm1", "hypot", "log", "log10", "log1p",
+    "log2", "log_sigmoid", "logaddexp", "logaddexp2", "power", "rad2deg", "radians",
+    "sigmoid", "sin", "sinc", "sinh", "softplus", "sqrt", "tan", "tanh",
 ]  # fmt: skip
 
 # ---------------------------------------------------------------- records
@@ -246,6 +247,25 @@ elementwise("logaddexp", np.logaddexp,
 # fmt: on
 
 
+def _hypot_share(x: Any, out: Any) -> Any:
+    # d/dx hypot(x, y) = x / hypot: 0 at the origin, as abs'(0), with no 0 / 0 there.
+    return x / where(out == 0, 1.0, out)
+
+
+# fmt: off
+elementwise("hypot", np.hypot,
+            lambda g, out, x, y: (g * _hypot_share(x, out), g * _hypot_share(y, out)),
+            ("nonzero", "nonzero"),  # away from the cone's tip at the origin
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _hypot_share(x, out),
+                                                  lambda ty: ty * _hypot_share(y, out)))
+# d/dx log2(2**x + 2**y) = 2**(x - out): analytic everywhere, so exact at every order (at
+# ties too, where a max-based formula has a kink in each term).
+elementwise("logaddexp2", np.logaddexp2,
+            lambda g, out, x, y: (g * exp2(x - out), g * exp2(y - out)),
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * exp2(x - out),
+                                                  lambda ty: ty * exp2(y - out)))
+# fmt: on
+
 # ---------------------------------------------------------------- functions
 
 
@@ -390,3 +410,70 @@ def log_sigmoid(x: Any) -> Any:
     0.5
     """
     return -softplus(-x)
+
+
+def hypot(x: Any, y: Any) -> Any:
+    """Elementwise ``numpy.hypot``: sqrt(x**2 + y**2) without overflow, with broadcasting.
+
+    >>> hypot(3.0, np.array([4.0, 1e200]))
+    array([5.e+000, 1.e+200])
+    """
+    return apply_elementwise("hypot", x, y)
+
+
+def logaddexp2(x: Any, y: Any) -> Any:
+    """log2(2**x + 2**y) without overflow, with broadcasting.
+
+    >>> logaddexp2(np.array([1.0, 1000.0]), 1.0)
+    array([   2., 1000.])
+    """
+    return apply_elementwise("logaddexp2", x, y)
+
+
+def _scaled(ufunc: Any, x: Any) -> Any:
+    # A fixed-factor ufunc (deg2rad, rad2deg) is x * ufunc(1) in its result dtype: NumPy
+    # multiplies by the same constant, so the values agree bit for bit.
+    dtype = np.asarray(ufunc(np.ones((), aval_of(x).dtype))).dtype
+    return multiply(astype(x, dtype), ufunc(np.ones((), dtype)))
+
+
+def deg2rad(x: Any) -> Any:
+    """Degrees to radians, as ``numpy.deg2rad``.
+
+    >>> deg2rad(np.array([180.0]))
+    array([3.14159265])
+    """
+    return _scaled(np.deg2rad, x)
+
+
+def rad2deg(x: Any) -> Any:
+    """Radians to degrees, as ``numpy.rad2deg``.
+
+    >>> rad2deg(np.array([np.pi / 2]))
+    array([90.])
+    """
+    return _scaled(np.rad2deg, x)
+
+
+radians, degrees = deg2rad, rad2deg
+
+# sinc(x) = sum_k (-u)**k / (2k + 1)! with u = (pi x)**2. Below |x| < 0.05 the terms up to
+# u**5 are exact to far below an ulp, and the polynomial gives exact derivatives at 0 (the
+# quotient's 0 / 0 would not).
+_SINC_SERIES = [(-1) ** k / math.factorial(2 * k + 1) for k in range(6)]
+
+
+def sinc(x: Any) -> Any:
+    """sin(pi x) / (pi x), with sinc(0) = 1, as ``numpy.sinc``; derivatives exact at 0.
+
+    >>> sinc(np.array([0.0, 0.5]))
+    array([1.        , 0.63661977])
+    """
+    px = multiply(x, math.pi)
+    small = abs(x) < 0.05
+    u = px * px
+    series = _SINC_SERIES[-1]
+    for c in reversed(_SINC_SERIES[:-1]):
+        series = series * u + c
+    safe = where(small, 1.0, px)
+    return where(small, series, sin(safe) / safe)

@@ -1,5 +1,6 @@
 """Norms and the linear-algebra functions NumPy builds from products and decompositions:
-norm, vector_norm, matrix_norm, cond, matrix_rank, lstsq, matrix_power, multi_dot.
+norm, vector_norm, matrix_norm, cond, matrix_rank, lstsq, matrix_power, multi_dot,
+tensorsolve and tensorinv.
 
 All are compositions of fastgrad.ops.linalg, .decompositions, .products and .reduction, so
 their derivatives come from those records. Public under fastgrad.numpy.linalg.
@@ -8,6 +9,7 @@ their derivatives come from those records. Public under fastgrad.numpy.linalg.
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +20,7 @@ from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import astype, normalize_axis, reshape, sum
 from fastgrad.ops.decompositions import pinv, svdvals
 from fastgrad.ops.elementwise import abs, not_equal, where
-from fastgrad.ops.linalg import as_float_arrays, check_square, eye_like, inv
+from fastgrad.ops.linalg import as_float_arrays, check_square, eye_like, inv, solve
 from fastgrad.ops.math import power, sqrt
 from fastgrad.ops.products import matmul
 from fastgrad.ops.reduction import max, min
@@ -289,3 +291,43 @@ def multi_dot(arrays: Sequence[Any], *, out: Any = None) -> Any:
     result = product(0, len(arrays) - 1)
     shape = aval_of(result).shape
     return reshape(result, shape[1 if first_1d else 0 : 1 if last_1d else 2])
+
+
+def tensorsolve(a: Any, b: Any, axes: Any = None) -> Any:
+    """The x with ``tensordot(a, x, x.ndim) == b`` (``numpy.linalg.tensorsolve``): `a`
+    (with the axes in `axes` moved to the end first) is read as a square matrix.
+
+    >>> tensorsolve(np.eye(4).reshape(2, 2, 4) * 2, np.ones((2, 2))).shape
+    (4,)
+    """
+    a, b = as_float_arrays(a, b, fn="tensorsolve")
+    if axes is not None:
+        rest = [k for k in range(a.ndim) if k not in normalize_axis(axes, a.ndim)]
+        a = transpose(a, rest + list(normalize_axis(axes, a.ndim)))
+    x_shape = a.shape[b.ndim :]
+    rows, cols = math.prod(a.shape[: b.ndim]), math.prod(x_shape)
+    if a.shape[: b.ndim] != b.shape or rows != cols:
+        raise ValueError(
+            f"tensorsolve: a of shape {a.shape} must start with b's shape {b.shape} and the "
+            "rest must hold as many elements"
+        )
+    return reshape(solve(reshape(a, (rows, cols)), reshape(b, (rows,))), x_shape)
+
+
+def tensorinv(a: Any, ind: int = 2) -> Any:
+    """The inverse of `a` read as a matrix from its first `ind` axes to the others
+    (``numpy.linalg.tensorinv``): its shape is a.shape[ind:] + a.shape[:ind].
+
+    >>> tensorinv(np.eye(4).reshape(4, 2, 2), ind=1).shape
+    (2, 2, 4)
+    """
+    (a,) = as_float_arrays(a, fn="tensorinv")
+    ind = operator.index(ind)
+    if ind <= 0:
+        raise ValueError(f"tensorinv: ind must be positive, got {ind}")
+    rows, cols = math.prod(a.shape[:ind]), math.prod(a.shape[ind:])
+    if rows != cols:
+        raise ValueError(
+            f"tensorinv: a of shape {a.shape} is not square from its first {ind} axes on"
+        )
+    return reshape(inv(reshape(a, (rows, cols))), a.shape[ind:] + a.shape[:ind])

@@ -1,4 +1,5 @@
-"""Products: matmul (BLAS) and the contractions built on it: dot, tensordot, vdot, outer.
+"""Products: matmul (BLAS) and the contractions built on it: dot, tensordot, vdot, inner,
+outer; and kron and cross, built from broadcast multiplies.
 
 The `matmul` primitive takes operands of equal rank >= 2 with equal batch axes; the
 `matmul` function promotes 1-D operands and broadcasts batch axes first, as NumPy does.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -26,10 +28,12 @@ from fastgrad.ops.base import (
     sum,
     tangent_sum,
 )
-from fastgrad.ops.elementwise import format_infix, multiply
-from fastgrad.ops.shape import ravel, transpose
+from fastgrad.ops.elementwise import format_infix, multiply, subtract
+from fastgrad.ops.indexing import getitem
+from fastgrad.ops.manipulation import moveaxis
+from fastgrad.ops.shape import ravel, stack, transpose
 
-__all__ = ["dot", "matmul", "outer", "tensordot", "vdot"]
+__all__ = ["cross", "dot", "inner", "kron", "matmul", "outer", "tensordot", "vdot"]
 
 # ---------------------------------------------------------------- records
 
@@ -124,26 +128,47 @@ def matmul(a: Any, b: Any) -> Any:
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
-    """Sum products over the given axes of `a` and `b` (NumPy's tensordot)."""
+    """Sum products over the given axes of `a` and `b` (NumPy's tensordot): `axes` is a
+    number n (the last n of `a` with the first n of `b`) or a pair of axis lists.
+
+    >>> tensordot(np.ones((2, 3)), np.ones((3, 4)), 1).shape
+    (2, 4)
+    """
     av, bv = aval_of(a), aval_of(b)
-    if isinstance(axes, int):
+    if isinstance(axes, int | np.integer):
+        if axes < 0:
+            raise ValueError(f"tensordot: axes must be non-negative, got {axes}")
+        if axes > builtins.min(av.ndim, bv.ndim):
+            raise ValueError(
+                f"tensordot: cannot sum over {axes} axes of arrays of shapes {av.shape} and "
+                f"{bv.shape}"
+            )
         axes_a, axes_b = list(range(av.ndim - axes, av.ndim)), list(range(axes))
     else:
-        axes_a, axes_b = (
-            ([axes[0]] if isinstance(axes[0], int) else list(axes[0])),
-            ([axes[1]] if isinstance(axes[1], int) else list(axes[1])),
-        )
+        try:
+            first, second = axes
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"tensordot: axes must be an int or a pair of axis lists, got {axes!r}"
+            ) from None
+        axes_a = [int(first)] if isinstance(first, int | np.integer) else list(first)
+        axes_b = [int(second)] if isinstance(second, int | np.integer) else list(second)
+        if len(axes_a) != len(axes_b):
+            raise ValueError(f"tensordot: {len(axes_a)} axes of a but {len(axes_b)} of b")
     axes_a = [normalize_axis(x, av.ndim)[0] for x in axes_a]
     axes_b = [normalize_axis(x, bv.ndim)[0] for x in axes_b]
+    if len(set(axes_a)) != len(axes_a) or len(set(axes_b)) != len(axes_b):
+        raise ValueError(f"tensordot: axes {axes} repeat an axis")
     if [av.shape[i] for i in axes_a] != [bv.shape[i] for i in axes_b]:
         raise ValueError(f"tensordot: shapes {av.shape} and {bv.shape} do not align on {axes}")
     free_a = [i for i in range(av.ndim) if i not in axes_a]
     free_b = [i for i in range(bv.ndim) if i not in axes_b]
     k = math.prod(av.shape[i] for i in axes_a)
-    a2 = reshape(transpose(a, free_a + axes_a), (-1, k))
-    b2 = reshape(transpose(b, axes_b + free_b), (k, -1))
-    out_shape = tuple(av.shape[i] for i in free_a) + tuple(bv.shape[i] for i in free_b)
-    return reshape(matmul(a2, b2), out_shape)
+    out_a = tuple(av.shape[i] for i in free_a)
+    out_b = tuple(bv.shape[i] for i in free_b)
+    a2 = reshape(transpose(a, free_a + axes_a), (math.prod(out_a), k))
+    b2 = reshape(transpose(b, axes_b + free_b), (k, math.prod(out_b)))
+    return reshape(matmul(a2, b2), out_a + out_b)
 
 
 def dot(a: Any, b: Any) -> Any:
@@ -177,3 +202,76 @@ def outer(a: Any, b: Any) -> Any:
            [  2.,  20., 200.]])
     """
     return multiply(reshape(ravel(a), (-1, 1)), reshape(ravel(b), (1, -1)))
+
+
+def inner(a: Any, b: Any) -> Any:
+    """Sum of products over the last axes of `a` and `b` (a product when one is a scalar).
+
+    >>> inner(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 1.0]))
+    array([3., 7.])
+    """
+    if aval_of(a).ndim == 0 or aval_of(b).ndim == 0:
+        return multiply(a, b)
+    return tensordot(a, b, ([-1], [-1]))
+
+
+def kron(a: Any, b: Any) -> Any:
+    """The Kronecker product: blocks a[i, j] * b, as ``numpy.kron``.
+
+    >>> kron(np.array([1.0, 10.0]), np.array([1.0, 2.0, 3.0]))
+    array([ 1.,  2.,  3., 10., 20., 30.])
+    """
+    av, bv = aval_of(a), aval_of(b)
+    ndim = builtins.max(av.ndim, bv.ndim)
+    sa = (1,) * (ndim - av.ndim) + av.shape
+    sb = (1,) * (ndim - bv.ndim) + bv.shape
+    # Interleaved axes (a0, b0, a1, b1, ...), multiplied by broadcasting, then merged.
+    x = reshape(a, tuple(d for n in sa for d in (n, 1)))
+    y = reshape(b, tuple(d for n in sb for d in (1, n)))
+    return reshape(multiply(x, y), tuple(m * n for m, n in zip(sa, sb, strict=True)))
+
+
+def cross(
+    a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: int | None = None
+) -> Any:
+    """The cross product of 3-vectors (or 2-vectors: the z component) along the given
+    axes, broadcasting the others, as ``numpy.cross``.
+
+    >>> cross(np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0]))
+    array([0., 0., 1.])
+    """
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a = moveaxis(a if isinstance(a, Tracer) else np.asarray(a), axisa, -1)
+    b = moveaxis(b if isinstance(b, Tracer) else np.asarray(b), axisb, -1)
+    na, nb = aval_of(a).shape[-1], aval_of(b).shape[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ValueError(
+            f"cross: vectors must have 2 or 3 components, got {na} and {nb} along the given axes"
+        )
+    if 2 in (na, nb):
+        warnings.warn(
+            "cross: arrays of 2-dimensional vectors are deprecated, as in NumPy 2.0; use "
+            "3-dimensional vectors",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    a0, a1, b0, b1 = (getitem(v, (Ellipsis, k)) for v in (a, b) for k in (0, 1))
+    z = subtract(multiply(a0, b1), multiply(a1, b0))
+    if na == nb == 2:
+        return z
+    a2 = getitem(a, (Ellipsis, 2)) if na == 3 else None
+    b2 = getitem(b, (Ellipsis, 2)) if nb == 3 else None
+    # A missing third component is 0.
+    x = _minus(_times(a1, b2), _times(a2, b1))
+    y = _minus(_times(a2, b0), _times(a0, b2))
+    out = stack([x, y, z], axis=-1)
+    return moveaxis(out, -1, axisc)
+
+
+def _times(u: Any, v: Any) -> Any:
+    return None if u is None or v is None else multiply(u, v)
+
+
+def _minus(u: Any, v: Any) -> Any:
+    return -v if u is None else (u if v is None else subtract(u, v))

@@ -311,22 +311,25 @@ def std(x: Any, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
     return sqrt(var(x, axis, keepdims, ddof))
 
 
-def _arg_reduce(name: str, x: Any, axis: Any) -> Any:
+def _arg_reduce(name: str, x: Any, axis: Any, keepdims: bool) -> Any:
     if not isinstance(x, Tracer):
         x = np.asarray(x)
     if axis is not None:
         axis = normalize_axis(axis, x.ndim)[0]
-    return bind(REGISTRY[name], x, axis=axis)
+    out = bind(REGISTRY[name], x, axis=axis)
+    if keepdims:
+        out = reshape(out, tuple(1 if axis in (None, k) else d for k, d in enumerate(x.shape)))
+    return out
 
 
-def argmax(x: Any, axis: Any = None) -> Any:
+def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Index of the maximum (of the flattened array when axis is None); never differentiated."""
-    return _arg_reduce("argmax", x, axis)
+    return _arg_reduce("argmax", x, axis, keepdims)
 
 
-def argmin(x: Any, axis: Any = None) -> Any:
+def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Index of the minimum (of the flattened array when axis is None); never differentiated."""
-    return _arg_reduce("argmin", x, axis)
+    return _arg_reduce("argmin", x, axis, keepdims)
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:

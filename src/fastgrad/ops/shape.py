@@ -352,8 +352,16 @@ def concatenate(arrays: Sequence[Any], axis: int = 0) -> Any:
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
-    """Join arrays along a new axis."""
-    arrays = list(arrays)
+    """Join arrays along a new axis; each may be a nested list mixing traced values and
+    numbers (see `asarray`).
+
+    >>> stack([np.array([1.0, 2.0]), [3.0, 4.0]], axis=1)
+    array([[1., 3.],
+           [2., 4.]])
+    """
+    if isinstance(arrays, Tracer):
+        raise TypeError("stack takes a sequence of arrays (a list or a tuple), not one array")
+    arrays = [asarray(a) if isinstance(a, list | tuple) else a for a in arrays]
     if not arrays:
         raise ValueError("stack needs at least one array")
     shapes = {aval_of(a).shape for a in arrays}
@@ -363,42 +371,56 @@ def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
     return concatenate([expand_dims(a, axis) for a in arrays], axis)
 
 
-def _leaves(x: Any) -> list[Any]:
-    if isinstance(x, tuple | list):
-        return [leaf for e in x for leaf in _leaves(e)]
-    return [x]
+def _has_tracer(x: Any) -> bool:
+    if isinstance(x, list | tuple):
+        return builtins.any(_has_tracer(e) for e in x)
+    return isinstance(x, Tracer)
 
 
-def _nested_stack(x: Any, dtype: np.dtype) -> Any:
-    if not isinstance(x, tuple | list):
-        return astype(x, dtype)
-    if not x:
-        raise ValueError("asarray: a list holding traced values cannot have an empty sublist")
-    return stack([_nested_stack(e, dtype) for e in x])
+def _leaf_avals(x: Any) -> list[Aval]:
+    if isinstance(x, list | tuple):
+        return [a for e in x for a in _leaf_avals(e)]
+    return [aval_of(x)]
 
 
-def asarray(x: Any, dtype: Any = None) -> Any:
-    """`x` as an array: a traced value stays traced, nested lists (or tuples) holding
-    traced values are stacked into one (Python scalars in them take the traced values'
-    dtype), anything else becomes a NumPy array.
+def asarray(a: Any, dtype: Any = None) -> Any:
+    """`a` as an array: a traced value stays traced, and nested lists or tuples holding
+    traced values are stacked into one traced array. In lists, Python numbers take the
+    arrays' dtype (they are weak, as everywhere in fastgrad), traced or not; anything else
+    is ``numpy.asarray(a)``.
 
     >>> import fastgrad as fg
-    >>> fg.jit(lambda a, b: asarray([[a, 0.0], [b * 2, 1.0]]))(np.float32(3), np.float32(4))
+    >>> fg.jit(lambda t: asarray([[t, 0.0], [1.0, t * t]]))(np.float32(3.0))
     array([[3., 0.],
-           [8., 1.]], dtype=float32)
+           [1., 9.]], dtype=float32)
     """
-    leaves = _leaves(x)
-    if isinstance(x, tuple | list) and any(isinstance(leaf, Tracer) for leaf in leaves):
-        out = _nested_stack(x, promote([aval_of(leaf) for leaf in leaves])[0])
-    elif isinstance(x, tuple | list):
-        # NumPy's own rules for nested lists of concrete values, including Python scalars.
-        out = np.asarray(x)
-    else:
-        out = x if isinstance(x, Tracer) else np.asarray(x)
-    return out if dtype is None else astype(out, dtype)
+    if isinstance(a, list | tuple) and _has_tracer(a):
+        common, _ = promote(_leaf_avals(a))
+        a = _stack_nested(a, common)
+    elif isinstance(a, list | tuple):
+        # The same dtype rule as with traced values, so both give the same array.
+        a = np.asarray(a, dtype=promote(_leaf_avals(a))[0])
+    elif not isinstance(a, Tracer):
+        a = np.asarray(a)
+    return a if dtype is None else astype(a, dtype)
 
 
-array = asarray
+def _stack_nested(a: Any, dtype: np.dtype) -> Any:
+    if not isinstance(a, list | tuple):
+        return astype(a, dtype) if isinstance(a, Tracer) else np.asarray(a, dtype)
+    if not a:
+        raise ValueError("asarray: a nested list holding traced values has an empty list")
+    return stack([_stack_nested(e, dtype) for e in a])
+
+
+def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Any:
+    """`asarray(object, dtype)` with at least `ndmin` dimensions (leading ones added); a
+    traced array is never modified in place, so `copy` changes nothing for it."""
+    out = asarray(object, dtype)
+    if not isinstance(out, Tracer) and copy:
+        out = out.copy()
+    extra = operator.index(ndmin) - aval_of(out).ndim
+    return reshape(out, (1,) * extra + aval_of(out).shape) if extra > 0 else out
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
