@@ -35,7 +35,7 @@ def dask_client(dask_cache_dir):
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: None means 8787, which another run may hold
         env=env,
     )
     with distributed.Client(cluster) as client:
