@@ -171,7 +171,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=20, help="standard training epochs")
     parser.add_argument("--adv-epochs", type=int, default=20, help="adversarial epochs")

@@ -147,7 +147,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("output", nargs="?", default=None, help="PNG file for the loss curve")
     parser.add_argument("--rows", type=int, default=1_800_000)
     parser.add_argument("--features", type=int, default=100)

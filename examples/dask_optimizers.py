@@ -113,7 +113,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--chunk-rows", type=int, default=25_000)

@@ -259,7 +259,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--components", type=int, default=3)
     parser.add_argument("--max-iter", type=int, default=300)
     parser.add_argument("--tol", type=float, default=1e-9, help="stop when the gain is below")

@@ -150,7 +150,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=5, help="training epochs first")
     parser.add_argument("--subset", type=int, default=None, help="use only N digits")

@@ -170,7 +170,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--pixels", action="store_true", help="read pixel by pixel (64 steps)")

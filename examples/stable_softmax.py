@@ -194,7 +194,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--subset", type=int, default=None, help="use only N digits")
     parser.add_argument("--batch-size", type=int, default=100)
