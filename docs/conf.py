@@ -44,6 +44,9 @@ default_role = "code"
 autodoc_typehints = "none"  # the signature line is enough; hints clutter the pages
 autosummary_generate = True
 autodoc_default_options = {"members": False}
+# The gallery's configuration holds functions (argv, the PNG scraper), which Sphinx cannot
+# pickle for its incremental cache: it then rebuilds the gallery pages, which is fine.
+suppress_warnings = ["config.cache"]
 nitpicky = False  # cross-references are checked by -W: an unresolved :func: fails
 
 html_theme = "pydata_sphinx_theme"

@@ -38,8 +38,9 @@ def public_names(module: object) -> tuple[list[str], list[str]]:
         obj = getattr(module, name)
         if isinstance(obj, types.ModuleType):  # a namespace: it has its own page
             continue
-        if getattr(numpy, name, _MISSING) is obj:  # NumPy's own constant or function
-            numpy_names.append(name)
+        origin = getattr(obj, "__module__", None) or ""
+        if getattr(numpy, name, _MISSING) is obj or origin.split(".")[0] == "numpy":
+            numpy_names.append(name)  # NumPy's own constant, function or class
         else:
             own.append(name)
     return own, numpy_names

@@ -329,7 +329,7 @@ def ptp(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
 def isclose(
     a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
 ) -> Any:
-    """Where |a - b| <= atol + rtol * |b| (infinities close only to themselves), as
+    """Where abs(a - b) <= atol + rtol * abs(b) (infinities close only to themselves), as
     ``numpy.isclose``; a boolean array, never differentiated.
 
     >>> isclose(np.array([1.0, np.inf, np.nan]), np.array([1.0 + 1e-9, np.inf, np.nan]))

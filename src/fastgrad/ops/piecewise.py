@@ -174,7 +174,7 @@ def fmin(x: Any, y: Any) -> Any:
 
 
 def copysign(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.copysign``: |x| with the sign of `y`. d/dx is 0 at x == 0 (as
+    """Elementwise ``numpy.copysign``: abs(x) with the sign of `y`. d/dx is 0 at x == 0 (as
     `abs`), d/dy is 0.
 
     >>> copysign(np.array([1.5, -2.0]), -1.0)
