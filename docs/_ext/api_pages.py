@@ -73,9 +73,24 @@ def write(directory: Path) -> None:
             continue
         _write_if_changed(directory / f"{modname}.rst", page)
         entries.append(modname)
+    _drop_stale_stubs(directory / "generated", entries)
     index = ["API reference", "=============", "", ".. toctree::", "   :maxdepth: 1", ""]
     index += [f"   {name}" for name in entries]
     _write_if_changed(directory / "index.rst", "\n".join(index) + "\n")
+
+
+def _drop_stale_stubs(generated: Path, modnames: list[str]) -> None:
+    """Remove autosummary's pages of names no longer public: Sphinx would warn that no
+    table of contents includes them."""
+    if not generated.is_dir():
+        return
+    wanted = set()
+    for modname in modnames:
+        own, _ = public_names(importlib.import_module(modname))
+        wanted |= {f"{modname}.{name}.rst" for name in own}
+    for stub in generated.glob("*.rst"):
+        if stub.name not in wanted:
+            stub.unlink()
 
 
 def _write_if_changed(path: Path, text: str) -> None:
