@@ -2,6 +2,10 @@
 reference interpreter, any thread count), each distribution's statistics against SciPy at a
 fixed key, reparameterized gradients, and clear errors for bad keys and dtypes."""
 
+import random
+import subprocess
+import sys
+import threading
 import warnings
 
 import numba
@@ -237,8 +241,6 @@ def test_errors_name_the_argument():
 
 
 def test_global_generators_used_while_tracing_warn_once():
-    import random
-
     def noisy(x):
         return x + np.random.normal()
 
@@ -251,14 +253,41 @@ def test_global_generators_used_while_tracing_warn_once():
         f(np.ones(3))  # traced again, for a new shape: no second warning
         fg.jit(lambda x: x + fr.normal(KEY, x.shape))(np.zeros(2))
 
-    def shuffled(x):
-        return x * random.random()
 
-    def loss(x):
-        return fnp.sum(shuffled(x))
+def test_the_random_module_is_checked_while_the_process_has_one_thread():
+    # In a fresh process: this one runs other threads (a Dask client's, compile threads).
+    code = (
+        "import random, numpy as np, fastgrad as fg, fastgrad.numpy as fnp\n"
+        "def loss(x):\n"
+        "    return fnp.sum(x * random.random())\n"
+        "fg.grad(loss)(np.ones(2))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "loss used the random module" in result.stderr
 
-    with pytest.warns(UserWarning, match="loss used the random module"):
-        fg.grad(loss)(np.ones(2))
+
+def test_another_threads_draws_are_not_the_traced_functions():
+    # A library drawing from `random` in its own thread (a Dask client does) while a
+    # function is traced: no warning, the function drew nothing.
+    stop = threading.Event()
+
+    def draw():
+        while not stop.is_set():
+            random.random()
+
+    thread = threading.Thread(target=draw, daemon=True)
+    thread.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for _ in range(20):
+                fg.grad(lambda x: fnp.sum(fnp.sin(x) * 3.0))(np.ones(2))
+    finally:
+        stop.set()
+        thread.join()
 
 
 # ---------------------------------------------------------------- derived distributions

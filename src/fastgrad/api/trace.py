@@ -169,16 +169,21 @@ _WARNED_RANDOM: set[str] = set()
 
 
 def _global_generators() -> tuple[Any, Any]:
-    """The states of NumPy's global generator and of Python's `random` module."""
+    """The states of NumPy's global generator and of Python's `random` module. The latter
+    only while this is the process's one thread: libraries draw from `random` in their own
+    threads (a Dask client's, for one), and a change made there is not the traced
+    function's; None then means "not known"."""
     state: Any = np.random.get_state()
-    return (state[1].tobytes(), *state[2:]), random.getstate()
+    alone = threading.active_count() == 1
+    return (state[1].tobytes(), *state[2:]), random.getstate() if alone else None
 
 
 def _warn_if_drawn(before: tuple[Any, Any], fun_name: str) -> None:
     """Warn (once per function) when tracing drew from a global generator: the numbers are
     constants of the graph, the same at every call (tests/test_random.py pins this)."""
     after = _global_generators()
-    if after == before or fun_name in _WARNED_RANDOM:
+    changed = after[0] != before[0] or None not in (after[1], before[1]) and after[1] != before[1]
+    if not changed or fun_name in _WARNED_RANDOM:
         return
     _WARNED_RANDOM.add(fun_name)
     which = "np.random" if after[0] != before[0] else "the random module"
