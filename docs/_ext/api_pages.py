@@ -46,7 +46,8 @@ def public_names(module: object) -> tuple[list[str], list[str]]:
     return own, numpy_names
 
 
-def namespace_page(modname: str, blurb: str) -> str | None:
+def namespace_page(modname: str, blurb: str) -> tuple[str, list[str]] | None:
+    """The namespace's page, and the names autosummary gives a page of their own."""
     try:
         module = importlib.import_module(modname)
     except ImportError:  # an optional namespace (Dask) or one not yet written
@@ -60,36 +61,34 @@ def namespace_page(modname: str, blurb: str) -> str | None:
     if numpy_names:
         listed = ", ".join(f"``{n}``" for n in numpy_names)
         lines += [f"Re-exported from NumPy unchanged (plain arrays): {listed}.", ""]
-    return "\n".join(lines)
+    return "\n".join(lines), [f"{modname}.{name}" for name in own]
 
 
 def write(directory: Path) -> None:
     """Write index.rst and one page per namespace into `directory` (only if changed)."""
     directory.mkdir(exist_ok=True)
-    entries = []
+    entries, documented = [], set()
     for modname, blurb in NAMESPACES:
-        page = namespace_page(modname, blurb)
-        if page is None:
+        found = namespace_page(modname, blurb)
+        if found is None:
             continue
+        page, names = found
         _write_if_changed(directory / f"{modname}.rst", page)
         entries.append(modname)
-    _drop_stale_stubs(directory / "generated", entries)
+        documented |= set(names)
+    _drop_stale_stubs(directory / "generated", documented)
     index = ["API reference", "=============", "", ".. toctree::", "   :maxdepth: 1", ""]
     index += [f"   {name}" for name in entries]
     _write_if_changed(directory / "index.rst", "\n".join(index) + "\n")
 
 
-def _drop_stale_stubs(generated: Path, modnames: list[str]) -> None:
+def _drop_stale_stubs(generated: Path, documented: set[str]) -> None:
     """Remove autosummary's pages of names no longer public: Sphinx would warn that no
     table of contents includes them."""
     if not generated.is_dir():
         return
-    wanted = set()
-    for modname in modnames:
-        own, _ = public_names(importlib.import_module(modname))
-        wanted |= {f"{modname}.{name}.rst" for name in own}
     for stub in generated.glob("*.rst"):
-        if stub.name not in wanted:
+        if stub.stem not in documented:
             stub.unlink()
 
 

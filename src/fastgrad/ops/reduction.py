@@ -17,7 +17,7 @@ import numpy as np
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Point, Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
-from fastgrad.ops.base import astype, broadcast_to, normalize_axis, reshape, sum
+from fastgrad.ops.base import astype, batch_shift_axis, broadcast_to, normalize_axis, reshape, sum
 from fastgrad.ops.elementwise import (
     abs,
     add,
@@ -203,10 +203,12 @@ def _arg_eval(x: Aval, *, axis: int | None) -> Aval:
 
 
 def _arg_batch(name: str) -> Callable[..., Any]:
+    along_axis = batch_shift_axis(name)
+
     def rule(batched: Any, x: Any, *, axis: int | None) -> Any:
         if axis is None:  # over the whole example: its elements in one axis
             return bind(REGISTRY[name], reshape(x, (aval_of(x).shape[0], -1)), axis=1)
-        return bind(REGISTRY[name], x, axis=axis + 1)
+        return along_axis(batched, x, axis=axis)
 
     return rule
 
