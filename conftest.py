@@ -6,13 +6,16 @@ the system's temporary directory, kept between runs so that a second run compile
 nothing. Tests of the default location point HOME at a temporary directory of their own
 (tests/test_kernel_cache.py). Kernels compile before a first call returns
 (FASTGRAD_COMPILE=sync), so that every run takes the same path; tests of the background
-tier switch it on themselves (tests/test_tiers.py).
+tier switch it on themselves (tests/test_tiers.py). Doctests see `np`, `fg` and `fnp`, as
+a user's session would, so that an example can show a derivative in one line.
 """
 
 import getpass
 import os
 import tempfile
 from pathlib import Path
+
+import pytest
 
 TEST_CACHE = Path(tempfile.gettempdir()) / f"fastgrad-test-cache-{getpass.getuser()}"
 
@@ -21,3 +24,14 @@ def pytest_configure(config):
     if not os.environ.get("FASTGRAD_CACHE_DIR"):
         os.environ["FASTGRAD_CACHE_DIR"] = str(TEST_CACHE)
     os.environ.setdefault("FASTGRAD_COMPILE", "sync")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _doctest_names(doctest_namespace):
+    # Imported here, not at the top: pytest_configure sets the cache directory first.
+    import numpy
+
+    import fastgrad
+    import fastgrad.numpy
+
+    doctest_namespace.update(np=numpy, fg=fastgrad, fnp=fastgrad.numpy)
