@@ -139,7 +139,13 @@ def shape_tuple(shape: Any, what: str) -> tuple[int, ...]:
 
 
 def astype(x: Any, dtype: Any) -> Any:
-    """`x` converted to `dtype` (a no-op when it already has it)."""
+    """`x` converted to `dtype` (a no-op when it already has it).
+
+    >>> astype(np.array([1.7, -1.7]), np.int64)
+    array([ 1, -1])
+    >>> fg.grad(lambda x: astype(x, np.float32) * 2)(1.0)
+    array(2.)
+    """
     dtype = np.dtype(dtype)
     if aval_of(x).dtype == dtype and not (isinstance(x, Tracer) and x.aval.weak):
         return x if isinstance(x, Tracer) else np.asarray(x)
@@ -149,7 +155,14 @@ def astype(x: Any, dtype: Any) -> Any:
 
 
 def broadcast_to(x: Any, shape: Any) -> Any:
-    """`x` broadcast to `shape` by NumPy's rules."""
+    """`x` broadcast to `shape` by NumPy's rules.
+
+    >>> broadcast_to(np.array([1.0, 2.0]), (2, 2))
+    array([[1., 2.],
+           [1., 2.]])
+    >>> fg.grad(lambda x: fnp.sum(broadcast_to(x, (3, 2))))(np.zeros(2))
+    array([3., 3.])
+    """
     aval = aval_of(x)
     shape = shape_tuple(shape, "broadcast_to shape")
     if broadcast_shapes(aval.shape, shape, what="broadcast_to") != shape:
@@ -164,7 +177,12 @@ def broadcast_to(x: Any, shape: Any) -> Any:
 
 
 def reshape(x: Any, shape: Any) -> Any:
-    """`x` with a new shape of the same size; one dimension may be -1."""
+    """`x` with a new shape of the same size; one dimension may be -1.
+
+    >>> reshape(np.arange(6.0), (2, -1))
+    array([[0., 1., 2.],
+           [3., 4., 5.]])
+    """
     aval = aval_of(x)
     shape = shape_tuple(shape, "reshape shape")
     if shape.count(-1) > 1 or any(d < -1 for d in shape):

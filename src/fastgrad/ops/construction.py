@@ -129,7 +129,13 @@ def geomspace(
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Any:
     """``numpy.arange``. Its length depends on its arguments, so they must be static; for
-    a traced start or step, use ``start + step * arange(n)``."""
+    a traced start or step, use ``start + step * arange(n)``.
+
+    >>> arange(3), arange(0.0, 1.0, 0.25)
+    (array([0, 1, 2]), array([0.  , 0.25, 0.5 , 0.75]))
+    >>> fg.grad(lambda s: fnp.sum(s + 0.5 * arange(4)))(1.0)
+    array(4.)
+    """
     if is_traced(start, stop, step):
         raise TypeError(
             "arange: the number of values depends on start, stop and step, so they cannot be "

@@ -254,7 +254,11 @@ def einsum(*operands: Any, dtype: Any = None, optimize: Any = "greedy") -> Any:
 
 def einsum_path(*operands: Any, optimize: Any = "greedy") -> Any:
     """``numpy.einsum_path`` (the contraction order einsum follows); traced operands
-    stand for arrays of their shape."""
+    stand for arrays of their shape.
+
+    >>> einsum_path('ij,jk,kl->il', np.ones((2, 3)), np.ones((3, 4)), np.ones((4, 5)))[0]
+    ['einsum_path', (1, 2), (0, 1)]
+    """
     stand_ins = [
         np.broadcast_to(np.zeros((), a.dtype), a.shape) if isinstance(a, Tracer) else a
         for a in operands

@@ -62,14 +62,23 @@ def flip(m: Any, axis: Any = None) -> Any:
 
 
 def fliplr(m: Any) -> Any:
-    """Reverse the order of columns (axis 1); `m` must be at least 2-D."""
+    """Reverse the order of columns (axis 1); `m` must be at least 2-D.
+
+    >>> fliplr(np.array([[1, 2], [3, 4]]))
+    array([[2, 1],
+           [4, 3]])
+    """
     if aval_of(m).ndim < 2:
         raise ValueError("fliplr needs an array of at least 2 dimensions")
     return flip(m, 1)
 
 
 def flipud(m: Any) -> Any:
-    """Reverse the order of rows (axis 0); `m` must be at least 1-D."""
+    """Reverse the order of rows (axis 0); `m` must be at least 1-D.
+
+    >>> flipud(np.array([1, 2, 3]))
+    array([3, 2, 1])
+    """
     if aval_of(m).ndim < 1:
         raise ValueError("flipud needs an array of at least 1 dimension")
     return flip(m, 0)
@@ -378,7 +387,15 @@ def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
 
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     """Split into equal pieces along `axis` (an error if they cannot be equal), or at the
-    given indices."""
+    given indices.
+
+    >>> split(np.arange(6.0), 3)
+    [array([0., 1.]), array([2., 3.]), array([4., 5.])]
+    >>> split(np.arange(6.0), [1, 4])
+    [array([0.]), array([1., 2., 3.]), array([4., 5.])]
+    >>> fg.grad(lambda x: fnp.sum(split(x, 2)[1]))(np.zeros(4))
+    array([0., 0., 1., 1.])
+    """
     if isinstance(indices_or_sections, int | np.integer):
         n = aval_of(ary).shape[_axis(axis, aval_of(ary).ndim)]
         if indices_or_sections <= 0 or n % indices_or_sections:
@@ -390,7 +407,11 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
 
 
 def hsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
-    """Split along axis 1 (axis 0 for 1-D arrays)."""
+    """Split along axis 1 (axis 0 for 1-D arrays).
+
+    >>> [piece.tolist() for piece in hsplit(np.array([[1.0, 2.0], [3.0, 4.0]]), 2)]
+    [[[1.0], [3.0]], [[2.0], [4.0]]]
+    """
     ndim = aval_of(ary).ndim
     if ndim == 0:
         raise ValueError("hsplit needs an array of at least 1 dimension")
@@ -398,14 +419,22 @@ def hsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
 
 
 def vsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
-    """Split along axis 0; `ary` must be at least 2-D."""
+    """Split along axis 0; `ary` must be at least 2-D.
+
+    >>> vsplit(np.array([[1.0, 2.0], [3.0, 4.0]]), 2)
+    [array([[1., 2.]]), array([[3., 4.]])]
+    """
     if aval_of(ary).ndim < 2:
         raise ValueError("vsplit needs an array of at least 2 dimensions")
     return split(ary, indices_or_sections, 0)
 
 
 def dsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
-    """Split along axis 2; `ary` must be at least 3-D."""
+    """Split along axis 2; `ary` must be at least 3-D.
+
+    >>> [piece.shape for piece in dsplit(np.zeros((2, 2, 4)), [1])]
+    [(2, 2, 1), (2, 2, 3)]
+    """
     if aval_of(ary).ndim < 3:
         raise ValueError("dsplit needs an array of at least 3 dimensions")
     return split(ary, indices_or_sections, 2)
@@ -429,17 +458,31 @@ def _at_least(arys: tuple[Any, ...], ndim: int) -> Any:
 
 
 def atleast_1d(*arys: Any) -> Any:
-    """Each argument as an array of at least 1 dimension (a tuple for several)."""
+    """Each argument as an array of at least 1 dimension (a tuple for several).
+
+    >>> atleast_1d(1.0)
+    array([1.])
+    >>> [a.shape for a in atleast_1d(1.0, np.ones((2, 2)))]
+    [(1,), (2, 2)]
+    """
     return _at_least(arys, 1)
 
 
 def atleast_2d(*arys: Any) -> Any:
-    """Each argument with at least 2 dimensions: (n,) becomes (1, n)."""
+    """Each argument with at least 2 dimensions: (n,) becomes (1, n).
+
+    >>> atleast_2d(np.array([1.0, 2.0]))
+    array([[1., 2.]])
+    """
     return _at_least(arys, 2)
 
 
 def atleast_3d(*arys: Any) -> Any:
-    """Each argument with at least 3 dimensions: (n,) becomes (1, n, 1), (m, n) (m, n, 1)."""
+    """Each argument with at least 3 dimensions: (n,) becomes (1, n, 1), (m, n) (m, n, 1).
+
+    >>> atleast_3d(np.ones(3)).shape, atleast_3d(np.ones((2, 3))).shape
+    ((1, 3, 1), (2, 3, 1))
+    """
     return _at_least(arys, 3)
 
 
@@ -465,18 +508,33 @@ row_stack = vstack
 
 
 def hstack(tup: Sequence[Any]) -> Any:
-    """Stack arrays horizontally: along axis 1, or 0 for 1-D arrays."""
+    """Stack arrays horizontally: along axis 1, or 0 for 1-D arrays.
+
+    >>> hstack([np.array([1.0, 2.0]), np.array([3.0])])
+    array([1., 2., 3.])
+    >>> fg.grad(lambda x: fnp.sum(hstack([x, 2 * x])))(np.zeros(2))
+    array([3., 3.])
+    """
     arrays = [atleast_1d(a) for a in _listed(tup, "hstack")]
     return concatenate(arrays, 0 if arrays[0].ndim == 1 else 1)
 
 
 def dstack(tup: Sequence[Any]) -> Any:
-    """Stack arrays along axis 2, after making each at least 3-D."""
+    """Stack arrays along axis 2, after making each at least 3-D.
+
+    >>> dstack([np.ones((2, 2)), np.zeros((2, 2))]).shape
+    (2, 2, 2)
+    """
     return concatenate([atleast_3d(a) for a in _listed(tup, "dstack")], 2)
 
 
 def column_stack(tup: Sequence[Any]) -> Any:
-    """Stack 1-D arrays as columns (and 2-D arrays as they are) along axis 1."""
+    """Stack 1-D arrays as columns (and 2-D arrays as they are) along axis 1.
+
+    >>> column_stack([np.array([1.0, 2.0]), np.array([3.0, 4.0])])
+    array([[1., 3.],
+           [2., 4.]])
+    """
     arrays = [_array(a) for a in _listed(tup, "column_stack")]
     return concatenate([reshape(a, (-1, 1)) if a.ndim < 2 else a for a in arrays], 1)
 

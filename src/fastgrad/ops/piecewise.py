@@ -154,7 +154,11 @@ def floor_divide(x: Any, y: Any) -> Any:
 
 
 def trunc(x: Any) -> Any:
-    """Elementwise ``numpy.trunc`` (round towards zero); derivative 0."""
+    """Elementwise ``numpy.trunc`` (round towards zero); derivative 0.
+
+    >>> trunc(np.array([-1.7, 1.7])), fg.grad(trunc)(1.7)
+    (array([-1.,  1.]), array(0.))
+    """
     return apply_elementwise("trunc", x)
 
 
@@ -169,7 +173,13 @@ def fmax(x: Any, y: Any) -> Any:
 
 
 def fmin(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.fmin``: the minimum, ignoring a NaN operand (gradient as `fmax`)."""
+    """Elementwise ``numpy.fmin``: the minimum, ignoring a NaN operand (gradient as `fmax`).
+
+    >>> fmin(np.array([1.0, np.nan]), np.array([2.0, 3.0]))
+    array([1., 3.])
+    >>> fg.grad(fmin, argnums=1)(np.nan, 3.0)
+    array(1.)
+    """
     return apply_elementwise("fmin", x, y)
 
 

@@ -98,7 +98,13 @@ register(
 
 
 def matmul(a: Any, b: Any) -> Any:
-    """NumPy's matmul: 1-D operands are promoted to matrices, batch axes broadcast."""
+    """NumPy's matmul: 1-D operands are promoted to matrices, batch axes broadcast.
+
+    >>> matmul(np.ones((2, 3)), np.ones(3))
+    array([3., 3.])
+    >>> fg.grad(lambda a: fnp.sum(matmul(a, np.array([1.0, 2.0]))))(np.ones((1, 2)))
+    array([[1., 2.]])
+    """
     av, bv = aval_of(a), aval_of(b)
     if av.ndim == 0 or bv.ndim == 0:
         raise ValueError("matmul: operands must be at least 1-D (use multiply for scalars)")
@@ -172,7 +178,13 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
 
 
 def dot(a: Any, b: Any) -> Any:
-    """NumPy's dot: a product for scalars, matmul for 1-D/2-D, tensordot beyond."""
+    """NumPy's dot: a product for scalars, matmul for 1-D/2-D, tensordot beyond.
+
+    >>> dot(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    array(11.)
+    >>> fg.grad(dot)(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    array([3., 4.])
+    """
     av, bv = aval_of(a), aval_of(b)
     if av.ndim == 0 or bv.ndim == 0:
         return multiply(a, b)

@@ -247,17 +247,35 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool) -> Any:
 
 
 def max(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Maximum over `axis`; tied maxima share the gradient equally."""
+    """Maximum over `axis`; tied maxima share the gradient equally.
+
+    >>> max(np.array([[1.0, 3.0], [4.0, 2.0]]), axis=1)
+    array([3., 4.])
+    >>> fg.grad(max)(np.array([1.0, 3.0, 3.0]))  # a tie
+    array([0. , 0.5, 0.5])
+    """
     return _reduce("max", x, axis, keepdims)
 
 
 def min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Minimum over `axis`; tied minima share the gradient equally."""
+    """Minimum over `axis`; tied minima share the gradient equally.
+
+    >>> min(np.array([[1.0, 3.0], [0.0, 2.0]]), axis=0)
+    array([0., 2.])
+    >>> fg.grad(min)(np.array([2.0, 1.0, 1.0]))  # a tie
+    array([0. , 0.5, 0.5])
+    """
     return _reduce("min", x, axis, keepdims)
 
 
 def prod(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Product over `axis`; its gradient is exact where inputs are zero."""
+    """Product over `axis`; its gradient is exact where inputs are zero.
+
+    >>> prod(np.array([2.0, 3.0, 4.0]))
+    array(24.)
+    >>> fg.grad(prod)(np.array([2.0, 0.0, 4.0]))
+    array([0., 8., 0.])
+    """
     return _reduce("prod", x, axis, keepdims)
 
 
@@ -325,12 +343,22 @@ def _arg_reduce(name: str, x: Any, axis: Any, keepdims: bool) -> Any:
 
 
 def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Index of the maximum (of the flattened array when axis is None); never differentiated."""
+    """Index of the maximum (of the flattened array when axis is None); never differentiated.
+
+    >>> x = np.array([[1.0, 5.0], [7.0, 2.0]])
+    >>> int(argmax(x)), argmax(x, axis=1)
+    (2, array([1, 0]))
+    """
     return _arg_reduce("argmax", x, axis, keepdims)
 
 
 def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Index of the minimum (of the flattened array when axis is None); never differentiated."""
+    """Index of the minimum (of the flattened array when axis is None); never differentiated.
+
+    >>> x = np.array([[1.0, 5.0], [7.0, 2.0]])
+    >>> int(argmin(x)), argmin(x, axis=0)
+    (0, array([0, 1]))
+    """
     return _arg_reduce("argmin", x, axis, keepdims)
 
 
@@ -351,7 +379,13 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def softmax(x: Any, axis: Any = -1) -> Any:
-    """exp(x) / sum(exp(x)) over `axis`, shifted by a stop_gradient'ed maximum."""
+    """exp(x) / sum(exp(x)) over `axis`, shifted by a stop_gradient'ed maximum.
+
+    >>> softmax(np.array([[0.0, np.log(3.0)]]))
+    array([[0.25, 0.75]])
+    >>> fg.grad(lambda x: softmax(x)[0])(np.zeros(2))
+    array([ 0.25, -0.25])
+    """
     unnormalized = exp(subtract(x, _shift(x, axis)))
     return divide(unnormalized, sum(unnormalized, axis, keepdims=True))
 
@@ -364,5 +398,11 @@ def _shift(x: Any, axis: Any) -> Any:
 
 
 def log_softmax(x: Any, axis: Any = -1) -> Any:
-    """x - logsumexp(x) over `axis`."""
+    """x - logsumexp(x) over `axis`.
+
+    >>> log_softmax(np.array([1000.0, 1000.0]))
+    array([-0.69314718, -0.69314718])
+    >>> fg.grad(lambda x: log_softmax(x)[0])(np.zeros(2))
+    array([ 0.5, -0.5])
+    """
     return subtract(x, logsumexp(x, axis, keepdims=True))

@@ -189,7 +189,15 @@ def diag(v: Any, k: int = 0) -> Any:
 
 
 def diagflat(v: Any, k: int = 0) -> Any:
-    """A 2-D array with the flattened `v` on its k-th diagonal."""
+    """A 2-D array with the flattened `v` on its k-th diagonal.
+
+    >>> diagflat(np.array([1.0, 2.0]))
+    array([[1., 0.],
+           [0., 2.]])
+    >>> diagflat(np.array([3.0]), k=1)
+    array([[0., 3.],
+           [0., 0.]])
+    """
     return diag(ravel(_array(v)), k)
 
 
@@ -224,7 +232,16 @@ def tril(m: Any, k: int = 0) -> Any:
 
 
 def triu(m: Any, k: int = 0) -> Any:
-    """`m` with the elements below the k-th diagonal zeroed (of each matrix of a stack)."""
+    """`m` with the elements below the k-th diagonal zeroed (of each matrix of a stack).
+
+    >>> triu(np.ones((3, 3)))
+    array([[1., 1., 1.],
+           [0., 1., 1.],
+           [0., 0., 1.]])
+    >>> fg.grad(lambda m: fnp.sum(triu(m, k=1)))(np.ones((2, 2)))
+    array([[0., 1.],
+           [0., 0.]])
+    """
     return _triangle(m, k, False, "triu")
 
 

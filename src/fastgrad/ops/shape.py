@@ -265,7 +265,11 @@ register(
 
 
 def transpose(x: Any, axes: Any = None) -> Any:
-    """Permute the axes (reverse them when `axes` is None)."""
+    """Permute the axes (reverse them when `axes` is None).
+
+    >>> transpose(np.ones((2, 3, 4))).shape, transpose(np.ones((2, 3, 4)), (0, 2, 1)).shape
+    ((4, 3, 2), (2, 4, 3))
+    """
     ndim = aval_of(x).ndim
     axes = tuple(reversed(range(ndim))) if axes is None else tuple(operator.index(a) for a in axes)
     if sorted(a % builtins.max(ndim, 1) for a in axes) != list(range(ndim)) or len(axes) != ndim:
@@ -334,7 +338,13 @@ def ravel(x: Any) -> Any:
 
 
 def concatenate(arrays: Sequence[Any], axis: int = 0) -> Any:
-    """Join arrays along an existing axis."""
+    """Join arrays along an existing axis.
+
+    >>> concatenate([np.ones((1, 2)), np.zeros((2, 2))]).shape
+    (3, 2)
+    >>> fg.grad(lambda x: fnp.sum(concatenate([x, x * x])))(np.array([1.0, 2.0]))
+    array([3., 5.])
+    """
     arrays = list(arrays)
     if not arrays:
         raise ValueError("concatenate needs at least one array")
@@ -415,7 +425,13 @@ def _stack_nested(a: Any, dtype: np.dtype) -> Any:
 
 def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Any:
     """`asarray(object, dtype)` with at least `ndmin` dimensions (leading ones added); a
-    traced array is never modified in place, so `copy` changes nothing for it."""
+    traced array is never modified in place, so `copy` changes nothing for it.
+
+    >>> array(3.0, ndmin=2)
+    array([[3.]])
+    >>> array([1, 2], dtype=np.float32)
+    array([1., 2.], dtype=float32)
+    """
     out = asarray(object, dtype)
     if not isinstance(out, Tracer) and copy:
         out = out.copy()
@@ -424,7 +440,13 @@ def array(object: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> 
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
-    """An array like `x` filled with `fill_value`; it does not depend on `x`'s values."""
+    """An array like `x` filled with `fill_value`; it does not depend on `x`'s values.
+
+    >>> full_like(np.zeros(3), 7.0)
+    array([7., 7., 7.])
+    >>> full_like(np.zeros(2, dtype=np.int64), 2.5)
+    array([2, 2])
+    """
     aval = aval_of(x)
     dtype = np.dtype(dtype) if dtype is not None else aval.dtype
     value = np.asarray(fill_value, dtype=dtype)
