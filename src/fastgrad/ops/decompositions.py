@@ -43,8 +43,33 @@ from fastgrad.ops.shape import concatenate, slice_array
 __all__: list[str] = []  # public under fastgrad.numpy.linalg
 
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+EighResult.__doc__ = """What `eigh` gives: the eigenvalues in ascending order, and the
+eigenvectors as the columns of a matrix. Both are differentiable.
+
+>>> fnp.linalg.eigh(np.diag([2.0, 1.0])).eigenvalues
+array([1., 2.])
+>>> fg.grad(lambda a: fnp.sum(fnp.linalg.eigh(a).eigenvalues ** 2))(np.diag([2.0, 1.0]))
+array([[4., 0.],
+       [0., 2.]])
+"""
 SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
+SVDResult.__doc__ = """What `svd` gives: U, the singular values S in descending order, and
+Vh, with a = U @ diag(S) @ Vh. All three are differentiable.
+
+>>> fnp.linalg.svd(np.diag([3.0, -4.0])).S
+array([4., 3.])
+>>> fg.grad(lambda a: fnp.linalg.svd(a).S[0])(np.diag([3.0, -4.0]))
+array([[ 0.,  0.],
+       [ 0., -1.]])
+"""
 QRResult = namedtuple("QRResult", ["Q", "R"])
+QRResult.__doc__ = """What `qr` gives: Q with orthonormal columns and R upper triangular,
+with a = Q @ R.
+
+>>> q, r = fnp.linalg.qr(np.array([[3.0, 1.0], [4.0, 2.0]]))
+>>> np.allclose(q @ r, [[3.0, 1.0], [4.0, 2.0]]), float(abs(r[0, 0]))
+(True, 5.0)
+"""
 
 # ---------------------------------------------------------------- shared pieces
 

@@ -38,6 +38,15 @@ from fastgrad.ops.shape import concatenate, slice_array, transpose, zeros_like
 __all__: list[str] = []
 
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
+SlogdetResult.__doc__ = """What `slogdet` gives: the sign of the determinant and the log of
+its absolute value; the gradient of logabsdet is the transposed inverse.
+
+>>> fnp.linalg.slogdet(np.diag([-2.0, 3.0]))
+SlogdetResult(sign=array(-1.), logabsdet=array(1.79175947))
+>>> fg.grad(lambda a: fnp.linalg.slogdet(a).logabsdet)(np.diag([2.0, 4.0]))
+array([[0.5 , 0.  ],
+       [0.  , 0.25]])
+"""
 
 # ---------------------------------------------------------------- helpers the family shares
 
