@@ -96,7 +96,20 @@ class Node:
 
 
 class Graph:
-    """Inputs, nodes in dependency order, outputs. Constants are nodes of op `const`."""
+    """Inputs, nodes in dependency order, outputs. Constants are nodes of op `const`.
+
+    `fg.make_graph` traces a function into one; printing it shows the program.
+
+    >>> graph = fg.make_graph(lambda x: fnp.sin(x) * 2.0)(np.ones(2))
+    >>> [node.op.name for node in graph.nodes]
+    ['sin', 'const', 'broadcast_to', 'multiply']
+    >>> print(graph)
+    graph(x: f64[2]):
+        a: f64[2] = sin(x)
+        b: f64[2] = broadcast_to(2.0, shape=(2,))
+        c: f64[2] = a * b
+        return (c,)
+    """
 
     def __init__(self, inputs: Sequence[Var], nodes: Sequence[Node], outputs: Sequence[Var]):
         self.inputs = list(inputs)

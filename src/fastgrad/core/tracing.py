@@ -33,7 +33,17 @@ _open = _TraceStacks()
 
 
 class TracerError(TypeError):
-    """A traced value was used where a concrete one is needed."""
+    """A traced value was used where a concrete one is needed.
+
+    >>> def sign(x):
+    ...     return 1.0 if x > 0 else -1.0
+    >>> fg.jit(sign)(2.0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    fastgrad.core.tracing.TracerError: bool() (an `if`, ...) needs a concrete value, ...
+    >>> fg.jit(sign, static_argnums=0)(2.0)  # x static: one compile per value of x
+    array(1.)
+    """
 
 
 def describe(tracer: Tracer) -> str:

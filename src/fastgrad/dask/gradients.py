@@ -27,7 +27,20 @@ REDUCTIONS = ("mean", "sum")
 
 class DataParallel:
     """A value-and-gradient function whose data arguments are chunked on a Dask cluster
-    (see `value_and_grad`)."""
+    (see `value_and_grad`).
+
+    >>> import dask.array as da, fastgrad.dask
+    >>> from distributed import Client, LocalCluster
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    >>> client = Client(cluster)
+    >>> step = fastgrad.dask.value_and_grad(lambda w, x: fnp.sum(x * w), reduce="sum")
+    >>> x = da.arange(6.0, chunks=2)
+    >>> len(step.warmup(1.0, x))  # compiled on every worker (here one) before the first step
+    1
+    >>> step(2.0, x)  # the sum of 2 x over x's three chunks, and its gradient in w
+    (array(30.), array(15.))
+    >>> client.close(); cluster.close()
+    """
 
     def __init__(
         self,

@@ -17,7 +17,19 @@ from fastgrad.core.pytree import flatten
 
 class ChunkError(ValueError):
     """A chunk of the data could not be used: wrong shape or dtype, NaN or inf, or the
-    function failed on it. The message names the chunk and its rows."""
+    function failed on it. The message names the chunk and its rows.
+
+    >>> import dask.array as da, fastgrad.dask
+    >>> from distributed import Client, LocalCluster
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    >>> client = Client(cluster)
+    >>> x = da.from_array(np.array([1.0, 2.0, 3.0, np.nan]), chunks=2)
+    >>> fastgrad.dask.value_and_grad(lambda w, x: fnp.mean(x * w))(1.0, x)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    fastgrad.dask.tasks.ChunkError: chunk 1 (rows 2 to 3): x holds NaN or inf at row 1 ...
+    >>> client.close(); cluster.close()
+    """
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,19 @@ def check_vjp(
     rtol: float = 1e-5,
     rng: np.random.Generator | None = None,
 ) -> None:
-    """Check `fun`'s VJP at `args` along one random pair of directions; raise on mismatch."""
+    """Check `fun`'s VJP at `args` along one random pair of directions; raise on mismatch.
+
+    >>> check_vjp(lambda x: fnp.sin(x) * x, (np.linspace(0.0, 1.0, 3),))  # passes: None
+    >>> @fg.custom_vjp
+    ... def bad_sin(x):
+    ...     return fnp.sin(x)
+    >>> bad_sin.defvjp(lambda x: (fnp.sin(x), x), lambda x, g: (g * fnp.sin(x),))  # not cos
+    >>> check_vjp(bad_sin, (np.array([0.5, 1.0]),))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    AssertionError: VJP does not match finite differences along a random direction:
+    ...
+    """
     rng = rng or np.random.default_rng(0)
     xs, rebuild = _split(args)
     if not xs:
@@ -140,7 +152,19 @@ def check_jvp(
     rng: np.random.Generator | None = None,
 ) -> None:
     """Check `fun`'s JVP at `args` along one random direction, output by output and element
-    by element; raise on mismatch."""
+    by element; raise on mismatch.
+
+    >>> check_jvp(lambda x: fnp.sin(x) * x, (np.linspace(0.0, 1.0, 3),))  # passes: None
+    >>> @fg.custom_vjp
+    ... def bad_sin(x):
+    ...     return fnp.sin(x)
+    >>> bad_sin.defvjp(lambda x: (fnp.sin(x), x), lambda x, g: (g * fnp.sin(x),))  # not cos
+    >>> check_jvp(bad_sin, (np.array([0.5, 1.0]),))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    AssertionError: JVP does not match finite differences along a random direction v:
+    ...
+    """
     rng = rng or np.random.default_rng(0)
     xs, rebuild = _split(args)
     if not xs:
