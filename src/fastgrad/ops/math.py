@@ -16,7 +16,8 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, at, points, register
 from fastgrad.core.tracing import aval_of, bind
 from fastgrad.ops.base import apply_elementwise, astype, batch_stacked, tangent_sum
-from fastgrad.ops.elementwise import abs, elementwise, maximum, multiply, where
+from fastgrad.ops.elementwise import abs, maximum, multiply, where
+from fastgrad.ops.ufunc_records import elementwise
 
 __all__ = [
     "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "cbrt", "cos",

@@ -28,10 +28,11 @@ from fastgrad.ops.base import (
     sum,
     tangent_sum,
 )
-from fastgrad.ops.elementwise import format_infix, multiply, subtract
+from fastgrad.ops.elementwise import multiply, subtract
 from fastgrad.ops.indexing import getitem
 from fastgrad.ops.manipulation import moveaxis
 from fastgrad.ops.shape import ravel, stack, transpose
+from fastgrad.ops.ufunc_records import format_infix
 
 __all__ = ["cross", "dot", "inner", "kron", "matmul", "outer", "tensordot", "vdot"]
 
