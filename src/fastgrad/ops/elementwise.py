@@ -248,137 +248,248 @@ STOP_GRADIENT = register(
 
 
 def negative(x: Any) -> Any:
-    """Elementwise ``numpy.negative``."""
+    """Elementwise ``numpy.negative``.
+
+    >>> negative(np.array([1.0, -2.0])), fg.grad(negative)(1.0)
+    (array([-1.,  2.]), array(-1.))
+    """
     return apply_elementwise("negative", x)
 
 
 def square(x: Any) -> Any:
-    """Elementwise ``numpy.square``."""
+    """Elementwise ``numpy.square``.
+
+    >>> square(np.array([2.0, -3.0])), fg.grad(square)(3.0)
+    (array([4., 9.]), array(6.))
+    """
     return apply_elementwise("square", x)
 
 
 def reciprocal(x: Any) -> Any:
-    """Elementwise ``numpy.reciprocal``."""
+    """Elementwise ``numpy.reciprocal``.
+
+    >>> reciprocal(np.array([2.0, 0.5])), fg.grad(reciprocal)(2.0)
+    (array([0.5, 2. ]), array(-0.25))
+    """
     return apply_elementwise("reciprocal", x)
 
 
 def abs(x: Any) -> Any:
-    """Elementwise ``numpy.abs``."""
+    """Elementwise ``numpy.abs``.
+
+    >>> abs(np.array([-1.5, 2.0])), fg.grad(abs)(-1.5), fg.grad(abs)(0.0)  # 0 at the kink
+    (array([1.5, 2. ]), array(-1.), array(0.))
+    """
     return apply_elementwise("abs", x)
 
 
 def sign(x: Any) -> Any:
-    """Elementwise ``numpy.sign``."""
+    """Elementwise ``numpy.sign``.
+
+    >>> sign(np.array([-2.0, 0.0, 3.0])), fg.grad(sign)(3.0)
+    (array([-1.,  0.,  1.]), array(0.))
+    """
     return apply_elementwise("sign", x)
 
 
 def floor(x: Any) -> Any:
-    """Elementwise ``numpy.floor``."""
+    """Elementwise ``numpy.floor``.
+
+    >>> floor(np.array([-1.5, 1.5])), fg.grad(floor)(1.5)
+    (array([-2.,  1.]), array(0.))
+    """
     return apply_elementwise("floor", x)
 
 
 def ceil(x: Any) -> Any:
-    """Elementwise ``numpy.ceil``."""
+    """Elementwise ``numpy.ceil``.
+
+    >>> ceil(np.array([-1.5, 1.5])), fg.grad(ceil)(1.5)
+    (array([-1.,  2.]), array(0.))
+    """
     return apply_elementwise("ceil", x)
 
 
 def rint(x: Any) -> Any:
-    """Elementwise ``numpy.rint``."""
+    """Elementwise ``numpy.rint``.
+
+    >>> rint(np.array([0.5, 1.5, 2.7])), fg.grad(rint)(2.7)  # halves round to even
+    (array([0., 2., 3.]), array(0.))
+    """
     return apply_elementwise("rint", x)
 
 
 def isnan(x: Any) -> Any:
-    """Elementwise ``numpy.isnan``."""
+    """Elementwise ``numpy.isnan``.
+
+    >>> isnan(np.array([1.0, np.nan, np.inf]))
+    array([False,  True, False])
+    """
     return apply_elementwise("isnan", x)
 
 
 def isinf(x: Any) -> Any:
-    """Elementwise ``numpy.isinf``."""
+    """Elementwise ``numpy.isinf``.
+
+    >>> isinf(np.array([1.0, np.nan, -np.inf]))
+    array([False, False,  True])
+    """
     return apply_elementwise("isinf", x)
 
 
 def isfinite(x: Any) -> Any:
-    """Elementwise ``numpy.isfinite``."""
+    """Elementwise ``numpy.isfinite``.
+
+    >>> isfinite(np.array([1.0, np.nan, -np.inf]))
+    array([ True, False, False])
+    """
     return apply_elementwise("isfinite", x)
 
 
 def logical_not(x: Any) -> Any:
-    """Elementwise ``numpy.logical_not``."""
+    """Elementwise ``numpy.logical_not``.
+
+    >>> logical_not(np.array([0.0, 2.0]))
+    array([ True, False])
+    """
     return apply_elementwise("logical_not", x)
 
 
 def add(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.add``, with broadcasting."""
+    """Elementwise ``numpy.add``, with broadcasting.
+
+    >>> add(np.array([1.0, 2.0]), 10.0), fg.grad(add, argnums=(0, 1))(1.0, 2.0)
+    (array([11., 12.]), (array(1.), array(1.)))
+    """
     return apply_elementwise("add", x, y)
 
 
 def subtract(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.subtract``, with broadcasting."""
+    """Elementwise ``numpy.subtract``, with broadcasting.
+
+    >>> subtract(np.array([[1.0], [2.0]]), np.array([0.5, 1.0]))
+    array([[0.5, 0. ],
+           [1.5, 1. ]])
+    >>> fg.grad(subtract, argnums=1)(1.0, 2.0)
+    array(-1.)
+    """
     return apply_elementwise("subtract", x, y)
 
 
 def multiply(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.multiply``, with broadcasting."""
+    """Elementwise ``numpy.multiply``, with broadcasting.
+
+    >>> multiply(2.0, np.array([1.0, 3.0])), fg.grad(multiply)(2.0, 5.0)
+    (array([2., 6.]), array(5.))
+    """
     return apply_elementwise("multiply", x, y)
 
 
 def divide(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.divide``, with broadcasting."""
+    """Elementwise ``numpy.divide``, with broadcasting.
+
+    >>> divide(np.array([1.0, 3.0]), 2.0), fg.grad(divide, argnums=1)(1.0, 2.0)
+    (array([0.5, 1.5]), array(-0.25))
+    """
     return apply_elementwise("divide", x, y)
 
 
 def maximum(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.maximum``, with broadcasting."""
+    """Elementwise ``numpy.maximum``, with broadcasting.
+
+    >>> maximum(np.array([1.0, 5.0]), 3.0), fg.grad(maximum)(2.0, 2.0)  # a tie: half each
+    (array([3., 5.]), array(0.5))
+    """
     return apply_elementwise("maximum", x, y)
 
 
 def minimum(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.minimum``, with broadcasting."""
+    """Elementwise ``numpy.minimum``, with broadcasting.
+
+    >>> minimum(np.array([1.0, 5.0]), 3.0), fg.grad(minimum)(1.0, 3.0)
+    (array([1., 3.]), array(1.))
+    """
     return apply_elementwise("minimum", x, y)
 
 
 def less(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.less``, with broadcasting."""
+    """Elementwise ``numpy.less``, with broadcasting.
+
+    >>> less(np.array([1.0, 2.0, 3.0]), 2.0)
+    array([ True, False, False])
+    """
     return apply_elementwise("less", x, y)
 
 
 def less_equal(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.less_equal``, with broadcasting."""
+    """Elementwise ``numpy.less_equal``, with broadcasting.
+
+    >>> less_equal(np.array([1.0, 2.0, 3.0]), 2.0)
+    array([ True,  True, False])
+    """
     return apply_elementwise("less_equal", x, y)
 
 
 def greater(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.greater``, with broadcasting."""
+    """Elementwise ``numpy.greater``, with broadcasting.
+
+    >>> greater(np.array([1.0, 2.0, 3.0]), 2.0)
+    array([False, False,  True])
+    """
     return apply_elementwise("greater", x, y)
 
 
 def greater_equal(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.greater_equal``, with broadcasting."""
+    """Elementwise ``numpy.greater_equal``, with broadcasting.
+
+    >>> greater_equal(np.array([1.0, 2.0, 3.0]), 2.0)
+    array([False,  True,  True])
+    """
     return apply_elementwise("greater_equal", x, y)
 
 
 def equal(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.equal``, with broadcasting."""
+    """Elementwise ``numpy.equal``, with broadcasting.
+
+    >>> equal(np.array([1.0, np.nan]), np.array([1.0, np.nan]))  # nan equals nothing
+    array([ True, False])
+    """
     return apply_elementwise("equal", x, y)
 
 
 def not_equal(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.not_equal``, with broadcasting."""
+    """Elementwise ``numpy.not_equal``, with broadcasting.
+
+    >>> not_equal(np.array([1.0, np.nan]), np.array([1.0, np.nan]))
+    array([False,  True])
+    """
     return apply_elementwise("not_equal", x, y)
 
 
 def logical_and(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.logical_and``, with broadcasting."""
+    """Elementwise ``numpy.logical_and``, with broadcasting.
+
+    >>> logical_and(np.array([True, True, False]), np.array([True, False, False]))
+    array([ True, False, False])
+    """
     return apply_elementwise("logical_and", x, y)
 
 
 def logical_or(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.logical_or``, with broadcasting."""
+    """Elementwise ``numpy.logical_or``, with broadcasting.
+
+    >>> logical_or(np.array([True, True, False]), np.array([True, False, False]))
+    array([ True,  True, False])
+    """
     return apply_elementwise("logical_or", x, y)
 
 
 def logical_xor(x: Any, y: Any) -> Any:
-    """Elementwise ``numpy.logical_xor``, with broadcasting."""
+    """Elementwise ``numpy.logical_xor``, with broadcasting.
+
+    >>> logical_xor(np.array([True, True, False]), np.array([True, False, False]))
+    array([False,  True, False])
+    """
     return apply_elementwise("logical_xor", x, y)
 
 
@@ -423,7 +534,13 @@ def where(condition: Any, x: Any = _MISSING, y: Any = _MISSING) -> Any:
 
 
 def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Any:
-    """Limit values to [a_min, a_max]; either bound may be None. Gradient as minimum/maximum."""
+    """Limit values to [a_min, a_max]; either bound may be None. Gradient as minimum/maximum.
+
+    >>> clip(np.array([-2.0, 0.5, 3.0]), 0.0, 1.0)
+    array([0. , 0.5, 1. ])
+    >>> fg.grad(lambda x: fnp.sum(clip(x, 0.0, 1.0)))(np.array([-2.0, 0.5, 3.0]))
+    array([0., 1., 0.])
+    """
     if a_min is not None:
         x = maximum(x, a_min)
     if a_max is not None:
@@ -432,7 +549,11 @@ def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Any:
 
 
 def relu(x: Any) -> Any:
-    """max(x, 0) (nan at nan, as NumPy's maximum), with derivative 0 at x == 0 as in JAX."""
+    """max(x, 0) (nan at nan, as NumPy's maximum), with derivative 0 at x == 0 as in JAX.
+
+    >>> relu(np.array([-1.0, 0.0, 2.0])), fg.grad(relu)(0.0)
+    (array([0., 0., 2.]), array(0.))
+    """
     return where(equal(x, 0), 0, maximum(x, 0))
 
 
@@ -441,6 +562,9 @@ def stop_gradient(x: Any, name: str | None = None) -> Any:
 
     Applied to a plain array it returns the array; integer and boolean values pass through.
     See `fastgrad.stop_gradient` for pytrees.
+
+    >>> fg.grad(lambda x: x * stop_gradient(x))(3.0)  # only the first factor counts
+    array(3.)
     """
     if not isinstance(x, Tracer) or x.dtype.kind != "f":
         return x
