@@ -24,6 +24,11 @@ FUNCTIONS = {
     "gammainc": (("positive", "positive"), 1),
     "gammaincc": (("positive", "positive"), 1),
     "betainc": (("positive", "positive", "unit_interval"), 2),
+    "gammaincinv": (("positive", "unit_interval"), 1),
+    "gammainccinv": (("positive", "unit_interval"), 1),
+    "betaincinv": (("positive", "positive", "unit_interval"), 2),
+    "stdtr": (("positive", "real"), 1),
+    "stdtrit": (("positive", "unit_interval"), 1),
     "erfcx": (("real",), 0),
     "zeta": (("above_one", "positive"), 1),
     "jv": (("real", "positive"), 1),
@@ -42,8 +47,9 @@ FUNCTIONS = {
     "k1e": (("positive",), 0),
 }
 # Registry records these tests exercise, for test_structural's coverage check.
-COVERED = {"gammainc", "gammaincc", "betainc", "erfcx", "zeta", "riemann_zeta", "jv", "yv",
-           "iv", "kv", "ive", "kve"}  # fmt: skip
+COVERED = {"gammainc", "gammaincc", "betainc", "gammaincinv", "gammainccinv", "betaincinv",
+           "stdtr", "stdtrit", "erfcx", "zeta", "riemann_zeta", "jv", "yv", "iv", "kv", "ive",
+           "kve"}  # fmt: skip
 ORDERED = ["jv", "yv", "iv", "kv", "ive", "kve"]  # functions of (v, x)
 
 
@@ -119,6 +125,15 @@ def test_riemann_zeta_matches_scipy_below_one():
 # ---------------------------------------------------------------- high precision
 
 
+def _mp_t_density(df, s):
+    half = (df + 1) / 2
+    return (
+        mpmath.gamma(half)
+        / (mpmath.sqrt(df * mpmath.pi) * mpmath.gamma(df / 2))
+        * (1 + s * s / df) ** -half
+    )
+
+
 def _second(fun, x):
     """d2/dx2 of sum(fun(x)) elementwise, by reverse over reverse and forward over forward."""
     rev = fg.vjp(fg.grad(lambda x: fnp.sum(fun(x))), x)[1](np.ones_like(x))[0]
@@ -137,6 +152,16 @@ def _second(fun, x):
         (lambda x: fss.betainc(1.5, 3.0, x),
          lambda t: mpmath.betainc(1.5, 3.0, 0, t, regularized=True), [0.05, 0.4, 0.9]),
         (fss.erfcx, lambda t: mpmath.exp(t * t) * mpmath.erfc(t), [-2.0, 0.3, 8.0]),
+        (lambda x: fss.stdtr(2.5, x),
+         lambda t: mpmath.quad(lambda s: _mp_t_density(2.5, s), [-mpmath.inf, t]),
+         [-4.0, 0.0, 1.5]),
+        (lambda p: fss.gammaincinv(2.5, p),
+         lambda p: mpmath.findroot(lambda x: mpmath.gammainc(2.5, 0, x, regularized=True) - p,
+                                   2.0), [0.1, 0.5, 0.9]),
+        (lambda p: fss.betaincinv(1.5, 3.0, p),
+         lambda p: mpmath.findroot(
+             lambda x: mpmath.betainc(1.5, 3.0, 0, x, regularized=True) - p, (0.001, 0.999),
+             solver="anderson"), [0.1, 0.5, 0.9]),
         (lambda q: fss.zeta(2.5, q), lambda t: mpmath.zeta(2.5, t), [0.3, 1.0, 4.0]),
         (lambda x: fss.jv(1.5, x), lambda t: mpmath.besselj(1.5, t), [0.2, 2.0, 9.0]),
         (lambda x: fss.yv(-0.5, x), lambda t: mpmath.bessely(-0.5, t), [0.2, 2.0, 9.0]),
@@ -177,6 +202,9 @@ def test_gamma_derivative_at_the_edges_of_x():
         (lambda p, x: fss.gammainc(p, x), "a"),
         (lambda p, x: fss.gammaincc(p, x), "a"),
         (lambda p, x: fss.betainc(2.0, p, x), "b"),
+        (lambda p, x: fss.betaincinv(p, 2.0, x), "a"),
+        (lambda p, x: fss.gammaincinv(p, x), "a"),
+        (lambda p, x: fss.stdtr(p, x), "df"),
         (lambda p, x: fss.zeta(p + 1.5, x), "x"),
         *((lambda p, x, name=name: getattr(fss, name)(p, x), "v") for name in ORDERED),
     ],
