@@ -213,6 +213,7 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "erfinv": mpmath.erfinv,
     "erfcinv": lambda y: mpmath.erfinv(1 - y),
     "ndtri": _ndtri,
+    "erfcx": lambda x: mpmath.mpf(0) if x == INF else mpmath.exp(x * x) * mpmath.erfc(x),
 }
 
 

@@ -99,7 +99,9 @@ def test_elementwise_matches_a_loop(name, data):
 
 
 SPECIAL = ["erf", "erfc", "erfinv", "erfcinv", "ndtri", "log_ndtr", "gammaln", "digamma",
-           "gamma", "i0e", "i1e", "polygamma", "beta", "betaln"]  # fmt: skip
+           "gamma", "i0e", "i1e", "polygamma", "beta", "betaln", "gammainc", "gammaincc",
+           "betainc", "gammaincinv", "gammainccinv", "betaincinv", "stdtr", "stdtrit", "erfcx",
+           "zeta", "jv", "yv", "iv", "kv", "ive", "kve"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SPECIAL)
@@ -177,6 +179,7 @@ CASES = {
     "svd": (lambda a: fnp.linalg.svd(a, compute_uv=False), [(3, 2)]),
     "qr": (lambda a: fnp.linalg.qr(a)[1], [(3, 3)]),
     "pinv": (lambda a: fnp.linalg.pinv(a), [(3, 2)]),
+    "riemann_zeta": (lambda x: fss.zeta(x + 3.0), [(3,)]),
 }
 
 

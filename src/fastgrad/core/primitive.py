@@ -119,3 +119,16 @@ def register(prim: Primitive) -> Primitive:
         raise ValueError(f"a primitive named {prim.name!r} is already registered")
     REGISTRY[prim.name] = prim
     return prim
+
+
+@dataclass(frozen=True)
+class NoDerivative:
+    """What a VJP rule gives for an input the op has no derivative by (the order of a Bessel
+    function, the shape of an incomplete gamma function). Reverse mode raises `message` when
+    a gradient would flow to that input, and ignores it otherwise; a JVP rule raises the
+    same error itself when that input's tangent is not None."""
+
+    message: str
+
+    def error(self) -> ValueError:
+        return ValueError(self.message)

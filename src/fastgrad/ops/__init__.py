@@ -16,6 +16,7 @@ from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import install_array_functions
 from fastgrad.ops import (
     array_api,
+    bessel,
     complex_numbers,
     construction,
     cumulative,
@@ -41,6 +42,7 @@ from fastgrad.ops import (
     shape,
     sorting,
     special,
+    special_incomplete,
     statistics,
     stats,
 )
@@ -49,7 +51,7 @@ FAMILIES = (
     elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
     selection, products, einsum, sorting, cumulative, construction, statistics,
     nan_reductions, numerical, index_tools, debug, complex_numbers, linalg, decompositions,
-    matrix_functions, special, stats, sampling, array_api,
+    matrix_functions, special, special_incomplete, bessel, stats, sampling, array_api,
 )  # fmt: skip
 
 _FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}

@@ -1,6 +1,8 @@
-"""scipy.stats: log densities, densities and CDFs of common distributions, as compositions
-of fastgrad.ops.special and .linalg, so they are differentiable in every argument and fuse
-with the code around them. Public under fastgrad.scipy.stats.
+"""scipy.stats: log densities, densities, CDFs, survival functions and quantiles of common
+distributions, as compositions of fastgrad.ops.special, .special_incomplete and .linalg,
+differentiable in every argument (the CDFs and quantiles of t, gamma and beta not in their
+shape parameters, nor poisson's CDF in k) and fused with the code around them where their
+parts fuse. Public under fastgrad.scipy.stats.
 
 Each distribution is an object with SciPy's method names (`norm.logpdf(x, loc, scale)`);
 calling it freezes its parameters (`norm(0.0, 2.0).logpdf(x)`). Invalid parameters (a
@@ -34,9 +36,22 @@ from fastgrad.ops.linalg import (
     mT,
     solve_triangular,
 )
-from fastgrad.ops.math import arctan, exp, expm1, log, log1p, log_sigmoid, sigmoid
+from fastgrad.ops.math import arctan, exp, expm1, log, log1p, log_sigmoid, sigmoid, tan
 from fastgrad.ops.shape import concatenate, squeeze
-from fastgrad.ops.special import betaln, gammaln, log_ndtr, ndtr, ndtri, quiet, xlog1py, xlogy
+from fastgrad.ops.special import gammaln, log_ndtr, logit, ndtr, ndtri, quiet, xlog1py, xlogy
+from fastgrad.ops.special_incomplete import (
+    beta_log_density,
+    betainc,
+    betaincinv,
+    gamma_log_density,
+    gammainc,
+    gammaincc,
+    gammainccinv,
+    gammaincinv,
+    stdtr,
+    stdtrit,
+    t_log_density,
+)
 
 __all__: list[str] = []  # public under fastgrad.scipy.stats
 
@@ -98,7 +113,10 @@ class Distribution:
 
 class LocScale(Distribution):
     """A continuous family with shape parameters, a location and a scale: the density of
-    x is that of z = (x - loc) / scale, divided by scale."""
+    x is that of z = (x - loc) / scale, divided by scale. The standard form (loc 0, scale 1)
+    is given by its functions of z (or of q for ppf, isf) and the shape parameters; a
+    symmetric one's sf and isf follow from its cdf and ppf, any other's sf is 1 - cdf, and
+    logcdf and logsf are their logs unless given."""
 
     defaults = {"loc": 0.0, "scale": 1.0}
 
@@ -107,11 +125,26 @@ class LocScale(Distribution):
         name: str,
         shapes: tuple[str, ...],
         logpdf: Callable[..., Any],
-        cdf: Callable[..., Any] | None,
+        cdf: Callable[..., Any],
+        ppf: Callable[..., Any],
         valid: Callable[..., Any] = lambda *shapes: True,
+        support: tuple[float, float] = (-math.inf, math.inf),
+        symmetric: bool = False,
+        sf: Callable[..., Any] | None = None,
+        isf: Callable[..., Any] | None = None,
+        logcdf: Callable[..., Any] | None = None,
+        logsf: Callable[..., Any] | None = None,
     ):
-        self.name, self._logpdf, self._cdf, self._valid = name, logpdf, cdf, valid
+        self.name, self._logpdf, self._cdf, self._ppf = name, logpdf, cdf, ppf
+        self._valid, self._support = valid, support
         self.params = shapes + ("loc", "scale")
+        if symmetric:
+            sf = sf or (lambda z, *shapes: cdf(-z, *shapes))
+            isf = isf or (lambda q, *shapes: -ppf(q, *shapes))
+        self._sf = sf or (lambda z, *shapes: 1.0 - cdf(z, *shapes))
+        self._isf = isf or (lambda q, *shapes: ppf(1.0 - q, *shapes))
+        self._logcdf = logcdf or (lambda z, *shapes: log(cdf(z, *shapes)))
+        self._logsf = logsf or (lambda z, *shapes: log(self._sf(z, *shapes)))
 
     def _standard(self, method: str, x: Any, args: Any, kwargs: Any) -> Any:
         """(z, safe shape parameters, validity, safe scale, loc)."""
@@ -121,6 +154,21 @@ class LocScale(Distribution):
         scale = where(ok, scale, 1.0)
         z = (_operand(x) - loc) / scale
         return z, [where(ok, s, 1.0) for s in shapes], ok, scale, loc
+
+    def _of_z(self, method: str, fn: Callable[..., Any], x: Any, args: Any, kwargs: Any) -> Any:
+        z, shapes, ok, _, _ = self._standard(method, x, args, kwargs)
+        return where(ok, fn(z, *shapes), np.nan)
+
+    def _quantile(self, method: str, q: Any, args: Any, kwargs: Any) -> Any:
+        """loc + scale * the standard quantile of q: the support's ends at q = 0 and 1 (the
+        second at 0 for isf), NaN outside [0, 1]."""
+        _, shapes, ok, scale, loc = self._standard(method, 0.0, args, kwargs)
+        q = _operand(q)
+        lo, hi = self._support[:: 1 if method == "ppf" else -1]
+        fn = self._ppf if method == "ppf" else self._isf
+        inside = logical_and(q > 0, q < 1)
+        z = where(q == 0, lo, where(q == 1, hi, fn(where(inside, q, 0.5), *shapes)))
+        return where(logical_and(ok, logical_and(q >= 0, q <= 1)), loc + scale * z, np.nan)
 
     @quiet
     def logpdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
@@ -133,84 +181,78 @@ class LocScale(Distribution):
 
     @quiet
     def cdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._cdf is None:
-            raise NotImplementedError(
-                f"{self.name}.cdf needs an incomplete gamma or beta function, which fastgrad "
-                "does not have yet"
-            )
-        z, shapes, ok, _, _ = self._standard("cdf", x, args, kwargs)
-        return where(ok, self._cdf(z, *shapes), np.nan)
-
-
-class Normal(LocScale):
-    """The normal distribution: also logcdf, sf, logsf, ppf and isf.
-
-    >>> norm.cdf(0.0), norm.ppf(0.5, loc=3.0), norm(scale=2.0).logpdf(0.0)
-    (array(0.5), array(3.), array(-1.61208571))
-    >>> fg.grad(norm.logpdf)(1.0), fg.grad(norm.logpdf, argnums=2)(2.0, 0.0, 1.0)  # d/dx, d/dscale
-    (array(-1.), array(3.))
-    """
-
-    def __init__(self) -> None:
-        super().__init__("norm", (), lambda z: -0.5 * z * z - 0.5 * _LOG_2PI, ndtr)
+        return self._of_z("cdf", self._cdf, x, args, kwargs)
 
     @quiet
     def logcdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        z, _, ok, _, _ = self._standard("logcdf", x, args, kwargs)
-        return where(ok, log_ndtr(z), np.nan)
+        return self._of_z("logcdf", self._logcdf, x, args, kwargs)
 
     @quiet
     def sf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        z, _, ok, _, _ = self._standard("sf", x, args, kwargs)
-        return where(ok, ndtr(-z), np.nan)
+        return self._of_z("sf", self._sf, x, args, kwargs)
 
     @quiet
     def logsf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        z, _, ok, _, _ = self._standard("logsf", x, args, kwargs)
-        return where(ok, log_ndtr(-z), np.nan)
+        return self._of_z("logsf", self._logsf, x, args, kwargs)
 
     @quiet
     def ppf(self, q: Any, *args: Any, **kwargs: Any) -> Any:
-        _, _, ok, scale, loc = self._standard("ppf", 0.0, args, kwargs)
-        return where(ok, loc + scale * ndtri(q), np.nan)
+        return self._quantile("ppf", q, args, kwargs)
 
     @quiet
     def isf(self, q: Any, *args: Any, **kwargs: Any) -> Any:
-        _, _, ok, scale, loc = self._standard("isf", 0.0, args, kwargs)
-        return where(ok, loc - scale * ndtri(q), np.nan)
+        return self._quantile("isf", q, args, kwargs)
 
 
-def _t_logpdf(z: Any, df: Any) -> Any:
-    half = (df + 1) * 0.5
-    return (
-        gammaln(half)
-        - gammaln(df * 0.5)
-        - 0.5 * (log(df) + math.log(math.pi))
-        - half * log1p(z * z / df)
-    )
-
-
-def _on(condition: Any, z: Any, value: Callable[[Any], Any], outside: float) -> Any:
+def _on(condition: Any, z: Any, value: Callable[[Any], Any], outside: Any) -> Any:
     """value(z) where `condition` holds, `outside` elsewhere (z made safe there)."""
     return where(condition, value(where(condition, z, 0.5)), outside)
 
 
-norm = Normal()
-t = LocScale("t", ("df",), _t_logpdf, None, valid=lambda df: df > 0)
-t.__doc__ = """Student's t distribution with `df` degrees of freedom: logpdf and pdf (no cdf
-yet).
+def _on_unit(z: Any, value: Callable[[Any], Any], below: float, above: float) -> Any:
+    """value(z) for z in [0, 1], `below` and `above` outside."""
+    inside = logical_and(z >= 0, z <= 1)
+    return where(z < 0, below, where(z > 1, above, value(where(inside, z, 0.5))))
 
->>> t.pdf(0.0, 1.0), fg.grad(t.logpdf)(1.0, 1.0)
-(array(0.31830989), array(-1.))
+
+def _laplace_ppf(q: Any) -> Any:
+    lower = q < 0.5
+    return where(lower, log(2.0 * where(lower, q, 0.25)), -log(2.0 - 2.0 * where(lower, 0.75, q)))
+
+
+# Each distribution's standard form: log density, cdf, ppf, and what else has a better form.
+norm = LocScale(
+    "norm", (), lambda z: -0.5 * z * z - 0.5 * _LOG_2PI, ndtr, ndtri, symmetric=True,
+    logcdf=log_ndtr, logsf=lambda z: log_ndtr(-z),
+)  # fmt: skip
+norm.__doc__ = """The normal distribution: logpdf, pdf, cdf, logcdf, sf, logsf, ppf and isf.
+
+>>> norm.cdf(0.0), norm.ppf(0.5, loc=3.0), norm(scale=2.0).logpdf(0.0)
+(array(0.5), array(3.), array(-1.61208571))
+>>> fg.grad(norm.logpdf)(1.0), fg.grad(norm.logpdf, argnums=2)(2.0, 0.0, 1.0)  # d/dx, d/dscale
+(array(-1.), array(3.))
+"""
+t = LocScale(
+    "t", ("df",), lambda z, df: t_log_density(df, z), lambda z, df: stdtr(df, z),
+    lambda q, df: stdtrit(df, q), valid=lambda df: df > 0, symmetric=True,
+)  # fmt: skip
+t.__doc__ = """Student's t distribution with `df` degrees of freedom.
+
+>>> t.pdf(0.0, 1.0), t.cdf(1.0, 1.0), fg.grad(t.logpdf)(1.0, 1.0)
+(array(0.31830989), array(0.75), array(-1.))
 """
 gamma = LocScale(
     "gamma",
     ("a",),
-    lambda z, a: _on(z >= 0, z, lambda z: xlogy(a - 1, z) - z - gammaln(a), -np.inf),
-    None,
+    lambda z, a: _on(z >= 0, z, lambda z: gamma_log_density(a, z), -np.inf),
+    lambda z, a: _on(z >= 0, z, lambda z: gammainc(a, z), 0.0),
+    lambda q, a: gammaincinv(a, q),
     valid=lambda a: a > 0,
+    support=(0.0, math.inf),
+    sf=lambda z, a: _on(z >= 0, z, lambda z: gammaincc(a, z), 1.0),
+    isf=lambda q, a: gammainccinv(a, q),
 )
-gamma.__doc__ = """The gamma distribution with shape `a`: logpdf and pdf (no cdf yet).
+gamma.__doc__ = """The gamma distribution with shape `a`: logpdf, pdf, cdf, ppf and the rest.
 
 >>> gamma.pdf(1.0, 1.0), fg.grad(gamma.logpdf)(1.0, 3.0)
 (array(0.36787944), array(1.))
@@ -218,16 +260,15 @@ gamma.__doc__ = """The gamma distribution with shape `a`: logpdf and pdf (no cdf
 beta = LocScale(
     "beta",
     ("a", "b"),
-    lambda z, a, b: _on(
-        logical_and(z >= 0, z <= 1),
-        z,
-        lambda z: xlogy(a - 1, z) + xlog1py(b - 1, -z) - betaln(a, b),
-        -np.inf,
-    ),
-    None,
+    lambda z, a, b: _on_unit(z, lambda z: beta_log_density(a, b, z), -np.inf, -np.inf),
+    lambda z, a, b: _on_unit(z, lambda z: betainc(a, b, z), 0.0, 1.0),
+    lambda q, a, b: betaincinv(a, b, q),
     valid=lambda a, b: logical_and(a > 0, b > 0),
+    support=(0.0, 1.0),
+    sf=lambda z, a, b: _on_unit(z, lambda z: betainc(b, a, 1.0 - z), 1.0, 0.0),
+    isf=lambda q, a, b: 1.0 - betaincinv(b, a, q),
 )
-beta.__doc__ = """The beta distribution with shapes `a` and `b`: logpdf and pdf (no cdf yet).
+beta.__doc__ = """The beta distribution with shapes `a` and `b`: logpdf, pdf, cdf, ppf and the rest.
 
 >>> beta.pdf(0.5, 2.0, 2.0), fg.grad(beta.logpdf)(0.25, 2.0, 2.0)
 (array(1.5), array(2.66666667))
@@ -236,9 +277,14 @@ expon = LocScale(
     "expon",
     (),
     lambda z: where(z >= 0, -z, -np.inf),
-    lambda z: where(z >= 0, -expm1(-where(z >= 0, z, 0.0)), 0.0),
+    lambda z: _on(z >= 0, z, lambda z: -expm1(-z), 0.0),
+    lambda q: -log1p(-q),
+    support=(0.0, math.inf),
+    sf=lambda z: _on(z >= 0, z, lambda z: exp(-z), 1.0),
+    isf=lambda q: -log(q),
+    logsf=lambda z: where(z >= 0, -z, 0.0),
 )
-expon.__doc__ = """The exponential distribution: logpdf, pdf and cdf.
+expon.__doc__ = """The exponential distribution: logpdf, pdf, cdf, ppf and the rest.
 
 >>> expon.cdf(np.log(2.0)), fg.grad(expon.logpdf, argnums=2)(1.0, 0.0, 2.0)  # d/dscale
 (array(0.5), array(-0.25))
@@ -248,8 +294,10 @@ uniform = LocScale(
     (),
     lambda z: where(logical_and(z >= 0, z <= 1), 0.0 * z, -np.inf),
     lambda z: where(z < 0, 0.0, where(z > 1, 1.0, z)),
+    lambda q: q,
+    support=(0.0, 1.0),
 )
-uniform.__doc__ = """The uniform distribution on [loc, loc + scale]: logpdf, pdf and cdf.
+uniform.__doc__ = """The uniform distribution on [loc, loc + scale]: logpdf, pdf, cdf, ppf and more.
 
 >>> uniform.pdf(np.array([0.5, 1.5])), uniform.cdf(3.0, loc=2.0, scale=4.0)
 (array([1., 0.]), array(0.25))
@@ -259,22 +307,32 @@ laplace = LocScale(
     (),
     lambda z: -abs(z) - math.log(2),
     lambda z: where(z < 0, 0.5 * exp(where(z < 0, z, 0.0)), 1 - 0.5 * exp(-where(z < 0, 0.0, z))),
+    _laplace_ppf,
+    symmetric=True,
 )
-laplace.__doc__ = """The Laplace distribution: logpdf, pdf and cdf.
-
->>> laplace.pdf(0.0), fg.grad(laplace.logpdf)(2.0)
-(array(0.5), array(-1.))
-"""
-logistic = LocScale("logistic", (), lambda z: log_sigmoid(z) + log_sigmoid(-z), sigmoid)
-logistic.__doc__ = """The logistic distribution: logpdf, pdf and cdf.
+logistic = LocScale(
+    "logistic", (), lambda z: log_sigmoid(z) + log_sigmoid(-z), sigmoid, logit, symmetric=True,
+    logcdf=log_sigmoid, logsf=lambda z: log_sigmoid(-z),
+)  # fmt: skip
+logistic.__doc__ = """The logistic distribution: logpdf, pdf, cdf, ppf and the rest.
 
 >>> logistic.cdf(0.0), fg.grad(logistic.logpdf)(0.0)
 (array(0.5), array(0.))
 """
+laplace.__doc__ = """The Laplace distribution: logpdf, pdf, cdf, ppf and the rest.
+
+>>> laplace.pdf(0.0), fg.grad(laplace.logpdf)(2.0)
+(array(0.5), array(-1.))
+"""
 cauchy = LocScale(
-    "cauchy", (), lambda z: -log1p(z * z) - math.log(math.pi), lambda z: 0.5 + arctan(z) / math.pi
+    "cauchy",
+    (),
+    lambda z: -log1p(z * z) - math.log(math.pi),
+    lambda z: 0.5 + arctan(z) / math.pi,
+    lambda q: tan((q - 0.5) * math.pi),
+    symmetric=True,
 )
-cauchy.__doc__ = """The Cauchy distribution: logpdf, pdf and cdf.
+cauchy.__doc__ = """The Cauchy distribution: logpdf, pdf, cdf, ppf and the rest.
 
 >>> cauchy.cdf(1.0), fg.grad(cauchy.logpdf)(1.0)
 (array(0.75), array(-1.))
@@ -301,8 +359,10 @@ class Discrete(Distribution):
         logpmf: Callable[..., Any],
         cdf: Callable[..., Any],
         valid: Callable[..., Any],
+        sf: Callable[..., Any] | None = None,
     ):
         self.name, self._logpmf, self._cdf, self._valid = name, logpmf, cdf, valid
+        self._sf = sf or (lambda k, *shapes: 1.0 - cdf(k, *shapes))
         self.params = shapes + ("loc",)
 
     def _standard(self, method: str, k: Any, args: Any, kwargs: Any) -> Any:
@@ -329,23 +389,28 @@ class Discrete(Distribution):
 
     @quiet
     def sf(self, k: Any, *args: Any, **kwargs: Any) -> Any:
-        return 1.0 - self.cdf(k, *args, **kwargs)
+        k, shapes, ok = self._standard("sf", k, args, kwargs)
+        return where(ok, self._sf(floor(k), *shapes), np.nan)
+
+    @quiet
+    def logcdf(self, k: Any, *args: Any, **kwargs: Any) -> Any:
+        return log(self.cdf(k, *args, **kwargs))
+
+    @quiet
+    def logsf(self, k: Any, *args: Any, **kwargs: Any) -> Any:
+        return log(self.sf(k, *args, **kwargs))
 
 
-def _poisson_cdf(k: Any, mu: Any) -> Any:
-    raise NotImplementedError(
-        "poisson.cdf needs the incomplete gamma function, which fastgrad does not have yet"
-    )
-
-
+# P(K <= k) = Q(k + 1, mu) for k >= 0: mu's derivative is the incomplete gamma's in x.
 poisson = Discrete(
     "poisson",
     ("mu",),
     lambda k, mu: xlogy(k, mu) - gammaln(k + 1) - mu,
-    _poisson_cdf,
+    lambda k, mu: _on(k >= 0, k, lambda k: gammaincc(k + 1.0, mu), 0.0 * mu),
     valid=lambda mu: mu >= 0,
+    sf=lambda k, mu: _on(k >= 0, k, lambda k: gammainc(k + 1.0, mu), 1.0 + 0.0 * mu),
 )
-poisson.__doc__ = """The Poisson distribution with mean `mu`: logpmf and pmf (no cdf yet); no
+poisson.__doc__ = """The Poisson distribution with mean `mu`: logpmf, pmf, cdf and sf; no
 gradient flows through the count k.
 
 >>> poisson.pmf(2.0, 3.0), fg.grad(poisson.logpmf, argnums=1)(2.0, 4.0)  # d/dmu

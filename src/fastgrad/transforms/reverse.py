@@ -14,6 +14,7 @@ from typing import Any
 
 from fastgrad.core.interpreter import eval_nodes
 from fastgrad.core.ir import Graph, Node, Var
+from fastgrad.core.primitive import NoDerivative
 from fastgrad.core.tracing import Trace, aval_of
 from fastgrad.ops.base import astype
 from fastgrad.ops.elementwise import STOP_GRADIENT
@@ -81,6 +82,8 @@ def backpropagate(
         for v, gv in zip(node.inputs, grads, strict=True):
             if gv is None or id(v) not in active:
                 continue
+            if isinstance(gv, NoDerivative):
+                raise gv.error()
             if aval_of(gv).shape != v.aval.shape:
                 raise AssertionError(
                     f"VJP of {node.op.name} gave shape {aval_of(gv).shape} for an input of "
