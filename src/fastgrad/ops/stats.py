@@ -143,7 +143,7 @@ class LocScale(Distribution):
 
 
 class Normal(LocScale):
-    """The normal distribution: also logcdf, sf, logsf, ppf and isf.
+    """The normal distribution, with logcdf, sf, logsf, ppf and isf besides logpdf, pdf, cdf.
 
     >>> norm.cdf(0.0), norm.ppf(0.5, loc=3.0), norm(scale=2.0).logpdf(0.0)
     (array(0.5), array(3.), array(-1.61208571))
@@ -197,7 +197,7 @@ def _on(condition: Any, z: Any, value: Callable[[Any], Any], outside: float) -> 
 
 norm = Normal()
 t = LocScale("t", ("df",), _t_logpdf, None, valid=lambda df: df > 0)
-t.__doc__ = """Student's t distribution with `df` degrees of freedom: logpdf and pdf (no cdf
+t.__doc__ = """Student's t distribution with `df` degrees of freedom (logpdf and pdf; no cdf
 yet).
 
 >>> t.pdf(0.0, 1.0), fg.grad(t.logpdf)(1.0, 1.0)
@@ -210,7 +210,7 @@ gamma = LocScale(
     None,
     valid=lambda a: a > 0,
 )
-gamma.__doc__ = """The gamma distribution with shape `a`: logpdf and pdf (no cdf yet).
+gamma.__doc__ = """The gamma distribution with shape `a` (logpdf and pdf; no cdf yet).
 
 >>> gamma.pdf(1.0, 1.0), fg.grad(gamma.logpdf)(1.0, 3.0)
 (array(0.36787944), array(1.))
@@ -227,7 +227,7 @@ beta = LocScale(
     None,
     valid=lambda a, b: logical_and(a > 0, b > 0),
 )
-beta.__doc__ = """The beta distribution with shapes `a` and `b`: logpdf and pdf (no cdf yet).
+beta.__doc__ = """The beta distribution with shapes `a` and `b` (logpdf and pdf; no cdf yet).
 
 >>> beta.pdf(0.5, 2.0, 2.0), fg.grad(beta.logpdf)(0.25, 2.0, 2.0)
 (array(1.5), array(2.66666667))
@@ -238,7 +238,7 @@ expon = LocScale(
     lambda z: where(z >= 0, -z, -np.inf),
     lambda z: where(z >= 0, -expm1(-where(z >= 0, z, 0.0)), 0.0),
 )
-expon.__doc__ = """The exponential distribution: logpdf, pdf and cdf.
+expon.__doc__ = """The exponential distribution (logpdf, pdf and cdf).
 
 >>> expon.cdf(np.log(2.0)), fg.grad(expon.logpdf, argnums=2)(1.0, 0.0, 2.0)  # d/dscale
 (array(0.5), array(-0.25))
@@ -249,7 +249,7 @@ uniform = LocScale(
     lambda z: where(logical_and(z >= 0, z <= 1), 0.0 * z, -np.inf),
     lambda z: where(z < 0, 0.0, where(z > 1, 1.0, z)),
 )
-uniform.__doc__ = """The uniform distribution on [loc, loc + scale]: logpdf, pdf and cdf.
+uniform.__doc__ = """The uniform distribution on [loc, loc + scale] (logpdf, pdf and cdf).
 
 >>> uniform.pdf(np.array([0.5, 1.5])), uniform.cdf(3.0, loc=2.0, scale=4.0)
 (array([1., 0.]), array(0.25))
@@ -260,13 +260,13 @@ laplace = LocScale(
     lambda z: -abs(z) - math.log(2),
     lambda z: where(z < 0, 0.5 * exp(where(z < 0, z, 0.0)), 1 - 0.5 * exp(-where(z < 0, 0.0, z))),
 )
-laplace.__doc__ = """The Laplace distribution: logpdf, pdf and cdf.
+laplace.__doc__ = """The Laplace distribution (logpdf, pdf and cdf).
 
 >>> laplace.pdf(0.0), fg.grad(laplace.logpdf)(2.0)
 (array(0.5), array(-1.))
 """
 logistic = LocScale("logistic", (), lambda z: log_sigmoid(z) + log_sigmoid(-z), sigmoid)
-logistic.__doc__ = """The logistic distribution: logpdf, pdf and cdf.
+logistic.__doc__ = """The logistic distribution (logpdf, pdf and cdf).
 
 >>> logistic.cdf(0.0), fg.grad(logistic.logpdf)(0.0)
 (array(0.5), array(0.))
@@ -274,7 +274,7 @@ logistic.__doc__ = """The logistic distribution: logpdf, pdf and cdf.
 cauchy = LocScale(
     "cauchy", (), lambda z: -log1p(z * z) - math.log(math.pi), lambda z: 0.5 + arctan(z) / math.pi
 )
-cauchy.__doc__ = """The Cauchy distribution: logpdf, pdf and cdf.
+cauchy.__doc__ = """The Cauchy distribution (logpdf, pdf and cdf).
 
 >>> cauchy.cdf(1.0), fg.grad(cauchy.logpdf)(1.0)
 (array(0.75), array(-1.))
@@ -345,7 +345,7 @@ poisson = Discrete(
     _poisson_cdf,
     valid=lambda mu: mu >= 0,
 )
-poisson.__doc__ = """The Poisson distribution with mean `mu`: logpmf and pmf (no cdf yet); no
+poisson.__doc__ = """The Poisson distribution with mean `mu` (logpmf and pmf; no cdf yet). No
 gradient flows through the count k.
 
 >>> poisson.pmf(2.0, 3.0), fg.grad(poisson.logpmf, argnums=1)(2.0, 4.0)  # d/dmu
@@ -358,7 +358,7 @@ bernoulli = Discrete(
     lambda k, p: where(k < 0, 0.0 * p, where(k < 1, 1 - p, 1.0 + 0.0 * p)),
     valid=lambda p: logical_and(p >= 0, p <= 1),
 )
-bernoulli.__doc__ = """The Bernoulli distribution with P(k = 1) = `p`: logpmf, pmf, cdf and sf.
+bernoulli.__doc__ = """The Bernoulli distribution with P(k = 1) = `p` (logpmf, pmf, cdf, sf).
 
 >>> bernoulli.pmf(np.array([0.0, 1.0]), 0.25), fg.grad(bernoulli.logpmf, argnums=1)(1.0, 0.25)
 (array([0.75, 0.25]), array(4.))
@@ -408,7 +408,7 @@ class Dirichlet(Distribution):
 
 
 class MultivariateNormal(Distribution):
-    """The multivariate normal distribution: logpdf and pdf of x (..., d), by a Cholesky
+    """The multivariate normal distribution (logpdf and pdf of x (..., d)) by a Cholesky
     factor of `cov` (a scalar, the diagonal as a vector, or a (d, d) matrix; it must be
     positive definite: `allow_singular=True` is not supported). As in SciPy, with d == 1 a
     1-D x holds samples, and the result drops axes of size 1.
