@@ -26,12 +26,14 @@ def pytest_configure(config):
     os.environ.setdefault("FASTGRAD_COMPILE", "sync")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _doctest_names(doctest_namespace):
-    # Imported here, not at the top: pytest_configure sets the cache directory first.
-    import numpy
+@pytest.fixture(autouse=True)
+def _doctest_names(request):
+    # Doctests only; imported here, not at the top: pytest_configure sets the cache first.
+    if isinstance(request.node, pytest.DoctestItem):
+        import numpy
 
-    import fastgrad
-    import fastgrad.numpy
+        import fastgrad
+        import fastgrad.numpy
 
-    doctest_namespace.update(np=numpy, fg=fastgrad, fnp=fastgrad.numpy)
+        names = request.getfixturevalue("doctest_namespace")
+        names.update(np=numpy, fg=fastgrad, fnp=fastgrad.numpy)

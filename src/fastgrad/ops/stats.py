@@ -225,7 +225,7 @@ norm = LocScale(
     "norm", (), lambda z: -0.5 * z * z - 0.5 * _LOG_2PI, ndtr, ndtri, symmetric=True,
     logcdf=log_ndtr, logsf=lambda z: log_ndtr(-z),
 )  # fmt: skip
-norm.__doc__ = """The normal distribution: logpdf, pdf, cdf, logcdf, sf, logsf, ppf and isf.
+norm.__doc__ = """The normal distribution (logpdf, pdf, cdf, logcdf, sf, logsf, ppf and isf).
 
 >>> norm.cdf(0.0), norm.ppf(0.5, loc=3.0), norm(scale=2.0).logpdf(0.0)
 (array(0.5), array(3.), array(-1.61208571))
@@ -252,7 +252,7 @@ gamma = LocScale(
     sf=lambda z, a: _on(z >= 0, z, lambda z: gammaincc(a, z), 1.0),
     isf=lambda q, a: gammainccinv(a, q),
 )
-gamma.__doc__ = """The gamma distribution with shape `a`: logpdf, pdf, cdf, ppf and the rest.
+gamma.__doc__ = """The gamma distribution with shape `a` (logpdf, pdf, cdf, ppf and more).
 
 >>> gamma.pdf(1.0, 1.0), fg.grad(gamma.logpdf)(1.0, 3.0)
 (array(0.36787944), array(1.))
@@ -268,7 +268,7 @@ beta = LocScale(
     sf=lambda z, a, b: _on_unit(z, lambda z: betainc(b, a, 1.0 - z), 1.0, 0.0),
     isf=lambda q, a, b: 1.0 - betaincinv(b, a, q),
 )
-beta.__doc__ = """The beta distribution with shapes `a` and `b`: logpdf, pdf, cdf, ppf and the rest.
+beta.__doc__ = """The beta distribution with shapes `a` and `b` (logpdf, pdf, cdf, ppf and more).
 
 >>> beta.pdf(0.5, 2.0, 2.0), fg.grad(beta.logpdf)(0.25, 2.0, 2.0)
 (array(1.5), array(2.66666667))
@@ -284,7 +284,7 @@ expon = LocScale(
     isf=lambda q: -log(q),
     logsf=lambda z: where(z >= 0, -z, 0.0),
 )
-expon.__doc__ = """The exponential distribution: logpdf, pdf, cdf, ppf and the rest.
+expon.__doc__ = """The exponential distribution (logpdf, pdf, cdf, ppf and more).
 
 >>> expon.cdf(np.log(2.0)), fg.grad(expon.logpdf, argnums=2)(1.0, 0.0, 2.0)  # d/dscale
 (array(0.5), array(-0.25))
@@ -297,7 +297,7 @@ uniform = LocScale(
     lambda q: q,
     support=(0.0, 1.0),
 )
-uniform.__doc__ = """The uniform distribution on [loc, loc + scale]: logpdf, pdf, cdf, ppf and more.
+uniform.__doc__ = """The uniform distribution on [loc, loc + scale] (logpdf, pdf, cdf, ppf...).
 
 >>> uniform.pdf(np.array([0.5, 1.5])), uniform.cdf(3.0, loc=2.0, scale=4.0)
 (array([1., 0.]), array(0.25))
@@ -314,12 +314,12 @@ logistic = LocScale(
     "logistic", (), lambda z: log_sigmoid(z) + log_sigmoid(-z), sigmoid, logit, symmetric=True,
     logcdf=log_sigmoid, logsf=lambda z: log_sigmoid(-z),
 )  # fmt: skip
-logistic.__doc__ = """The logistic distribution: logpdf, pdf, cdf, ppf and the rest.
+logistic.__doc__ = """The logistic distribution (logpdf, pdf, cdf, ppf and more).
 
 >>> logistic.cdf(0.0), fg.grad(logistic.logpdf)(0.0)
 (array(0.5), array(0.))
 """
-laplace.__doc__ = """The Laplace distribution: logpdf, pdf, cdf, ppf and the rest.
+laplace.__doc__ = """The Laplace distribution (logpdf, pdf, cdf, ppf and more).
 
 >>> laplace.pdf(0.0), fg.grad(laplace.logpdf)(2.0)
 (array(0.5), array(-1.))
@@ -332,7 +332,7 @@ cauchy = LocScale(
     lambda q: tan((q - 0.5) * math.pi),
     symmetric=True,
 )
-cauchy.__doc__ = """The Cauchy distribution: logpdf, pdf, cdf, ppf and the rest.
+cauchy.__doc__ = """The Cauchy distribution (logpdf, pdf, cdf, ppf and more).
 
 >>> cauchy.cdf(1.0), fg.grad(cauchy.logpdf)(1.0)
 (array(0.75), array(-1.))
@@ -410,7 +410,7 @@ poisson = Discrete(
     valid=lambda mu: mu >= 0,
     sf=lambda k, mu: _on(k >= 0, k, lambda k: gammainc(k + 1.0, mu), 1.0 + 0.0 * mu),
 )
-poisson.__doc__ = """The Poisson distribution with mean `mu`: logpmf, pmf, cdf and sf; no
+poisson.__doc__ = """The Poisson distribution with mean `mu` (logpmf, pmf, cdf and sf). No
 gradient flows through the count k.
 
 >>> poisson.pmf(2.0, 3.0), fg.grad(poisson.logpmf, argnums=1)(2.0, 4.0)  # d/dmu
@@ -423,7 +423,7 @@ bernoulli = Discrete(
     lambda k, p: where(k < 0, 0.0 * p, where(k < 1, 1 - p, 1.0 + 0.0 * p)),
     valid=lambda p: logical_and(p >= 0, p <= 1),
 )
-bernoulli.__doc__ = """The Bernoulli distribution with P(k = 1) = `p`: logpmf, pmf, cdf and sf.
+bernoulli.__doc__ = """The Bernoulli distribution with P(k = 1) = `p` (logpmf, pmf, cdf, sf).
 
 >>> bernoulli.pmf(np.array([0.0, 1.0]), 0.25), fg.grad(bernoulli.logpmf, argnums=1)(1.0, 0.25)
 (array([0.75, 0.25]), array(4.))
@@ -473,7 +473,7 @@ class Dirichlet(Distribution):
 
 
 class MultivariateNormal(Distribution):
-    """The multivariate normal distribution: logpdf and pdf of x (..., d), by a Cholesky
+    """The multivariate normal distribution (logpdf and pdf of x (..., d)) by a Cholesky
     factor of `cov` (a scalar, the diagonal as a vector, or a (d, d) matrix; it must be
     positive definite: `allow_singular=True` is not supported). As in SciPy, with d == 1 a
     1-D x holds samples, and the result drops axes of size 1.
