@@ -6,8 +6,10 @@ suite fast. -W turns every warning (a broken cross-reference, bad markup in a do
 into a failure.
 """
 
+import doctest
 import importlib
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +41,23 @@ def test_every_public_name_has_a_docstring():
 def test_every_public_name_has_an_example():
     # A runnable one: the suite runs with --doctest-modules, which runs it.
     assert [name for name, obj in documented_names() if ">>>" not in (obj.__doc__ or "")] == []
+
+
+def test_every_example_runs_as_a_doctest():
+    # Doctest looks at a module's functions and classes (and its __test__ dict), not at
+    # instances: a family of scipy.stats is one, so its docstring must be in __test__.
+    import fastgrad
+
+    finder = doctest.DocTestFinder()
+    collected = set()
+    for info in pkgutil.walk_packages(fastgrad.__path__, "fastgrad."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional extra (Dask)
+            continue
+        collected |= {test.docstring for test in finder.find(module) if test.examples}
+    documented = [(name, obj) for name, obj in documented_names() if ">>>" in (obj.__doc__ or "")]
+    assert [name for name, obj in documented if obj.__doc__ not in collected] == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sphinx") is None, reason="needs the docs extra")

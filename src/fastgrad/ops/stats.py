@@ -541,7 +541,5 @@ dirichlet = Dirichlet()
 multivariate_normal = MultivariateNormal()
 
 # Doctest finds examples in functions and classes only: the families above are instances.
-__test__ = {
-    family.name: family.__doc__
-    for family in (t, gamma, beta, expon, uniform, laplace, logistic, cauchy, poisson, bernoulli)
-}
+_FAMILIES = (norm, t, gamma, beta, expon, uniform, laplace, logistic, cauchy, poisson, bernoulli)
+__test__ = {family.name: family.__doc__ for family in _FAMILIES}
