@@ -7,6 +7,10 @@ NumPy's libm and pairwise sums against fastgrad's vector math (~1 ulp) and chunk
 so rtol = atol = 1e-10 in float64.
 """
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -219,3 +223,49 @@ def test_numpy_tier_fills_the_preallocated_buffers(held):
         np.testing.assert_allclose(value, ref_value, **TOL)
         for g, r in zip(grads, ref_grads, strict=True):
             np.testing.assert_allclose(g, r, **TOL)
+
+
+LAZY_SCRIPT = """
+import sys
+import numpy as np
+import fastgrad as fg, fastgrad.numpy as fnp
+from fastgrad.runtime import background
+from fastgrad.runtime.executable import numba_threads
+
+imported = [m for m in ("numba", "scipy") if m in sys.modules]
+assert not imported, f"import fastgrad imported {imported}"
+
+class Held:  # the compile thread, which imports Numba, never starts
+    def submit(self, job):
+        pass
+
+background._WORKER = Held()
+assert fg.config.compile == "background"
+
+def loss(x, y, key):
+    noise = fg.random.normal(key, x.shape, x.dtype)
+    return fnp.sum(fnp.tanh(x * y + fnp.sin(x)) * fnp.exp(-y * y) + 0.0 * noise)
+
+x, y = np.linspace(-1, 1, 7), np.linspace(0, 2, 7)
+value, (gx, gy) = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))(x, y, fg.random.key(0))
+assert np.isclose(value, np.sum(np.tanh(x * y + np.sin(x)) * np.exp(-y * y)), rtol=1e-12)
+imported = [m for m in ("numba", "scipy") if m in sys.modules]
+assert not imported, f"a first call on NumPy imported {imported}"
+threads = numba_threads()
+import numba
+assert threads == numba.config.NUMBA_NUM_THREADS, (threads, numba.config.NUMBA_NUM_THREADS)
+"""
+
+
+@pytest.mark.parametrize("threads", [None, "1"])
+def test_import_and_a_first_call_leave_numba_and_scipy_to_the_compile_thread(tmp_path, threads):
+    # Importing either costs more than all of fastgrad: a first call that runs on NumPy
+    # needs neither (the compile thread imports Numba; SciPy's functions import SciPy).
+    unset = ("NUMBA_NUM_THREADS", "FASTGRAD_COMPILE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["FASTGRAD_CACHE_DIR"] = str(tmp_path)
+    if threads:
+        env["NUMBA_NUM_THREADS"] = threads
+    run = [sys.executable, "-c", LAZY_SCRIPT]
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr

@@ -34,17 +34,24 @@ _DIGEST = 32  # bytes of sha256 in front of each file's payload
 @functools.lru_cache(maxsize=1)
 def environment_tag() -> str:
     """What compiled code depends on besides its source: versions, the CPU, and the
-    helpers every kernel calls (a change to them changes the machine code)."""
-    import llvmlite
-    import llvmlite.binding as llvm
-    import numba
+    helpers kernels call and inline (a change to them changes the machine code). Read
+    without importing Numba, which a first call in background mode leaves to the compile
+    thread."""
+    from importlib.metadata import version
 
-    codegen = Path(__file__).parent / "codegen"
-    helpers = [codegen / "support.py", *sorted((codegen / "vecmath").glob("*.py"))]
+    import llvmlite.binding as llvm
+
+    package = Path(__file__).parents[1]
+    codegen = package / "compiler" / "codegen"
+    helpers = [
+        codegen / "support.py",
+        *sorted((codegen / "vecmath").glob("*.py")),
+        package / "ops" / "threefry.py",  # random numbers' kernel functions
+    ]
     code = b"".join(path.read_bytes() for path in helpers)
     parts = [
-        numba.__version__,
-        llvmlite.__version__,
+        version("numba"),
+        version("llvmlite"),
         llvm.get_host_cpu_name(),
         llvm.get_host_cpu_features().flatten(),
         hashlib.sha256(code).hexdigest(),
