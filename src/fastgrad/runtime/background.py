@@ -31,6 +31,7 @@ from fastgrad.core.config import config
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
+DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
 class Batch:
@@ -65,6 +66,8 @@ class Batch:
             if self.open or self.finished < len(self.jobs) or not self.jobs:
                 return
             self.open = True  # report once
+        if any(job.state == DROPPED for job in self.jobs):
+            return  # the process is exiting: nothing will run compiled, nothing failed
         built = sum(job.built for job in self.jobs)
         failed = sum(job.state == FAILED for job in self.jobs)
         seconds = time.perf_counter() - self.start
@@ -102,9 +105,8 @@ class Job:
         self.done.set()
         self.batch.job_done()
 
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.state = FAILED
+    def drop(self) -> None:
+        self.state = DROPPED
         self.done.set()
         self.batch.job_done()
 
@@ -133,7 +135,7 @@ class _Worker:
     def _loop(self) -> None:
         while (job := self.jobs.get()) is not None:
             if self.stopping:  # the interpreter is exiting: pending jobs are dropped
-                job.fail(RuntimeError("the process exited before this kernel compiled"))
+                job.drop()
             else:
                 job.run()
             with self.idle:
