@@ -10,6 +10,7 @@ so rtol = atol = 1e-10 in float64.
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -300,3 +301,46 @@ def test_kernels_dropped_at_exit_are_not_reported_as_failures(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "dropped" in out.stdout, out.stdout  # the exit came while kernels waited
     assert "failed" not in out.stdout + out.stderr.lower(), (out.stdout, out.stderr)
+
+
+KILLED_SCRIPT = """
+import os, sys
+import numpy as np
+import fastgrad as fg, fastgrad.numpy as fnp
+from fastgrad.compiler.kernel_cache import STATS
+
+x = np.linspace(-1, 1, 50)
+for name in ("tanh", "sin", "log1p", "cosh"):
+    fn, ref = getattr(fnp, name), getattr(np, name)
+    f = fg.jit(lambda x: fnp.sum(fn(x) * x + 0.5))
+    if os.environ.get("FG_TEST_CHECK"):
+        f.compile(x)  # waits for its kernels: they load (or compile again) and run
+        assert np.allclose(f(x), np.sum(ref(x) * x + 0.5), rtol=1e-12), name
+    else:
+        f(x)  # on NumPy: the kernels compile in the background until the process is killed
+print(STATS.numba_cache_hits(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_process_killed_while_compiling_leaves_a_usable_cache(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FASTGRAD_COMPILE"}
+    env["FASTGRAD_CACHE_DIR"] = str(tmp_path)
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_SCRIPT], env=env, **pipes)
+    try:
+        kernels = tmp_path / "kernels"
+        deadline = time.monotonic() + 240
+        # Killed once the first kernel is saved: the next one is being built (or written).
+        while not (kernels.is_dir() and any(kernels.glob("*.nbm"))):
+            assert proc.poll() is None and time.monotonic() < deadline, "no kernel was saved"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.communicate()
+    env["FG_TEST_CHECK"] = "1"
+    run = [sys.executable, "-c", KILLED_SCRIPT]
+    out = subprocess.run(run, env=env, capture_output=True, text=True, input="", timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "CacheWarning" not in out.stderr
+    assert int(out.stdout) >= 1  # what the killed process saved was loaded, not rebuilt
