@@ -16,7 +16,8 @@ SCHEMA = "fastgrad-bench/1"
 RESULT_FIELDS = tuple(
     """
     system title status note error version threads
-    first_call_s first_call_warm_s median_s min_s times_s repeats inner
+    first_call_s first_call_warm_s steady_after_s steady_after_warm_s
+    median_s min_s times_s repeats inner
     rss_before_inputs_mb peak_rss_mb peak_rss_delta_mb steady_peak_delta_mb
     gbps pct_bandwidth gflops speedup_vs_numpy ratio_to_fastest_peer
     value check check_rel_err
@@ -108,6 +109,8 @@ COLUMNS = (
     ("system", 14, "<"),
     ("first call", 11, ">"),
     ("warm 1st", 9, ">"),
+    ("steady", 9, ">"),
+    ("warm st.", 9, ">"),
     ("median", 9, ">"),
     ("peak mem", 9, ">"),
     ("call mem", 9, ">"),
@@ -125,11 +128,11 @@ def _row(cells: list[str]) -> str:
 
 def _result_row(r: dict) -> str:
     if r["status"] == "skipped":
-        return _row([r["system"], *[""] * 10])[:16] + f"skipped: {r['note']}"
+        return _row([r["system"], *[""] * (len(COLUMNS) - 1)])[:16] + f"skipped: {r['note']}"
     if r["status"] == "error":
         where = f" (during {r['stage']})" if r.get("stage") else ""
         msg = (r["error"] or "unknown error").splitlines()[0][:160]
-        return _row([r["system"], *[""] * 10])[:16] + f"ERROR{where}: {msg}"
+        return _row([r["system"], *[""] * (len(COLUMNS) - 1)])[:16] + f"ERROR{where}: {msg}"
     check = r["check"] or ""
     if check == "mismatch":
         err = r["check_rel_err"]
@@ -141,6 +144,8 @@ def _result_row(r: dict) -> str:
             r["system"],
             fmt_time(r["first_call_s"]),
             fmt_time(r["first_call_warm_s"]),
+            fmt_time(r["steady_after_s"]),
+            fmt_time(r["steady_after_warm_s"]),
             fmt_time(r["median_s"]),
             _mb(r["peak_rss_delta_mb"]),
             _mb(r["steady_peak_delta_mb"]),
@@ -188,6 +193,8 @@ def format_table(doc: dict) -> str:
         "",
         "first call: trace + compile + one call, in a fresh process (fastgrad: empty cache);",
         "warm 1st: the same in a second process with fastgrad's disk cache filled;",
+        "steady, warm st.: from the start of the first call until every later call runs",
+        "compiled (fastgrad's first call runs on NumPy while kernels compile), cold and warm;",
         "median: steady state per call; peak mem: peak RSS minus RSS before the inputs;",
         "call mem: peak RSS growth during the steady-state calls (memory an allocator kept",
         "from the first call is not counted again); GB/s: least traffic / median;",

@@ -262,6 +262,7 @@ class Suite:
                 )
                 if warm["status"] == "ok":
                     result["first_call_warm_s"] = warm["first_call_s"]
+                    result["steady_after_warm_s"] = warm["steady_after_s"]
                 else:
                     result["note"] = f"warm-cache run failed: {warm.get('error')}"
             return result

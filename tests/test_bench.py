@@ -61,6 +61,7 @@ def test_quick_run_succeeds_and_json_has_every_field(quick_run):
             assert r["status"] == "ok", (entry["key"], r["system"], r["error"])
             for field in (
                 "first_call_s",
+                "steady_after_s",
                 "median_s",
                 "peak_rss_mb",
                 "peak_rss_delta_mb",
@@ -72,7 +73,10 @@ def test_quick_run_succeeds_and_json_has_every_field(quick_run):
                 assert r[field] is not None and r[field] >= 0, (entry["key"], field)
             assert r["repeats"] >= 3
             assert r["check"] == "ok", (entry["key"], r["system"], r["check_rel_err"])
-        assert by_system["fastgrad"]["first_call_warm_s"] > 0
+        fastgrad = by_system["fastgrad"]
+        assert fastgrad["first_call_warm_s"] > 0
+        assert fastgrad["steady_after_s"] >= fastgrad["first_call_s"]
+        assert fastgrad["steady_after_warm_s"] >= fastgrad["first_call_warm_s"]
         assert by_system["numpy"]["speedup_vs_numpy"] == 1.0
         assert entry["fastest_peer"] == "numpy"
 

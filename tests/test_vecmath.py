@@ -19,21 +19,8 @@ from hypothesis.extra.numpy import arrays
 from llvmlite import binding as llvm
 
 from fastgrad.compiler.codegen import vecmath as vm
+from fastgrad.compiler.codegen.math_names import NAMES
 
-NAMES = [
-    "exp",
-    "expm1",
-    "log",
-    "log1p",
-    "tanh",
-    "sin",
-    "cos",
-    "tan",
-    "sinh",
-    "cosh",
-    "arctan",
-    "sigmoid",
-]
 DTYPES = [np.float64, np.float32]
 CASES = [(name, dt) for name in NAMES for dt in DTYPES]
 TRIG = ["sin", "cos", "tan"]

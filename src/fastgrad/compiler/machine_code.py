@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import pickle
 import sys
@@ -33,24 +34,57 @@ _DIGEST = 32  # bytes of sha256 in front of each file's payload
 
 @functools.lru_cache(maxsize=1)
 def environment_tag() -> str:
-    """What compiled code depends on besides its source: versions, the CPU, and the
-    helpers every kernel calls (a change to them changes the machine code)."""
-    import llvmlite
-    import llvmlite.binding as llvm
-    import numba
-
-    codegen = Path(__file__).parent / "codegen"
-    helpers = [codegen / "support.py", *sorted((codegen / "vecmath").glob("*.py"))]
-    code = b"".join(path.read_bytes() for path in helpers)
-    parts = [
-        numba.__version__,
-        llvmlite.__version__,
-        llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(),
-        hashlib.sha256(code).hexdigest(),
-        sys.version,
+    """What compiled code depends on besides its source: Python, Numba and llvmlite (their
+    version files), the CPU, and the helpers kernels call and inline (a change to them
+    changes the machine code). Read without importing Numba or llvmlite's LLVM binding
+    (tens of ms), which a first call in background mode leaves to the compile thread;
+    each file's key also holds Numba's own view of the CPU (`MachineCodeCache._entry`)."""
+    package = Path(__file__).parents[1]
+    codegen = package / "compiler" / "codegen"
+    helpers = [
+        codegen / "support.py",
+        *sorted((codegen / "vecmath").glob("*.py")),
+        package / "ops" / "threefry.py",  # random numbers' kernel functions
     ]
-    return "\n".join(parts)
+    code = b"".join([_version("numba"), _version("llvmlite")])
+    code += b"".join(path.read_bytes() for path in helpers)
+    return "\n".join([_cpu(), hashlib.sha256(code).hexdigest(), sys.version])
+
+
+def _version(package: str) -> bytes:
+    """The installed version of `package`, from its `_version.py` (found without importing
+    the package or importlib.metadata), else from its metadata."""
+    spec = importlib.util.find_spec(package)
+    if spec is not None and spec.submodule_search_locations:
+        try:
+            return (Path(spec.submodule_search_locations[0]) / "_version.py").read_bytes()
+        except OSError:
+            pass
+    from importlib.metadata import version
+
+    return version(package).encode()
+
+
+# /proc/cpuinfo's lines that tell CPUs apart (x86 and ARM), not the ones that vary per
+# boot or per core (MHz, bogomips, ids).
+_CPU_FIELDS = {
+    "vendor_id", "cpu family", "model", "model name", "stepping", "flags",
+    "CPU implementer", "CPU architecture", "CPU variant", "CPU part", "Features",
+}  # fmt: skip
+
+
+def _cpu() -> str:
+    """The CPU, as the operating system describes it, or else as LLVM does."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = {line.strip() for line in f if line.split(":")[0].strip() in _CPU_FIELDS}
+    except OSError:
+        lines = set()
+    if lines:
+        return "\n".join(sorted(lines))
+    import llvmlite.binding as llvm
+
+    return llvm.get_host_cpu_name() + " " + llvm.get_host_cpu_features().flatten()
 
 
 def directory() -> Path:

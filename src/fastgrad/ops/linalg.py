@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import Primitive, register
@@ -322,6 +321,8 @@ def _tri_solve_impl(
         return np.linalg.solve(np.swapaxes(tri, -1, -2) if transpose else tri, b)
     out = np.empty(b.shape, np.result_type(a, b))
     flat_a, flat_b = a.reshape((-1, n, n)), b.reshape((-1,) + b.shape[-2:])
+    import scipy.linalg  # here, not at import: importing it costs more than all of fastgrad
+
     (trtrs,) = scipy.linalg.get_lapack_funcs(("trtrs",), (flat_a, flat_b))
     for i, x in enumerate(out.reshape(flat_b.shape)):
         x[...], _ = trtrs(

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
-import scipy.special as sp
 
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Point, Primitive, points, register
@@ -66,6 +65,24 @@ def _same_float_eval(name: str) -> Callable[..., Aval]:
         return Aval(first.shape, first.dtype, weak=all(a.weak for a in avals))
 
     return abstract_eval
+
+
+class _SciPySpecial:
+    """scipy.special's functions by name, each importing SciPy when it first runs
+    (importing scipy.special takes longer than importing all of fastgrad, and most
+    programs call none of them)."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            import scipy.special
+
+            return getattr(scipy.special, name)(*args)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+
+sp = _SciPySpecial()
 
 
 def _scipy_impl(fn: Any) -> Callable[..., np.ndarray]:

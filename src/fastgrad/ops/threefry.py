@@ -9,10 +9,10 @@ fused multiply-add), so a key gives bit-identical numbers on every path, and loo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 
 _u = np.uint64
@@ -173,7 +173,6 @@ def build(select: Callable[..., Any], jit: Callable[[Any], Any]) -> dict[str, An
     }
 
 
-@numba.njit(inline="always")
 def _select(c, a, b):  # type: ignore[no-untyped-def]
     return a if c else b
 
@@ -183,15 +182,26 @@ def _where(c: Any, a: Any, b: Any) -> Any:
     return np.where(c, a, b).astype(np.result_type(a, b))
 
 
-KERNEL = build(_select, numba.njit(inline="always", error_model="numpy"))
 ARRAY = build(_where, lambda f: f)
 
 # The names kernels import (codegen imports them from this module).
-bits32 = KERNEL["bits32"]
-uniform_f64 = KERNEL["uniform_f64"]
-uniform_f32 = KERNEL["uniform_f32"]
-normal_f64 = KERNEL["normal_f64"]
-normal_f32 = KERNEL["normal_f32"]
+KERNEL_NAMES = ("bits32", "uniform_f64", "uniform_f32", "normal_f64", "normal_f32")
+
+
+@functools.cache
+def kernel_build() -> dict[str, Any]:
+    """The inline Numba build, made when a kernel first imports one of its functions (on
+    the compile thread: importing Numba costs more than all of fastgrad)."""
+    import numba
+
+    inline = numba.njit(inline="always", error_model="numpy")
+    return build(numba.njit(inline="always")(_select), inline)
+
+
+def __getattr__(name: str) -> Any:
+    if name in KERNEL_NAMES:
+        return kernel_build()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sample_array(name: str, key: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray:

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
 from fastgrad.core import compile_log
@@ -29,6 +31,7 @@ from fastgrad.core.config import config
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
+DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
 class Batch:
@@ -63,6 +66,8 @@ class Batch:
             if self.open or self.finished < len(self.jobs) or not self.jobs:
                 return
             self.open = True  # report once
+        if any(job.state == DROPPED for job in self.jobs):
+            return  # the process is exiting: nothing will run compiled, nothing failed
         built = sum(job.built for job in self.jobs)
         failed = sum(job.state == FAILED for job in self.jobs)
         seconds = time.perf_counter() - self.start
@@ -72,10 +77,10 @@ class Batch:
 class Job:
     """One kernel variant to compile for one argument signature."""
 
-    def __init__(self, source: KernelSource, label: str, types: tuple[Any, ...], batch: Batch):
+    def __init__(self, source: KernelSource, label: str, args: tuple[Any, ...], batch: Batch):
         self.source = source
         self.label = label  # "serial kernel fastgrad_kernel_<key> (loop over (n,))"
-        self.types = types
+        self.args = args  # stand-ins of the kernel's arguments (`stand_in`), typed here
         self.batch = batch
         self.state = PENDING
         self.dispatcher: Any = None
@@ -86,9 +91,11 @@ class Job:
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            self.dispatcher, self.built = compile_kernel(
-                self.source.source, self.source.name, self.types
-            )
+            import numba  # here, on the compile thread: a first call never waits for it
+
+            types = tuple(numba.typeof(a) for a in self.args)
+            source = self.source
+            self.dispatcher, self.built = compile_kernel(source.source, source.name, types)
             self.state = READY
         except Exception as error:  # reported to the caller, which stays on NumPy
             self.error = error
@@ -98,9 +105,8 @@ class Job:
         self.done.set()
         self.batch.job_done()
 
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.state = FAILED
+    def drop(self) -> None:
+        self.state = DROPPED
         self.done.set()
         self.batch.job_done()
 
@@ -129,7 +135,7 @@ class _Worker:
     def _loop(self) -> None:
         while (job := self.jobs.get()) is not None:
             if self.stopping:  # the interpreter is exiting: pending jobs are dropped
-                job.fail(RuntimeError("the process exited before this kernel compiled"))
+                job.drop()
             else:
                 job.run()
             with self.idle:
@@ -187,6 +193,25 @@ def wait_idle(timeout: float | None = None) -> bool:
     return _WORKER.wait_idle(timeout)
 
 
+def stand_in(arg: Any) -> Any:
+    """What the compile thread types in place of a kernel argument: an array becomes a view
+    of one element with the array's dtype, shape, strides and writeability (all that Numba's
+    type of it reads), so a queued job holds none of the caller's memory; anything else is
+    kept.
+
+    >>> a = np.zeros((3, 4))[:, ::2]
+    >>> s = stand_in(a)
+    >>> (s.shape, s.strides, s.flags.c_contiguous, s.flags.writeable, np.shares_memory(s, a))
+    ((3, 2), (32, 16), False, True, False)
+    """
+    if not isinstance(arg, np.ndarray):
+        return arg
+    one = np.empty(1, arg.dtype)
+    return np.lib.stride_tricks.as_strided(
+        one, arg.shape, arg.strides, writeable=arg.flags.writeable
+    )
+
+
 class KernelTier:
     """What a kernel step runs until its final kernel is ready: NumPy, then each variant
     of its kernel as the compile thread finishes it."""
@@ -237,10 +262,7 @@ class KernelTier:
         return True
 
     def _submit(self, step: Any, env: list[Any]) -> list[Job]:
-        import numba
-
-        args = step.arguments(env)
-        types = tuple(numba.typeof(a) for a in args)
+        args = tuple(stand_in(a) for a in step.arguments(env))
         batches = _batches.open
         batch = batches[-1] if batches else Batch(f"a loop over {self.shape}")
         jobs = []
@@ -249,7 +271,7 @@ class KernelTier:
             kind = "parallel" if final and step.parallel else "serial"
             key = kernel_key(source.source)
             label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
-            job = Job(source, label, types, batch)
+            job = Job(source, label, args, batch)
             if needs_build(source.source):
                 batch.to_build += 1
             batch.add(job)

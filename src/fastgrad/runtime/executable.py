@@ -12,6 +12,7 @@ runs the loop with NumPy.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -19,11 +20,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import numba
 import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource, generate
-from fastgrad.compiler.codegen.vecmath import FUNCTIONS
+from fastgrad.compiler.codegen.math_names import VECTOR_MATH
 from fastgrad.compiler.fusion import Call, Loop, Step, partition
 from fastgrad.compiler.kernel_cache import first_call, load_kernel
 from fastgrad.compiler.passes import simplify
@@ -44,7 +44,6 @@ PARALLEL_THRESHOLD = 1 << 18
 # Full reductions keep one partial per chunk: a fixed count makes results independent of
 # the thread count and of the serial/parallel choice.
 MAX_CHUNKS = 64
-VECTOR_MATH = frozenset(FUNCTIONS)
 DEBUG = bool(os.environ.get("FASTGRAD_DEBUG"))
 
 
@@ -312,7 +311,7 @@ class Executable:
 
     def _kernel_step(self, loop: Loop, slot_of: Any) -> _KernelStep:
         size = int(np.prod(loop.shape))
-        parallel = size >= PARALLEL_THRESHOLD and numba.config.NUMBA_NUM_THREADS > 1  # type: ignore[attr-defined]
+        parallel = size >= PARALLEL_THRESHOLD and numba_threads() > 1
         source = generate(loop, parallel, VECTOR_MATH, self.constants)
         tier = None
         if config.compile == "background":
@@ -384,6 +383,24 @@ class Executable:
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
 
 
+def numba_threads() -> int:
+    """The size of Numba's thread pool, read without importing Numba while it is not yet
+    imported (a first call on NumPy needs no Numba): NUMBA_NUM_THREADS, else the CPUs this
+    process may run on, as Numba counts them.
+
+    >>> numba_threads() >= 1
+    True
+    """
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        return int(numba.config.NUMBA_NUM_THREADS)
+    if os.environ.get("NUMBA_NUM_THREADS"):
+        return int(os.environ["NUMBA_NUM_THREADS"])
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def compile_graph(graph: Graph) -> Executable:
     """A loop body's plan: simplified, partitioned and compiled like a whole function."""
     graph = simplify(graph)
@@ -395,7 +412,7 @@ def _chunks(source: KernelSource, first: int, parallel: bool) -> int:
     count: one per thread, each walking whole rows. Elsewhere a fixed count, since full
     reductions keep one partial per chunk."""
     if source.column:
-        threads = numba.config.NUMBA_NUM_THREADS if parallel else 1  # type: ignore[attr-defined]
+        threads = numba_threads() if parallel else 1
         return max(1, min(first, threads))
     return max(1, min(first, MAX_CHUNKS))
 

@@ -16,25 +16,27 @@ import ctypes
 import os
 import sys
 import warnings
-from importlib import metadata
 from pathlib import Path
 
 LIBRARY = "libtbb.so.12"
 
 
 def tbb_library() -> Path | None:
-    """Where the `tbb` package installed the TBB library, or None."""
-    candidates = []
+    """Where the `tbb` package installed the TBB library, or None. The environment's
+    `lib` first: that is where the package puts it, and asking importlib.metadata costs
+    ~35 ms, a sixth of `import fastgrad` (measured on the 2-core development machine)."""
+    beside = Path(sys.prefix) / "lib" / LIBRARY
+    if beside.is_file():
+        return beside.resolve()
+    from importlib import metadata
+
     try:
         files = metadata.files("tbb") or []
         dist = metadata.distribution("tbb")
     except metadata.PackageNotFoundError:
-        files = []
-    for f in files:
-        if f.name == LIBRARY:
-            candidates.append(Path(str(dist.locate_file(f))))
-    candidates.append(Path(sys.prefix) / "lib" / LIBRARY)
-    return next((p.resolve() for p in candidates if p.is_file()), None)
+        return None
+    found = (Path(str(dist.locate_file(f))) for f in files if f.name == LIBRARY)
+    return next((p.resolve() for p in found if p.is_file()), None)
 
 
 def prefer_tbb() -> bool:

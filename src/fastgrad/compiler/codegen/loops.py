@@ -17,6 +17,7 @@ from collections.abc import Set as AbstractSet
 import numpy as np
 
 from fastgrad.compiler.codegen.columns import column_run
+from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
@@ -31,7 +32,6 @@ from fastgrad.compiler.codegen.source import (
     settle,
     tracks_nan,
 )
-from fastgrad.compiler.codegen.vecmath import BOUNDED_TRIG as BOUNDED
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.core.ir import Node, Var
 

@@ -13,31 +13,18 @@ from typing import Any
 import numba
 import numpy as np
 
+from fastgrad.compiler.codegen import math_names
 from fastgrad.compiler.codegen.vecmath import exp_log, trig
 from fastgrad.compiler.codegen.vecmath.tables import TRIG_BOUNDED_LIMIT
 
-__all__ = (
-    ["FUNCTIONS", "BOUNDED_TRIG", "TRIG_BOUNDED_LIMIT"]
-    + [
-        f"{name}_{suffix}"
-        for name in (
-            "exp",
-            "expm1",
-            "log",
-            "log1p",
-            "tanh",
-            "sin",
-            "cos",
-            "tan",
-            "sinh",
-            "cosh",
-            "arctan",
-            "sigmoid",
-        )
-        for suffix in ("f64", "f32")
-    ]
-    + [f"{name}_bounded_{suffix}" for name in ("sin", "cos", "tan") for suffix in ("f64", "f32")]
-)
+_SUFFIXES = tuple(math_names.DTYPES.values())
+__all__ = [
+    "FUNCTIONS",
+    "BOUNDED_TRIG",
+    "TRIG_BOUNDED_LIMIT",
+    *(f"{name}_{suffix}" for name in math_names.NAMES for suffix in _SUFFIXES),
+    *(f"{name}_bounded_{suffix}" for name in math_names.BOUNDED_NAMES for suffix in _SUFFIXES),
+]
 
 
 def _build(F: type) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -99,3 +86,6 @@ BOUNDED_TRIG: dict[tuple[str, str], numba.core.registry.CPUDispatcher] = {
     for dtype, table in (("float64", _F64_BOUNDED), ("float32", _F32_BOUNDED))
     for name in table
 }
+# The code generator knows the helpers by name (codegen.math_names): they must agree.
+assert set(FUNCTIONS) == math_names.VECTOR_MATH
+assert set(BOUNDED_TRIG) == math_names.BOUNDED_TRIG
