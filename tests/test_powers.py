@@ -23,13 +23,7 @@ GENERIC = [2.7, -0.3, 17.0]  # still `**`: their derivatives' exponents are not 
 SPECIAL = [0.0, -0.0, inf, -inf, nan, 1.0, -1.0, 2.0, -3.0, 0.5, 1e-3, 1e30, -1e30]
 
 
-@pytest.fixture(autouse=True)
-def compiled_first_call():
-    """Each first call waits for its kernels, so that it runs them, not NumPy."""
-    before = fg.config.compile
-    fg.config.update("compile", "sync")
-    yield
-    fg.config.update("compile", before)
+pytestmark = pytest.mark.usefixtures("compiled_first_call")
 
 
 def powers_and_derivatives(exponents):

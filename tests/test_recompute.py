@@ -13,14 +13,7 @@ import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime.executable import _KernelStep
 
-
-@pytest.fixture(autouse=True)
-def compiled_first_call():
-    """Each first call waits for its kernels, so that it runs them, not NumPy."""
-    before = fg.config.compile
-    fg.config.update("compile", "sync")
-    yield
-    fg.config.update("compile", before)
+pytestmark = pytest.mark.usefixtures("compiled_first_call")
 
 
 def layer_norm_gelu(x, g, b):
