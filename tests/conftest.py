@@ -41,3 +41,15 @@ def dask_client(dask_cache_dir):
     with distributed.Client(cluster) as client:
         yield client
     cluster.close()
+
+
+@pytest.fixture
+def compiled_first_call():
+    """Each first call waits for its kernels, so that it runs them, not NumPy (for tests of
+    the kernels themselves)."""
+    import fastgrad as fg
+
+    before = fg.config.compile
+    fg.config.update("compile", "sync")
+    yield
+    fg.config.update("compile", before)

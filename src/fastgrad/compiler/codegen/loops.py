@@ -18,6 +18,8 @@ import numpy as np
 
 from fastgrad.compiler.codegen.columns import column_run
 from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
+from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
+from fastgrad.compiler.codegen.recompute import choose_stored, op_cost
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
@@ -88,6 +90,9 @@ def generate(
 
 
 _TRIG = ("sin", "cos", "tan")
+# Exactly commutative in IEEE arithmetic (not maximum/minimum: they differ on -0.0 vs 0.0).
+_COMMUTATIVE = frozenset({"add", "multiply", "equal", "not_equal", "logical_and",
+                          "logical_or"})  # fmt: skip
 
 
 class _Generator:
@@ -108,6 +113,9 @@ class _Generator:
         # their values often depend on sizes (1/n in a mean), and the source must not.
         self.scalars = [v for v in loop.inputs if id(v) in constants and constants[id(v)].size == 1]
         self.consts = {id(v): f"k{j}" for j, v in enumerate(self.scalars)}
+        # Values computed from those alone: constant exponents are strength-reduced, and
+        # constant conditions (`y == 0` in power's derivative) written as literals.
+        self.known = known_values(loop, constants)
         self.arrays = [v for v in loop.inputs if id(v) not in self.consts]
         self.parallel = parallel
         self.vector_math = vector_math
@@ -126,6 +134,8 @@ class _Generator:
         self.subst: dict[int, str] = {}
         self.suffix = ""
         self.index_checks: list[Var] = []
+        # expression -> (the value that holds it, the blocks open where it was computed)
+        self.memo: dict[str, tuple[str, tuple[int, ...]]] = {}
         # Where a full reduction accumulates: one scalar per chunk (column kernels: one
         # per kept position).
         self.scalar_acc = lambda k: f"s{k}"
@@ -175,17 +185,38 @@ class _Generator:
             g = self.value(node.inputs[0], node, "row", node.inputs[0].aval.shape)
             col = self.column(node.inputs[2], node.params["shape"][1])
             return f"({g} if {col} == np.int64(i1) else {scalar_type(out_dtype)}(0))"
+        known = self.known.get(id(node.out))
+        if known is not None and out_dtype == np.bool_:
+            return str(bool(known))
+        if self.strength_reduced(node):
+            base = self.value(node.inputs[0], node, level)
+            if node.inputs[0].aval.dtype != out_dtype:
+                base = f"{scalar_type(out_dtype)}({base})"
+            exponent = float(self.known[id(node.inputs[1])])
+            return power_expression(base, exponent, scalar_type(out_dtype))
         template = op.loop
         assert template is not None, op.name
         if op.extra.get("positional"):
             return self.positional(node)
         args = [self.value(v, node, level) for v in node.inputs]
+        if op.name in _COMMUTATIVE:  # one spelling for a*b and b*a: computed once
+            args.sort()
         if template.startswith("call:"):
             fn = template[5:]
             if out_dtype.kind == "f" and any(v.aval.dtype != out_dtype for v in node.inputs):
                 args = [f"{scalar_type(out_dtype)}({a})" for a in args]
             return f"{self.function(fn, out_dtype)}({', '.join(args)})"
         return "(" + template.format(*args, T=scalar_type(out_dtype)) + ")"
+
+    def strength_reduced(self, node: Node) -> bool:
+        """Whether `node` is a float power with a constant exponent written as multiplies."""
+        if node.op.name != "power" or node.out.aval.dtype.kind != "f":
+            return False
+        exponent = self.known.get(id(node.inputs[1]))
+        return exponent is not None and reducible(float(exponent))
+
+    def cost(self, node: Node) -> int:
+        return op_cost(node, self.strength_reduced(node))
 
     def positional(self, node: Node) -> str:
         """A random sample, a function of its key and its element's flat index (fusion
@@ -225,6 +256,14 @@ class _Generator:
             self.subst, self.suffix = saved
 
     def assign(self, w: Writer, name: str, expr: str) -> None:
+        # The same expression in the same block (or a block inside it) is computed once.
+        scope = tuple(w.opened)
+        earlier = self.memo.get(expr)
+        if earlier is not None and scope[: len(earlier[1])] == earlier[1]:
+            w(f"{name} = {earlier[0]}")
+            self.check_pending = False  # checked where it was computed
+            return
+        self.memo[expr] = (name, scope)
         w(f"{name} = {expr}")
         if self.check_pending:  # a bounded trig function gives NaN beyond its range
             w(f"bad = bad | ({name} != {name})")
@@ -364,23 +403,17 @@ class _Generator:
                 )
             ]
             plan.append((sinks, reducers, closure([*sinks, *reducers], nodes, level)))
-        # An expensive value that a later pass needs again is kept in a row-sized scratch
-        # buffer (it stays in cache) instead of being recomputed: exp in a softmax.
+        # A value a later pass needs again is kept in a row-sized scratch buffer (it stays
+        # in cache) where recomputing it costs more: exp in a softmax, the chain of a GELU
+        # derivative in a layer norm's backward pass.
         stored: set[int] = set()
         if len(self.inner) == 1:
-            for n in nodes:
-                q = phase.get(id(n.out))
-                if (
-                    q is not None
-                    and _expensive(n)
-                    and id(n.out) in plan[q][2]
-                    and any(id(n.out) in plan[p][2] for p in range(q + 1, n_phases))
-                ):
-                    stored.add(id(n.out))
+            stored = choose_stored(nodes, level, phase, [[*s, *r] for s, r, _ in plan], self.cost)
         for p in range(n_phases):
             sinks, reducers, _ = plan[p]
             cut = {k for k in stored if phase[k] < p}
-            plan[p] = (sinks, reducers, closure([*sinks, *reducers], nodes, level, cut))
+            kept = [self.by_id[k] for k in stored if phase[k] == p]  # computed here
+            plan[p] = (sinks, reducers, closure([*sinks, *reducers, *kept], nodes, level, cut))
         w.lines[scratch_at:scratch_at] = [
             "    " * scratch_depth
             + f"t{k} = np.empty(n{self.inner[0]}, {scalar_type(nodes[k].out.aval.dtype)})"
@@ -512,12 +545,3 @@ class _Generator:
             if id(s.out) in scalar_index and s.inputs[0] is n.out:
                 acc = self.scalar_acc(scalar_index[id(s.out)])  # once per row: NaN-propagating
                 w(f"{acc} = {combine(s.op.name, acc, f'v{k}')}")
-
-
-_CHEAP_CALLS = frozenset({"abs", "maximum", "minimum", "sqrt", "floor", "ceil", "rint",
-                          "isinf", "isfinite"})  # fmt: skip
-
-
-def _expensive(node: Node) -> bool:
-    loop = node.op.loop or ""
-    return loop.startswith("call:") and loop[5:] not in _CHEAP_CALLS
