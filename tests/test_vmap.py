@@ -477,6 +477,9 @@ SAMPLERS = {
     "random_bits": lambda k: fg.random.bits(k, (3,)),
     "random_uniform": lambda k: fg.random.uniform(k, (2, 2)),
     "random_normal": lambda k: fg.random.normal(k, (3,), np.float32),
+    "random_exponential": lambda k: fg.random.exponential(k, (2,)),
+    "random_gamma": lambda k: fg.random.gamma(k, np.array([0.5, 3.0])),
+    "random_gamma_grad": lambda k: fg.grad(lambda a: fnp.sum(fg.random.gamma(k, a, (2,))))(1.5),
 }
 
 
