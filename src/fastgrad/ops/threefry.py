@@ -267,6 +267,8 @@ def build(
             z = select(accept & np.logical_not(done), d * v_ok, z)
             done = done | accept
             t += 1
+        if every(np.logical_not(boost)):  # no a below 1 (a kernel's one element): no boost
+            return z
         scale = exp_float(log_uniform(k0, k1, _u(GAMMA_STREAM), i) / select(boost, a, 1.0))
         return select(boost, z * scale, z)
 
