@@ -19,6 +19,8 @@ from fastgrad import random as fr
 from fastgrad.ops import sampling, threefry
 
 COVERED = {"random_bits", "random_uniform", "random_normal"}
+# tests/test_random_samplers.py tests these.
+COVERED |= {"random_exponential", "random_gamma", "random_gamma_grad"}
 
 KEY = fr.key(1234)
 

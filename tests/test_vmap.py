@@ -442,10 +442,37 @@ def test_callbacks_run_once_per_example(jit):
     check(fg.grad(lambda x: fnp.sum(host_erf(x) * x)), [xs], 0, jit=jit)
 
 
-def test_the_derivative_of_a_vmapped_callback_says_what_to_do():
-    f = fg.vmap(lambda x: fnp.sum(host_erf(x)))
+@pytest.mark.parametrize("jit", [False, True])
+def test_the_derivative_of_a_vmapped_callback(jit):
+    # The rule is batched like any graph; y is shared by the batch: its cotangent sums.
+    def loss(xs, y):
+        per_example = fg.vmap(lambda x, y: fnp.sum(host_erf(x * y) ** 2), (0, None))
+        return fnp.sum(per_example(xs, y) * fnp.arange(1.0, 4.0))
+
+    xs, y = RNG.normal(size=(3, 4)), RNG.normal(size=4)
+    f = fg.grad(loss, argnums=(0, 1))
+    got = (fg.jit(f) if jit else f)(xs, y)
+    z = xs * y
+    dz = (
+        2
+        * scipy.special.erf(z)
+        * 2
+        / np.sqrt(np.pi)
+        * np.exp(-z * z)
+        * np.arange(1.0, 4.0)[:, None]
+    )
+    np.testing.assert_allclose(got[0], dz * y, rtol=1e-12)
+    np.testing.assert_allclose(got[1], (dz * xs).sum(axis=0), rtol=1e-12)
+    # Forward mode transposes the batched rule; second order differentiates it again.
+    fg.testing.check_grads(loss, (xs, y), order=2)
+
+
+def test_forward_mode_of_a_vmapped_jvp_only_callback_says_what_to_do():
+    host_sin = fg.primitive(np.sin)
+    host_sin.defjvp(lambda t, out, x: fnp.cos(x) * t[0])
+    f = fg.vmap(lambda x: fnp.sum(host_sin(x)))
     with pytest.raises(TypeError, match=r"differentiate inside the vmap"):
-        fg.grad(lambda x: fnp.sum(f(x)))(RNG.normal(size=(2, 3)))
+        fg.jvp(f, (np.ones((2, 3)),), (np.ones((2, 3)),))
 
 
 def test_every_call_primitive_has_a_batching_rule():
@@ -480,6 +507,9 @@ SAMPLERS = {
     "random_bits": lambda k: fg.random.bits(k, (3,)),
     "random_uniform": lambda k: fg.random.uniform(k, (2, 2)),
     "random_normal": lambda k: fg.random.normal(k, (3,), np.float32),
+    "random_exponential": lambda k: fg.random.exponential(k, (2,)),
+    "random_gamma": lambda k: fg.random.gamma(k, np.array([0.5, 3.0])),
+    "random_gamma_grad": lambda k: fg.grad(lambda a: fnp.sum(fg.random.gamma(k, a, (2,))))(1.5),
 }
 
 

@@ -1,7 +1,8 @@
 """Random numbers with explicit keys, as in JAX: `key(seed)`, `split`, `fold_in`, and samplers
 that take a key. Inside `fg.jit` they are computed by the compiled function, in its fused
 loops; a key gives the same numbers on every path (jitted or not, any thread count). The
-functions live with their primitives in fastgrad.ops.sampling.
+functions live with their primitives in fastgrad.ops (sampling, distributions, gamma,
+shuffling).
 """
 
 from fastgrad.ops.distributions import (
@@ -10,9 +11,11 @@ from fastgrad.ops.distributions import (
     multivariate_normal,
     truncated_normal,
 )
+from fastgrad.ops.gamma import beta, dirichlet, gamma
 from fastgrad.ops.sampling import (
     bernoulli,
     bits,
+    exponential,
     fold_in,
     key,
     normal,
@@ -20,10 +23,12 @@ from fastgrad.ops.sampling import (
     split,
     uniform,
 )
+from fastgrad.ops.shuffling import choice, permutation
 
 PRNGKey = key
 
 __all__ = [
-    "PRNGKey", "bernoulli", "bits", "categorical", "fold_in", "gumbel", "key",
-    "multivariate_normal", "normal", "randint", "split", "truncated_normal", "uniform",
+    "PRNGKey", "bernoulli", "beta", "bits", "categorical", "choice", "dirichlet", "exponential",
+    "fold_in", "gamma", "gumbel", "key", "multivariate_normal", "normal", "permutation",
+    "randint", "split", "truncated_normal", "uniform",
 ]  # fmt: skip

@@ -73,27 +73,25 @@ def _batch_by_key(name: str) -> Any:
     return rule
 
 
-def _positional(name: str, impl: Any, loop: str, names: tuple[str, ...]) -> Primitive:
-    # `loop` is formatted with K0, K1 (the key's words as uint64), I (the element's flat
-    # index as uint64), T (the output's scalar type) and the node's params; codegen imports
-    # `names` from fastgrad.ops.threefry.
-    return register(
-        Primitive(
-            name,
-            _sample_eval,
-            impl,
-            vjp=None,  # integers, or floats that depend on the key alone: no gradient
-            batch=_batch_by_key(name),
-            kind="elementwise",
-            domain=("key",),
-            format=lambda args, params: f"{name}({_format(args, params)})",
-            loop=loop,
-            extra={"positional": True, "imports": ("fastgrad.ops.threefry", names)},
-        )
-    )
+def positional(name: str, impl: Any, loop: str, names: tuple[str, ...], **fields: Any) -> Primitive:
+    """A sampler's record. `loop` is formatted with K0, K1 (the key's words as uint64), I
+    (the element's flat index as uint64), T (the output's scalar type), {1}, {2}, ... (the
+    operands after the key, read at the element) and the node's params; codegen imports
+    `names` from fastgrad.ops.threefry. `fields` override the record's defaults."""
+    record: dict[str, Any] = {
+        "abstract_eval": _sample_eval,
+        "vjp": None,  # integers, or floats that depend on the key alone: no gradient
+        "batch": _batch_by_key(name),
+        "kind": "elementwise",
+        "domain": ("key",),
+        "format": lambda args, params: f"{name}({_format(args, params)})",
+        "loop": loop,
+        "extra": {"positional": True, "imports": ("fastgrad.ops.threefry", names)},
+    }
+    return register(Primitive(name, impl=impl, **(record | fields)))
 
 
-RANDOM_BITS = _positional(
+RANDOM_BITS = positional(
     "random_bits",
     lambda key, base, *, shape, dtype, stream: threefry.bits_array(key, base, shape, stream),
     "bits32({K0}, {K1}, np.uint64({stream}), np.uint64({1}), {I})",
@@ -106,7 +104,7 @@ def _sampler(name: str) -> Primitive:
         suffix = "f64" if dtype == np.float64 else "f32"
         return threefry.sample_array(f"{name}_{suffix}", key, shape, dtype)
 
-    return _positional(
+    return positional(
         f"random_{name}",
         impl,
         f"{name}_{{T}}({{K0}}, {{K1}}, {{I}})",
@@ -116,11 +114,12 @@ def _sampler(name: str) -> Primitive:
 
 RANDOM_UNIFORM = _sampler("uniform")
 RANDOM_NORMAL = _sampler("normal")
+RANDOM_EXPONENTIAL = _sampler("exponential")
 
 # ---------------------------------------------------------------- argument checks
 
 
-def _key_arg(key: Any) -> Any:
+def key_arg(key: Any) -> Any:
     """`key` checked; inside a trace a concrete key becomes a graph constant, so samples are
     computed by the compiled function (fused) rather than frozen in at trace time."""
     if not isinstance(key, Tracer):
@@ -131,14 +130,14 @@ def _key_arg(key: Any) -> Any:
     return lift(key) if current_trace() is not None else key
 
 
-def _float_dtype(dtype: Any, what: str = "dtype") -> np.dtype:
+def float_dtype(dtype: Any, what: str = "dtype") -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"{what} must be float32 or float64, got {dtype.name}")
     return dtype
 
 
-def _shape(shape: Any) -> tuple[int, ...]:
+def sample_shape(shape: Any) -> tuple[int, ...]:
     shape = shape_tuple(shape, "shape")
     if any(d < 0 for d in shape):
         raise ValueError(f"shape must not have negative dimensions, got {shape}")
@@ -162,7 +161,7 @@ def key(seed: Any) -> np.ndarray:
 
 def random_bits(key: Any, shape: Any, stream: int = 0, base: Any = 0) -> Any:
     """uint32 words: element i is word i % 2 of Threefry(key, (stream, base + i // 2))."""
-    key = _key_arg(key)
+    key = key_arg(key)
     if not isinstance(base, Tracer):
         base = np.uint32(operator.index(base) % 2**32)
         base = lift(np.asarray(base)) if isinstance(key, Tracer) else np.asarray(base)
@@ -171,7 +170,7 @@ def random_bits(key: Any, shape: Any, stream: int = 0, base: Any = 0) -> Any:
     else:
         base = astype(base, np.uint32)
     return bind(
-        RANDOM_BITS, key, base, shape=_shape(shape), dtype=np.dtype(np.uint32), stream=stream
+        RANDOM_BITS, key, base, shape=sample_shape(shape), dtype=np.dtype(np.uint32), stream=stream
     )
 
 
@@ -221,8 +220,8 @@ def uniform(
     >>> bool((0 <= x).all() and (x < 1).all())
     True
     """
-    dtype = _float_dtype(dtype)
-    u = bind(RANDOM_UNIFORM, _key_arg(key), shape=_shape(shape), dtype=dtype)
+    dtype = float_dtype(dtype)
+    u = bind(RANDOM_UNIFORM, key_arg(key), shape=sample_shape(shape), dtype=dtype)
     if _is_default(minval, 0.0) and _is_default(maxval, 1.0):
         return u
     minval, maxval = astype(minval, dtype), astype(maxval, dtype)
@@ -241,7 +240,20 @@ def normal(key: Any, shape: Any = (), dtype: Any = np.float64) -> Any:
     >>> normal(key(0), (2, 3)).shape
     (2, 3)
     """
-    return bind(RANDOM_NORMAL, _key_arg(key), shape=_shape(shape), dtype=_float_dtype(dtype))
+    return bind(RANDOM_NORMAL, key_arg(key), shape=sample_shape(shape), dtype=float_dtype(dtype))
+
+
+def exponential(key: Any, shape: Any = (), dtype: Any = np.float64) -> Any:
+    """Standard exponential floats of `shape`, -ln(u) for uniform u in (0, 1] (divide by a
+    rate for other rates).
+
+    >>> x = exponential(key(0), (1000,))
+    >>> bool((x >= 0).all())
+    True
+    """
+    return bind(
+        RANDOM_EXPONENTIAL, key_arg(key), shape=sample_shape(shape), dtype=float_dtype(dtype)
+    )
 
 
 def bernoulli(key: Any, p: Any = 0.5, shape: Any = None) -> Any:
@@ -251,7 +263,7 @@ def bernoulli(key: Any, p: Any = 0.5, shape: Any = None) -> Any:
     dtype('bool')
     """
     p_aval = aval_of(p)
-    shape = p_aval.shape if shape is None else _shape(shape)
+    shape = p_aval.shape if shape is None else sample_shape(shape)
     dtype = p_aval.dtype if p_aval.dtype.kind == "f" and not p_aval.weak else np.dtype(np.float64)
     return less(uniform(key, shape, dtype), astype(p, dtype))
 

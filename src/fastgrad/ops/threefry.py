@@ -10,6 +10,7 @@ fused multiply-add), so a key gives bit-identical numbers on every path, and loo
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,14 +30,31 @@ SQRT2 = 1.4142135623730951
 ATANH = tuple(1.0 / c for c in range(25, 2, -2))
 COS = tuple(1.0 / (k * (k - 1)) for k in range(18, 0, -2))
 SIN = tuple(1.0 / (k * (k + 1)) for k in range(18, 0, -2))
+EXP = tuple(1.0 / math.factorial(n) for n in range(18, -1, -1))  # exp's Taylor series
+INV_LN2 = 1.4426950408889634
+# Exact scalings by 2^s, for s halving from 512: a float's exponent found (or applied) by
+# comparisons, branch-free, with no bit casts. The down scaling repeats 512 (to 2^-1075).
+SHIFTS = (512.0, 256.0, 128.0, 64.0, 32.0, 16.0, 8.0, 4.0, 2.0, 1.0)
+POW2 = tuple(2.0**s for s in SHIFTS)
+INV_POW2 = tuple(2.0**-s for s in SHIFTS)
+HALF_POW2 = tuple(2.0 ** (1 - s) for s in SHIFTS)
+DOWN = (512.0, *SHIFTS)
+INV_POW2_DOWN = tuple(2.0**-s for s in DOWN)
+# Gamma samples (Marsaglia-Tsang): the boost's uniform uses counter stream GAMMA_STREAM,
+# trial t the streams GAMMA_STREAM + 1 + 3t (a normal: two blocks) and + 3 + 3t (a uniform).
+GAMMA_STREAM = 4
+GAMMA_TRIALS = 1000  # each trial accepts with probability > 0.95: never reached
 
 # Words are held in uint64 and masked to 32 bits: Numba widens uint32 arithmetic to 64 bits,
 # and NumPy's uint64 arrays then compute exactly what the kernels do.
 
 
-def build(select: Callable[..., Any], jit: Callable[[Any], Any]) -> dict[str, Any]:
-    """The functions, by name, with `select(c, a, b)` for "a where c else b" and each one
-    passed through `jit` (Numba's inline njit, or the identity for NumPy arrays)."""
+def build(
+    select: Callable[..., Any], every: Callable[[Any], Any], jit: Callable[[Any], Any]
+) -> dict[str, Any]:
+    """The functions, by name, with `select(c, a, b)` for "a where c else b", `every(c)` for
+    "c holds everywhere", and each one passed through `jit` (Numba's inline njit, or the
+    identity for NumPy arrays)."""
 
     @jit
     def rotl(x, r):  # type: ignore[no-untyped-def]
@@ -99,6 +117,19 @@ def build(select: Callable[..., Any], jit: Callable[[Any], Any]) -> dict[str, An
         return np.float32(np.float64(x0 >> _u(8)) * TWO_M24)
 
     @jit
+    def log_mantissa(e, f):  # type: ignore[no-untyped-def]
+        """(k, ln g) with e ln 2 + ln f = k ln 2 + ln g, for f in [1, 2)."""
+        big = f > SQRT2
+        f = select(big, f * 0.5, f)
+        k = e + select(big, 1.0, 0.0)
+        s = (f - 1.0) / (f + 1.0)  # |s| < 0.172: ln f = 2 atanh(s), a fast series
+        z = s * s
+        p = 0.0 * z
+        for c in ATANH:
+            p = p * z + c
+        return k, 2.0 * s * (1.0 + z * p)
+
+    @jit
     def log_int(n):  # type: ignore[no-untyped-def]
         """(k, ln f) with ln n = k ln 2 + ln f, for integers 1 <= n <= 2^53 (uint64)."""
         e = n - n  # zero, of n's type
@@ -108,15 +139,49 @@ def build(select: Callable[..., Any], jit: Callable[[Any], Any]) -> dict[str, An
             t = t >> shift
             e = e + shift
         f = np.float64(n) / np.float64(_u(1) << e)  # exact: in [1, 2)
-        big = f > SQRT2
-        f = select(big, f * 0.5, f)
-        k = np.float64(e) + select(big, 1.0, 0.0)
-        s = (f - 1.0) / (f + 1.0)  # |s| < 0.172: ln f = 2 atanh(s), a fast series
-        z = s * s
-        p = 0.0 * z
-        for c in ATANH:
-            p = p * z + c
-        return k, 2.0 * s * (1.0 + z * p)
+        return log_mantissa(np.float64(e), f)
+
+    @jit
+    def log_unit(n, bits):  # type: ignore[no-untyped-def]
+        """ln(n 2^-bits) for integers 1 <= n <= 2^53, with no cancellation near n = 2^bits."""
+        k, log_f = log_int(n)
+        k = k - bits  # exact
+        return k * LN2_HI + (k * LN2_LO + log_f)
+
+    @jit
+    def log_float(x):  # type: ignore[no-untyped-def]
+        """ln x for a float64 x >= 0 (-inf at 0)."""
+        small = x < 2.0**-1000  # subnormals: into the normal range first
+        y = select(small, x * 2.0**100, x)
+        e = select(small, -100.0, 0.0)
+        for j in range(len(SHIFTS)):  # y into [1, 2), e its binary exponent
+            big = y >= POW2[j]
+            y = select(big, y * INV_POW2[j], y)
+            e = select(big, e + SHIFTS[j], e)
+            low = y < HALF_POW2[j]
+            y = select(low, y * POW2[j], y)
+            e = select(low, e - SHIFTS[j], e)
+        k, log_f = log_mantissa(e, y)
+        return select(x > 0.0, k * LN2_HI + (k * LN2_LO + log_f), -np.inf)
+
+    @jit
+    def exp_float(x):  # type: ignore[no-untyped-def]
+        """exp x for a float64 x <= 709 (0 below -746)."""
+        x = select(x < -746.0, -746.0, x)
+        k = np.floor(x * INV_LN2 + 0.5)
+        r = (x - k * LN2_HI) - k * LN2_LO  # |r| <= 0.35; k LN2_HI is exact
+        y = 0.0 * r
+        for c in EXP:
+            y = y * r + c
+        for j in range(len(SHIFTS)):  # times 2^k, by exact steps
+            up = k >= SHIFTS[j]
+            y = select(up, y * POW2[j], y)
+            k = select(up, k - SHIFTS[j], k)
+        for j in range(len(DOWN)):
+            down = k <= -DOWN[j]
+            y = select(down, y * INV_POW2_DOWN[j], y)
+            k = select(down, k + DOWN[j], k)
+        return select(x > -746.0, y, 0.0)
 
     @jit
     def cos_turns(u):  # type: ignore[no-untyped-def]
@@ -142,17 +207,20 @@ def build(select: Callable[..., Any], jit: Callable[[Any], Any]) -> dict[str, An
     def box_muller(n, bits, u):  # type: ignore[no-untyped-def]
         """sqrt(-2 ln(n 2^-bits)) cos(2 pi u): a standard normal from n in [1, 2^bits] and
         u in [0, 1)."""
-        k, log_f = log_int(n)
-        k = k - bits  # exact, so no cancellation near n = 2^bits
-        return np.sqrt(-2.0 * (k * LN2_HI + (k * LN2_LO + log_f))) * cos_turns(u)
+        return np.sqrt(-2.0 * log_unit(n, bits)) * cos_turns(u)
+
+    @jit
+    def normal_at(k0, k1, stream, i):  # type: ignore[no-untyped-def]
+        """A standard normal float64 from blocks (stream, i) and (stream + 1, i)."""
+        x0, x1 = threefry2x32(k0, k1, stream, i)
+        y0, y1 = threefry2x32(k0, k1, stream + _u(1), i)
+        n = (_u(1) << _u(53)) - unit53(x0, x1)
+        return box_muller(n, 53.0, np.float64(unit53(y0, y1)) * TWO_M53)
 
     @jit
     def normal_f64(k0, k1, i):  # type: ignore[no-untyped-def]
         """A standard normal float64 from blocks (0, i) and (1, i): 53 bits per uniform."""
-        x0, x1 = threefry2x32(k0, k1, _u(0), i)
-        y0, y1 = threefry2x32(k0, k1, _u(1), i)
-        n = (_u(1) << _u(53)) - unit53(x0, x1)
-        return box_muller(n, 53.0, np.float64(unit53(y0, y1)) * TWO_M53)
+        return normal_at(k0, k1, _u(0), i)
 
     @jit
     def normal_f32(k0, k1, i):  # type: ignore[no-untyped-def]
@@ -161,7 +229,60 @@ def build(select: Callable[..., Any], jit: Callable[[Any], Any]) -> dict[str, An
         n = (_u(1) << _u(32)) - x0
         return np.float32(box_muller(n, 32.0, np.float64(x1) * TWO_M32))
 
+    @jit
+    def log_uniform(k0, k1, stream, i):  # type: ignore[no-untyped-def]
+        """ln u for a uniform u in (0, 1], a multiple of 2^-53, from block (stream, i)."""
+        x0, x1 = threefry2x32(k0, k1, stream, i)
+        return log_unit((_u(1) << _u(53)) - unit53(x0, x1), 53.0)
+
+    @jit
+    def exponential_f64(k0, k1, i):  # type: ignore[no-untyped-def]
+        """A standard exponential float64, -ln u, from block (0, i)."""
+        return 0.0 - log_uniform(k0, k1, _u(0), i)
+
+    @jit
+    def exponential_f32(k0, k1, i):  # type: ignore[no-untyped-def]
+        return np.float32(exponential_f64(k0, k1, i))
+
+    @jit
+    def gamma_f64(k0, k1, i, a):  # type: ignore[no-untyped-def]
+        """A Gamma(a, 1) float64 (Marsaglia and Tsang, 2000): d v for the first trial whose
+        normal x gives v = (1 + x / sqrt(9 d))^3 > 0 and whose uniform u has
+        ln u < x^2 / 2 + d - d v + d ln v, with d = a - 1/3; for a < 1, a Gamma(a + 1)
+        sample times u^(1/a). NaN where a is not positive and finite."""
+        boost = a < 1.0
+        d = select(boost, a + 1.0, a) - 1.0 / 3.0
+        c = 1.0 / np.sqrt(9.0 * select(d > 0.0, d, 1.0))
+        done = np.logical_not((a > 0.0) & (a < np.inf))
+        z = np.nan + 0.0 * a
+        t = 0
+        while not every(done) and t < GAMMA_TRIALS:
+            stream = _u(GAMMA_STREAM + 1 + 3 * t)
+            x = normal_at(k0, k1, stream, i)
+            v = 1.0 + c * x
+            v = v * v * v
+            v_ok = select(v > 0.0, v, 1.0)
+            log_u = log_uniform(k0, k1, stream + _u(2), i)
+            accept = (v > 0.0) & (log_u < 0.5 * x * x + d - d * v_ok + d * log_float(v_ok))
+            z = select(accept & np.logical_not(done), d * v_ok, z)
+            done = done | accept
+            t += 1
+        if every(np.logical_not(boost)):  # no a below 1 (a kernel's one element): no boost
+            return z
+        scale = exp_float(log_uniform(k0, k1, _u(GAMMA_STREAM), i) / select(boost, a, 1.0))
+        return select(boost, z * scale, z)
+
+    @jit
+    def gamma_f32(k0, k1, i, a):  # type: ignore[no-untyped-def]
+        return np.float32(gamma_f64(k0, k1, i, np.float64(a)))
+
     return {
+        "exponential_f64": exponential_f64,
+        "exponential_f32": exponential_f32,
+        "gamma_f64": gamma_f64,
+        "gamma_f32": gamma_f32,
+        "log_float": log_float,
+        "exp_float": exp_float,
         "threefry2x32": threefry2x32,
         "bits32": bits32,
         "uniform_f64": uniform_f64,
@@ -182,10 +303,25 @@ def _where(c: Any, a: Any, b: Any) -> Any:
     return np.where(c, a, b).astype(np.result_type(a, b))
 
 
-ARRAY = build(_where, lambda f: f)
+def _holds(c):  # type: ignore[no-untyped-def]
+    return c
 
-# The names kernels import (codegen imports them from this module).
-KERNEL_NAMES = ("bits32", "uniform_f64", "uniform_f32", "normal_f64", "normal_f32")
+
+def _everywhere(c: Any) -> bool:
+    return bool(np.all(c))
+
+
+ARRAY = build(_where, _everywhere, lambda f: f)
+
+# The names kernels import (codegen imports them from this module). Gamma's rejection loop
+# does not vectorize, and inlined into every kernel it took minutes to compile: kernels call
+# a separately compiled function for it instead.
+INLINE_NAMES = (
+    "bits32", "uniform_f64", "uniform_f32", "normal_f64", "normal_f32",
+    "exponential_f64", "exponential_f32",
+)  # fmt: skip
+CALLED_NAMES = ("gamma_f64", "gamma_f32")
+KERNEL_NAMES = INLINE_NAMES + CALLED_NAMES
 
 
 @functools.cache
@@ -194,21 +330,35 @@ def kernel_build() -> dict[str, Any]:
     the compile thread: importing Numba costs more than all of fastgrad)."""
     import numba
 
-    inline = numba.njit(inline="always", error_model="numpy")
-    return build(numba.njit(inline="always")(_select), inline)
+    inline = numba.njit(inline="always")
+    return build(inline(_select), inline(_holds), numba.njit(inline="always", error_model="numpy"))
+
+
+@functools.cache
+def called_build() -> dict[str, Any]:
+    """The build whose functions kernels call rather than inline (gamma's)."""
+    import numba
+
+    return build(numba.njit(_select), numba.njit(_holds), numba.njit(error_model="numpy"))
 
 
 def __getattr__(name: str) -> Any:
-    if name in KERNEL_NAMES:
+    if name in INLINE_NAMES:
         return kernel_build()[name]
+    if name in CALLED_NAMES:
+        return called_build()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def sample_array(name: str, key: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """Whole-array NumPy evaluation of the function `name` (e.g. "normal_f64")."""
+def sample_array(
+    name: str, key: np.ndarray, shape: tuple[int, ...], dtype: Any, *operands: np.ndarray
+) -> np.ndarray:
+    """Whole-array NumPy evaluation of the function `name` (e.g. "normal_f64"), with its
+    elementwise `operands` (of `shape`) after the key and index."""
     index = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    flat = [np.ravel(x) for x in operands]
     with np.errstate(all="ignore"):
-        out = ARRAY[name](_u(key[0]), _u(key[1]), index)
+        out = ARRAY[name](_u(key[0]), _u(key[1]), index, *flat)
     return np.asarray(out, dtype).reshape(shape)
 
 

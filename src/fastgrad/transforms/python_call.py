@@ -21,9 +21,10 @@ from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.primitive import Primitive
 from fastgrad.core.pytree import TreeDef, flatten, unflatten
 from fastgrad.core.tracing import Trace, aval_of, bind
-from fastgrad.ops.base import astype, batch_size
+from fastgrad.ops.base import astype, batch_size, with_batch
+from fastgrad.ops.base import sum as reduce_sum
 from fastgrad.ops.shape import zeros_like
-from fastgrad.transforms.batching import batched_aval
+from fastgrad.transforms.batching import batch_graph, batched_aval
 from fastgrad.transforms.reverse import vjp_graph
 
 
@@ -126,23 +127,30 @@ class PythonCall:
         graph = self._transposed.get(inputs)
         if graph is None:
             floats = [k for k, a in enumerate(self.out_avals) if a.is_float]
-            with Trace() as trace:
-                xs = [trace.new_input(a) for a in self.in_avals]
-                outs = [trace.new_input(a) for a in self.out_avals]
-                gs = {k: trace.new_input(Aval(self.out_avals[k].shape, self.out_avals[k].dtype))
-                      for k in floats}  # fmt: skip
-                cts = self.cotangents(gs, outs, xs)
-                picked = [zeros_like(xs[i]) if cts[i] is None else cts[i] for i in inputs]
-            if trace.captured:
-                raise TypeError(
-                    f"the VJP rule of {self.name} closes over a traced value; rules must get "
-                    "every traced value they use as an argument"
-                )
-            bwd = trace.to_graph(picked)
+            bwd = self.rule_graph(inputs)
             n = len(self.in_avals) + len(self.out_avals)
             graph = vjp_graph(bwd, range(n, n + len(floats)), range(len(inputs))).verify()
             self._transposed[inputs] = graph
         return graph
+
+    def rule_graph(self, inputs: Sequence[int]) -> Graph:
+        """The VJP rule as a graph. Inputs: the argument leaves, the result leaves, one g
+        per float result. Outputs: the cotangents of the input leaves `inputs` (zeros where
+        the rule gives none)."""
+        floats = [k for k, a in enumerate(self.out_avals) if a.is_float]
+        with Trace() as trace:
+            xs = [trace.new_input(a) for a in self.in_avals]
+            outs = [trace.new_input(a) for a in self.out_avals]
+            gs = {k: trace.new_input(Aval(self.out_avals[k].shape, self.out_avals[k].dtype))
+                  for k in floats}  # fmt: skip
+            cts = self.cotangents(gs, outs, xs)
+            picked = [zeros_like(xs[i]) if cts[i] is None else cts[i] for i in inputs]
+        if trace.captured:
+            raise TypeError(
+                f"the VJP rule of {self.name} closes over a traced value; rules must get "
+                "every traced value they use as an argument"
+            )
+        return trace.to_graph(picked)
 
     def _input_leaves(self, cts: Any, rule: str, what: str) -> list[Any]:
         n_args = len(self.in_tree.children) if self.in_tree.kind == "tuple" else 1
@@ -218,13 +226,35 @@ def batched_call(call: PythonCall, batched: Sequence[bool], size: int) -> Python
             for k, a in enumerate(call.out_avals)
         ]
 
+    n, m = len(call.in_avals), len(call.out_avals)
+
+    def batched_vjp(g: list[Any], out: list[Any], *xs: Any) -> tuple[Any, ...]:
+        # The user's rule, traced for one example and batched like any graph; an input
+        # shared by the batch gets the sum of the examples' cotangents.
+        floats = [k for k, a in enumerate(call.out_avals) if a.is_float]
+        graph = call.rule_graph([i for i, a in enumerate(call.in_avals) if a.is_float])
+        flags = [*batched, *[True] * (m + len(floats))]
+        rule, has_batch = batch_graph(graph, flags, size)
+        values = eval_graph(rule, [*xs, *out, *(g[k] for k in floats)])
+        cts = iter(zip(values, has_batch, strict=True))
+        result: list[Any] = []
+        for a, b in zip(call.in_avals, batched, strict=True):
+            if not a.is_float:
+                result.append(None)
+                continue
+            ct, ct_batched = next(cts)
+            if b:
+                result.append(ct if ct_batched else with_batch(ct, size))
+            else:
+                result.append(reduce_sum(ct, axis=0) if ct_batched else ct * size)
+        return tuple(result)
+
     def no_rule(*args: Any, **kwargs: Any) -> Any:
         raise TypeError(
-            f"{call.name} is vmapped, and the derivative of a vmapped callback is not "
-            "available: differentiate inside the vmap instead, fg.vmap(fg.grad(f))"
+            f"{call.name} is vmapped and has only a JVP rule; forward mode of a vmapped "
+            "callback needs its VJP rule: differentiate inside the vmap, fg.vmap(fg.jvp(f))"
         )
 
-    n, m = len(call.in_avals), len(call.out_avals)
     batch = call._batched[key] = PythonCall(
         f"vmap({call.name})",
         per_example,
@@ -235,8 +265,8 @@ def batched_call(call: PythonCall, batched: Sequence[bool], size: int) -> Python
         ),
         flatten(list(range(m)))[1],
         tuple(batched_aval(a, size) for a in call.out_avals),
-        no_rule if call.vjp is not None else None,
-        no_rule if call.vjp is not None or call.jvp is not None else None,
+        batched_vjp if call.vjp is not None else None,
+        no_rule if call.vjp is None and call.jvp is not None else None,  # else transposed
     )
     return batch
 
