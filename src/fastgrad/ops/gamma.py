@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.special as sp
 
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import Primitive, register
@@ -62,6 +61,8 @@ RANDOM_GAMMA = positional(
 def _sample_grad(a: np.ndarray, z: np.ndarray) -> np.ndarray:
     """dz/da for samples z of Gamma(a): -(dF/da) / (dF/dz), F(a, z) the regularized lower
     incomplete gamma function (P or, in the upper tail, 1 - Q, for accuracy there)."""
+    import scipy.special as sp  # here: importing SciPy costs more than importing fastgrad
+
     a64, z64 = np.asarray(a, np.float64), np.asarray(z, np.float64)
     with np.errstate(all="ignore"):
         lower = sp.gammainc(a64, z64) < 0.5
