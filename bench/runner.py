@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import child, environment, report, systems, workloads
+from . import child, environment, models, report, systems, workloads
 from .measure import MEMORY_METHOD
 
 DEFAULT_REPEAT, QUICK_REPEAT = 15, 3
@@ -55,6 +55,7 @@ def _system_list(text: str) -> list[str]:
 
 def make_parser() -> argparse.ArgumentParser:
     names = ", ".join(f"{w.key} ({w.name})" for w in workloads.WORKLOADS + workloads.OPT_IN)
+    names += "; or the group 'models' (W4 and M1-M5)"
     parser = argparse.ArgumentParser(
         prog="fastgrad bench",
         description="Benchmark fastgrad against hand-written NumPy, a hand-fused Numba "
@@ -136,7 +137,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        args.selected = [workloads.find(n) for n in args.workloads] or list(workloads.WORKLOADS)
+        args.selected = workloads.select(args.workloads)
     except KeyError as exc:
         parser.error(str(exc.args[0]))
     _check_output(parser, "--json", args.json)
@@ -175,6 +176,7 @@ def list_everything() -> str:
     lines = ["workloads:"]
     lines += [f"  {w.key:3} {w.name:13} {w.title}" for w in workloads.WORKLOADS]
     lines += [f"  {w.key:3} {w.name:13} {w.title} (run when named)" for w in workloads.OPT_IN]
+    lines += [f"  {w.key:3} {w.name:13} {w.title} (group 'models')" for w in models.MODELS]
     lines += ["systems:"]
     for s in systems.SYSTEMS.values():
         missing = systems.missing_module(s.modules)
