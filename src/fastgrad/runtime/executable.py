@@ -35,6 +35,8 @@ from fastgrad.runtime.arena import Arena, Buffer, staggered_empty
 from fastgrad.runtime.background import KernelTier
 from fastgrad.runtime.control_flow import OPS as LOOP_OPS
 from fastgrad.runtime.control_flow import LoopPlanner, LoopStep
+from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
+from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
@@ -183,30 +185,6 @@ class _KernelStep:
 
 
 @dataclass
-class _MatmulStep:
-    """BLAS through NumPy, writing into a preallocated output when it has one."""
-
-    ins: list[int]
-    out: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    buffer: int | None = None  # the slot of the preallocated output, or None: fresh
-
-    def run(self, env: list[Any]) -> None:
-        a, b = env[self.ins[0]], env[self.ins[1]]
-        if self.buffer is None:
-            env[self.out] = np.matmul(a, b, out=staggered_empty(self.shape, self.dtype, 0))
-        else:
-            np.matmul(a, b, out=env[self.buffer])
-
-    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None]:
-        """The matmul with its operands and output bound when they are fixed buffers."""
-        if self.buffer is None or not all(slot in static for slot in self.ins):
-            return partial(self.run, env)
-        return partial(np.matmul, env[self.ins[0]], env[self.ins[1]], out=env[self.buffer])
-
-
-@dataclass
 class _ViewStep:
     """reshape, transpose, slice or broadcast_to: a NumPy view (a copy only where NumPy's
     reshape needs one), with its arguments prepared once."""
@@ -294,6 +272,12 @@ class Executable:
             else:
                 self.plan.append(self._kernel_step(step, slot_of))
         self.outputs = [slot_of(v) for v in graph.outputs]
+        per_call = set(range(len(graph.inputs)))  # arguments, and views of them
+        for planned in self.plan:
+            if isinstance(planned, _ViewStep) and planned.ins[0] in per_call:
+                per_call.add(planned.out)
+        fresh = fresh_slots(self.plan, self.outputs)
+        self.plan = fold_accumulations(self.plan, fresh, per_call)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
         for key, value in constants.items():
@@ -413,12 +397,7 @@ def _arena(
     be views of (the inputs of a view, of a library call or of a loop that may return
     one). A reshape copies where its input is not contiguous, so only a reshape of a
     buffer itself (or of a constant) is made once; other views of views run per call."""
-    fresh = set(outputs)
-    for step in reversed(plan):
-        if isinstance(step, _ViewStep | _CallStep) and step.out in fresh:
-            fresh.update(step.ins)
-        elif isinstance(step, LoopStep) and any(slot in fresh for _, slot in step.outs):
-            fresh.update(step.ins)
+    fresh = fresh_slots(plan, outputs)
     template = list(template)
     buffers: list[Buffer] = []
     # Slots whose value never changes identity during a call, and among them the ones
@@ -446,7 +425,7 @@ def _arena(
             step.bind(slots)
         elif isinstance(step, _MatmulStep):
             step.buffer = None if step.out in fresh else step.out
-            if step.buffer is not None:
+            if step.buffer is not None and not step.accumulate:  # one buffer per sum
                 buffers.append(Buffer(step.out, step.shape, step.dtype, step.out, step.shape))
                 plain.add(step.out)
                 static.add(step.out)
@@ -463,6 +442,19 @@ def _arena(
     return Arena(template, buffers, static_views, steps, outputs, static)
 
 
+def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:
+    """The slots whose arrays a call must allocate afresh: the outputs, and what they may
+    be views of (the inputs of a view, of a library call or of a loop that may return
+    one)."""
+    fresh = set(outputs)
+    for step in reversed(plan):
+        if isinstance(step, _ViewStep | _CallStep) and step.out in fresh:
+            fresh.update(step.ins)
+        elif isinstance(step, LoopStep) and any(slot in fresh for _, slot in step.outs):
+            fresh.update(step.ins)
+    return fresh
+
+
 def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
     """Set each buffer's span: the step that writes it, and the last that reads it or a
     value that may be a view of it (through views, library calls and loops)."""
@@ -470,6 +462,7 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
     for k, b in enumerate(buffers):
         aliases[b.slot] = aliases[b.view_slot] = {k}
     writes: dict[int, list[int]] = {}  # slot -> the buffers a step writes into it
+    written: set[int] = set()
     for k, b in enumerate(buffers):
         writes.setdefault(b.view_slot, []).append(k)
     for i, step in enumerate(plan):
@@ -480,7 +473,10 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
         if isinstance(step, _KernelStep | _MatmulStep):
             for slot in step.outs if isinstance(step, _KernelStep) else [step.out]:
                 for k in writes.get(slot, ()):
-                    buffers[k].first = buffers[k].last = i
+                    if k not in written:  # a sum of matmuls: written by several steps
+                        written.add(k)
+                        buffers[k].first = i
+                    buffers[k].last = i
         else:
             outs = [slot for _, slot in step.outs] if isinstance(step, LoopStep) else [step.out]
             seen = set().union(*(aliases.get(slot, set()) for slot in reads))
