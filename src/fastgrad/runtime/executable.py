@@ -11,9 +11,11 @@ runs the loop with NumPy.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import partial
@@ -243,7 +245,7 @@ class Executable:
     re-entrant call) runs with buffers of its own.
     """
 
-    def __init__(self, graph: Graph, steps: Sequence[Step]):
+    def __init__(self, graph: Graph, steps: Sequence[Step], looped: bool = False):
         self.graph = graph
         self.steps = list(steps)
         slot: dict[int, int] = {}
@@ -283,8 +285,17 @@ class Executable:
         for key, value in constants.items():
             if key in slot:
                 self.template[slot[key]] = value
-        self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs)
         self._lock = threading.Lock()
+        self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
+        if looped:
+            # The plan's own steps run the loop; copies of them (bound to buffers of
+            # their own) serve `run`, for a loop that finds the two arenas in use.
+            copies = [copy.copy(s) for s in self.plan]
+            first = _arena(self.plan, self.template, self.outputs, graph.inputs, bound=True)
+            self._alternating = [first, first.fresh()]
+            self.arena = _arena(copies, self.template, self.outputs, graph.inputs)
+        else:
+            self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs)
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
         ins = [slot_of(v) for v in n.inputs]
@@ -338,6 +349,17 @@ class Executable:
                 self._lock.release()
         return self.arena.fresh().run(args)
 
+    def iterations(self) -> Callable[[Sequence[Any]], list[Any]]:
+        """For a loop body: a run whose outputs are preallocated too, in one of two arenas
+        used in turn, so that an iteration allocates nothing and reads the previous
+        one's outputs (its carry) while it writes its own. What a call returns is
+        overwritten two calls later: the loop copies what it keeps (its stacked
+        outputs at once, its final carry at the end). One loop at a time: the caller
+        holds `iterating`. Only for a plan built with `looped`."""
+        if not self._alternating:
+            raise ValueError("iterations() needs a plan built for a loop body (looped=True)")
+        return partial(_run_next, itertools.cycle(self._alternating))
+
     def settle(self) -> None:
         """Make the next call wait for every kernel rather than run NumPy meanwhile."""
         self.waits = True
@@ -368,10 +390,15 @@ class Executable:
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
 
 
-def compile_graph(graph: Graph) -> Executable:
-    """A loop body's plan: simplified, partitioned and compiled like a whole function."""
+def _run_next(arenas: Iterator[Arena], args: Sequence[Any]) -> list[Any]:
+    return next(arenas).run(args)
+
+
+def compile_graph(graph: Graph, looped: bool = False) -> Executable:
+    """A loop body's or a branch's plan: simplified, partitioned and compiled like a
+    whole function; with `looped`, also laid out to run as a loop's iterations."""
     graph = simplify(graph)
-    return Executable(graph, partition(graph))
+    return Executable(graph, partition(graph), looped)
 
 
 def _chunks(source: KernelSource, first: int, parallel: bool) -> int:
@@ -389,6 +416,7 @@ def _arena(
     template: list[Any],
     outputs: list[int],
     inputs: Sequence[Any],
+    bound: bool = False,
 ) -> Arena:
     """Give every intermediate that kernels and matmuls write a preallocated buffer, bind
     the steps to them, and set apart the views of buffers (made once per arena).
@@ -397,7 +425,7 @@ def _arena(
     be views of (the inputs of a view, of a library call or of a loop that may return
     one). A reshape copies where its input is not contiguous, so only a reshape of a
     buffer itself (or of a constant) is made once; other views of views run per call."""
-    fresh = fresh_slots(plan, outputs)
+    fresh = set() if bound else fresh_slots(plan, outputs)  # bound: the loop copies
     template = list(template)
     buffers: list[Buffer] = []
     # Slots whose value never changes identity during a call, and among them the ones
@@ -438,7 +466,7 @@ def _arena(
                 plain.add(step.out)
             continue
         steps.append(step)
-    _spans(plan, buffers)
+    _spans(plan, buffers, outputs)
     return Arena(template, buffers, static_views, steps, outputs, static)
 
 
@@ -455,7 +483,7 @@ def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:
     return fresh
 
 
-def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
+def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) -> None:
     """Set each buffer's span: the step that writes it, and the last that reads it or a
     value that may be a view of it (through views, library calls and loops)."""
     aliases: dict[int, set[int]] = {}  # slot -> buffers whose memory it may be
@@ -482,3 +510,6 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
             seen = set().union(*(aliases.get(slot, set()) for slot in reads))
             for slot in outs:
                 aliases.setdefault(slot, set()).update(seen)
+    for slot in outputs:  # read by the caller: preallocated outputs (a loop body's) too
+        for k in aliases.get(slot, ()):
+            buffers[k].last = len(plan)
