@@ -284,31 +284,15 @@ def test_the_models_group_expands_and_its_workloads_are_named():
     assert all(w.systems == models.MODEL_SYSTEMS for w in models.MODELS)
 
 
-def _model_ops():
-    import fastgrad as fg
-    import fastgrad.numpy as fnp
-
-    return fg, systems.Ops(
-        sum=fnp.sum,
-        mean=fnp.mean,
-        max=fnp.max,
-        logsumexp=fnp.logsumexp,
-        tanh=fnp.tanh,
-        sin=fnp.sin,
-        exp=fnp.exp,
-        stop_gradient=fg.stop_gradient,
-        arange=np.arange,
-        softplus=fnp.softplus,
-        sqrt=fnp.sqrt,
-        swapaxes=fnp.swapaxes,
-    )
-
-
 @pytest.mark.parametrize("workload", models.MODELS, ids=lambda w: w.key)
 def test_model_gradients_match_finite_differences(workload):
     """The models' maths, run by fastgrad's reference interpreter at tiny sizes: the
     gradients (or the Hessian-vector product) against central differences."""
-    fg, ops = _model_ops()
+    import fastgrad as fg
+
+    fastgrad = systems.Fastgrad()
+    fastgrad.setup(threads=1)
+    ops = fastgrad.ops
     size = {"T": 2, "batch": 1, "N": 6, "rows": 8}[workload.size_name]
     args = workload.make_inputs(size, np.dtype(np.float64), np.random.default_rng(4))
     if workload.key == "M2":  # a shorter sequence keeps the interpreter quick

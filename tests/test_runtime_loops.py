@@ -47,20 +47,19 @@ def _inputs(rng, steps, batch, hidden, dtype):
     )
 
 
-def _body(f, *args):
-    """The compiled body of the first loop in `f`'s plan."""
-    plan = f.lower(*args).executable.plan
+def _body(seed, steps, batch, hidden):
+    """Inputs of `scanned`, and the compiled body of its loop (after one call)."""
+    w, h, xs = _inputs(np.random.default_rng(seed), steps, batch, hidden, np.float64)
+    f = fg.jit(scanned)
+    f(w, h, xs)
+    plan = f.lower(w, h, xs).executable.plan
     step = next(s for s in plan if isinstance(s, LoopStep))
     assert isinstance(step.call, ScanCall)
-    return step.bodies[0]
+    return (w, h, xs), step.bodies[0]
 
 
 def test_iterations_alternate_between_two_sets_of_buffers():
-    rng = np.random.default_rng(0)
-    w, h, xs = _inputs(rng, 3, 2, 4, np.float64)
-    f = fg.jit(scanned)
-    f(w, h, xs)
-    body = _body(f, w, h, xs)
+    (w, h, xs), body = _body(0, 3, 2, 4)
     run = body.iterations()
     first = run([w, h, xs[0]])
     second = run([w, first[0], xs[1]])
@@ -150,11 +149,7 @@ def test_loops_in_threads_at_once():
 
 
 def test_compile_graph_body_runs_with_fresh_outputs_too():
-    rng = np.random.default_rng(6)
-    w, h, xs = _inputs(rng, 2, 2, 3, np.float64)
-    f = fg.jit(scanned)
-    f(w, h, xs)
-    body = _body(f, w, h, xs)
+    (w, h, xs), body = _body(6, 2, 2, 3)
     again = compile_graph(body.graph)
     a, b = again.run([w, h, xs[0]]), again.run([w, h, xs[0]])
     assert not np.shares_memory(a[0], b[0])
