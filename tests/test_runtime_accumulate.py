@@ -146,3 +146,29 @@ def test_sums_of_products_match_the_reference_interpreter(steps, rows, cols, inn
     )
     accumulating = [s for s in _plan(value_only, *args) if getattr(s, "accumulate", False)]
     assert len(accumulating) == steps - 1
+
+
+def test_one_blas_thread_is_set_for_this_thread_and_restored():
+    set_local = blas._set_threads_local()
+    if set_local is None:
+        pytest.skip("NumPy's BLAS has no per-thread thread count")
+    before = set_local(2)
+    try:
+        with blas.OneThread():
+            inside = set_local(1)  # returns the count in force: the context's
+        assert inside == 1
+        assert set_local(2) == 2  # restored on exit
+    finally:
+        set_local(before)
+
+
+def test_plans_of_small_matmuls_run_on_one_blas_thread():
+    def f(a, b):
+        return fnp.sum(fnp.tanh(a @ b))
+
+    small = (np.ones((4, 8)), np.ones((8, 3)))
+    big = (np.ones((256, 256)), np.ones((256, 256)))
+    assert fg.jit(f).lower(*small).executable.small_matmuls
+    assert not fg.jit(f).lower(*big).executable.small_matmuls
+    assert not fg.jit(lambda a: fnp.sum(a * 2)).lower(small[0]).executable.small_matmuls
+    assert fg.jit(f)(*small) == pytest.approx(np.sum(np.tanh(small[0] @ small[1])))

@@ -118,3 +118,33 @@ class _Bound:
 
     def __call__(self) -> None:
         self.gemm(*self.args)
+
+
+@cache
+def _set_threads_local() -> Any:
+    """OpenBLAS's `openblas_set_num_threads_local` (this thread's BLAS thread count;
+    returns the previous one), or None where NumPy's BLAS has none."""
+    function = getattr(_library(), "openblas_set_num_threads_local", None)
+    if function is not None:
+        function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
+    return function
+
+
+class OneThread:
+    """A context in which this thread's BLAS calls run on one thread, restored on exit:
+    two calls into the library (~1 us), where threadpoolctl's limit sets every
+    library's global count. Does nothing where the library lacks the call.
+
+    >>> with OneThread():
+    ...     pass
+    """
+
+    __slots__ = ("before",)
+
+    def __enter__(self) -> None:
+        set_local = _set_threads_local()
+        self.before = set_local(1) if set_local is not None else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.before is not None:
+            _set_threads_local()(self.before)

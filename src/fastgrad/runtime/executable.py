@@ -17,6 +17,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -35,8 +36,9 @@ from fastgrad.ops.shape import _as_slices as as_slices
 from fastgrad.runtime import threading_layer  # noqa: F401  (before any parallel kernel)
 from fastgrad.runtime.arena import Arena, Buffer, staggered_empty
 from fastgrad.runtime.background import KernelTier
+from fastgrad.runtime.blas import OneThread
 from fastgrad.runtime.control_flow import OPS as LOOP_OPS
-from fastgrad.runtime.control_flow import LoopPlanner, LoopStep
+from fastgrad.runtime.control_flow import SMALL_MATMUL, LoopPlanner, LoopStep
 from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
 from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
@@ -286,6 +288,7 @@ class Executable:
             if key in slot:
                 self.template[slot[key]] = value
         self._lock = threading.Lock()
+        self.small_matmuls = 0 < _largest_gemm(graph) <= SMALL_MATMUL
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
         if looped:
             # The plan's own steps run the loop; copies of them (bound to buffers of
@@ -336,7 +339,9 @@ class Executable:
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
         # As the kernels do, library calls give inf and nan rather than warn or raise: one
         # errstate for the whole plan, loop bodies included, rather than one per call.
-        with np.errstate(all="ignore"):
+        # A plan whose matmuls are all small runs them on one BLAS thread, as loops do
+        # (control_flow.SMALL_MATMUL): waking BLAS's threads costs more than they save.
+        with np.errstate(all="ignore"), OneThread() if self.small_matmuls else nullcontext():
             return self.run(args)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
@@ -388,6 +393,17 @@ class Executable:
         """The plan's kernels, then those of the loop bodies it runs."""
         own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
+
+
+def _largest_gemm(graph: Graph) -> int:
+    """Multiply-adds of the largest single product BLAS computes in `graph` (a batched
+    matmul is one product per matrix); 0: none."""
+    sizes = [
+        int(np.prod(n.out.aval.shape[-2:])) * n.inputs[0].aval.shape[-1]
+        for n in graph.nodes
+        if n.op.name == "matmul" and n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
+    ]
+    return max(sizes, default=0)
 
 
 def _run_next(arenas: Iterator[Arena], args: Sequence[Any]) -> list[Any]:
