@@ -207,7 +207,12 @@ class Suite:
         self.done = 0
 
     def systems_for(self, w: workloads.Workload) -> list[str]:
-        return list(w.systems) if w.systems else self.names
+        """The workload's own systems (all of --compare when it names none), without the
+        peers that --compare leaves out."""
+        if not w.systems:
+            return self.names
+        left_out = set(systems.PEERS) - set(self.args.compare)
+        return [s for s in w.systems if s not in left_out]
 
     def triad(self, when: str) -> dict:
         n = QUICK_TRIAD_N if self.args.quick else TRIAD_N

@@ -282,6 +282,10 @@ def test_the_models_group_expands_and_its_workloads_are_named():
     assert [w.key for w in args.selected] == ["W4", "M1", "M2", "M3", "M4", "M5"]
     assert workloads.find("transformer") is models.MODELS[1]
     assert all(w.systems == models.MODEL_SYSTEMS for w in models.MODELS)
+    suite = runner.Suite(runner.parse(["models", "--compare", "jax"]), threads=1)
+    assert suite.systems_for(models.MODELS[0]) == ["fastgrad", "jax"]
+    dask = runner.Suite(runner.parse(["dask", "--compare", "jax"]), threads=1)
+    assert dask.systems_for(workloads.DASK) == ["fastgrad", "dask-1", "dask-2"]
 
 
 @pytest.mark.parametrize("workload", models.MODELS, ids=lambda w: w.key)
