@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import child, environment, report, systems, workloads
+from . import child, environment, models, report, systems, workloads
 from .measure import MEMORY_METHOD
 
 DEFAULT_REPEAT, QUICK_REPEAT = 15, 3
@@ -55,6 +55,7 @@ def _system_list(text: str) -> list[str]:
 
 def make_parser() -> argparse.ArgumentParser:
     names = ", ".join(f"{w.key} ({w.name})" for w in workloads.WORKLOADS + workloads.OPT_IN)
+    names += "; or the group 'models' (W4 and M1-M5)"
     parser = argparse.ArgumentParser(
         prog="fastgrad bench",
         description="Benchmark fastgrad against hand-written NumPy, a hand-fused Numba "
@@ -136,7 +137,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        args.selected = [workloads.find(n) for n in args.workloads] or list(workloads.WORKLOADS)
+        args.selected = workloads.select(args.workloads)
     except KeyError as exc:
         parser.error(str(exc.args[0]))
     _check_output(parser, "--json", args.json)
@@ -175,6 +176,7 @@ def list_everything() -> str:
     lines = ["workloads:"]
     lines += [f"  {w.key:3} {w.name:13} {w.title}" for w in workloads.WORKLOADS]
     lines += [f"  {w.key:3} {w.name:13} {w.title} (run when named)" for w in workloads.OPT_IN]
+    lines += [f"  {w.key:3} {w.name:13} {w.title} (group 'models')" for w in models.MODELS]
     lines += ["systems:"]
     for s in systems.SYSTEMS.values():
         missing = systems.missing_module(s.modules)
@@ -205,7 +207,12 @@ class Suite:
         self.done = 0
 
     def systems_for(self, w: workloads.Workload) -> list[str]:
-        return list(w.systems) if w.systems else self.names
+        """The workload's own systems (all of --compare when it names none), without the
+        peers that --compare leaves out."""
+        if not w.systems:
+            return self.names
+        left_out = set(systems.PEERS) - set(self.args.compare)
+        return [s for s in w.systems if s not in left_out]
 
     def triad(self, when: str) -> dict:
         n = QUICK_TRIAD_N if self.args.quick else TRIAD_N

@@ -42,6 +42,8 @@ class Ops:
     normal: Any = None  # R1 only: normal(key, shape, dtype)
     scan: Any = None  # S1-S4 (loops): fastgrad and JAX only
     checkpoint: Any = None
+    sqrt: Any = None  # the models group (models.py): fastgrad, JAX and PyTorch
+    swapaxes: Any = None  # swapaxes(x, axis1, axis2)
 
 
 class NotApplicable(Exception):
@@ -119,12 +121,17 @@ class Fastgrad(System):
             normal=fg.random.normal,
             scan=fg.scan,
             checkpoint=fg.checkpoint,
+            sqrt=fnp.sqrt,
+            swapaxes=fnp.swapaxes,
         )
         return {"version": _dist_version("fastgrad"), "threads": threads}
 
     def build(self, workload):
         fg = self.fg
-        return fg.jit(fg.value_and_grad(bind(workload, self.ops), argnums=workload.argnums))
+        loss = bind(workload, self.ops)
+        if workload.transform == "hvp":
+            return fg.jit(_hvp(fg.jvp, fg.value_and_grad(loss)))
+        return fg.jit(fg.value_and_grad(loss, argnums=workload.argnums))
 
     def settle(self, fn, args):
         # A first call runs on NumPy while kernels compile in the background; the steady
@@ -143,6 +150,8 @@ class HandNumpy(System):
     def build(self, workload):
         from . import hand_numpy
 
+        if workload.key not in hand_numpy.IMPLEMENTATIONS:
+            raise NotApplicable("no hand-written NumPy version")
         return hand_numpy.IMPLEMENTATIONS[workload.key]
 
 
@@ -159,8 +168,9 @@ class HandNumba(System):
     def build(self, workload):
         from . import hand_numba
 
-        if workload.key in hand_numba.NOT_APPLICABLE:
-            raise NotApplicable(hand_numba.NOT_APPLICABLE[workload.key])
+        if workload.key not in hand_numba.IMPLEMENTATIONS:
+            why = hand_numba.NOT_APPLICABLE.get(workload.key, "no hand-fused version")
+            raise NotApplicable(why)
         return hand_numba.IMPLEMENTATIONS[workload.key]
 
 
@@ -197,6 +207,8 @@ class Autograd(System):
         return {"version": _dist_version("autograd"), "threads": None}
 
     def build(self, workload):
+        if workload.transform != "value_and_grad":
+            raise NotApplicable(f"no {workload.transform} here")
         return self.autograd.value_and_grad(bind(workload, self.ops), argnum=workload.argnums)
 
 
@@ -223,6 +235,9 @@ class Jax(System):
             arange=jnp.arange,
             scan=jax.lax.scan,
             checkpoint=jax.checkpoint,
+            softplus=jax.nn.softplus,
+            sqrt=jnp.sqrt,
+            swapaxes=jnp.swapaxes,
         )
         # XLA's CPU backend picks its own thread pool size.
         return {"version": jax.__version__, "threads": None}
@@ -232,7 +247,10 @@ class Jax(System):
 
     def build(self, workload):
         jax = self.jax
-        return jax.jit(jax.value_and_grad(bind(workload, self.ops), argnums=workload.argnums))
+        loss = bind(workload, self.ops)
+        if workload.transform == "hvp":
+            return jax.jit(_hvp(jax.jvp, jax.value_and_grad(loss)))
+        return jax.jit(jax.value_and_grad(loss, argnums=workload.argnums))
 
     def sync(self, out):
         self.jax.block_until_ready(out)
@@ -258,20 +276,36 @@ class TorchEager(System):
             exp=torch.exp,
             stop_gradient=lambda x: x.detach(),
             arange=torch.arange,
+            softplus=torch.nn.functional.softplus,
+            sqrt=torch.sqrt,
+            swapaxes=torch.swapaxes,
         )
         return {"version": torch.__version__, "threads": torch.get_num_threads()}
 
     def convert(self, workload, inputs):
         # from_numpy shares memory; only the differentiated inputs require grad
         tensors = tuple(self.torch.from_numpy(a) for a in inputs)
-        for i in workload.argnums:
-            tensors[i].requires_grad_(True)
+        if workload.transform == "value_and_grad":  # torch.func's transforms need none
+            for i in workload.argnums:
+                tensors[i].requires_grad_(True)
         return tensors
 
     def forward(self, workload):
         return bind(workload, self.ops)
 
+    def hvp(self, workload):
+        func = self.torch.func
+        grad_and_value = func.grad_and_value(bind(workload, self.ops))
+
+        def value_and_hvp(x, v):
+            (_, value), (hvp, _) = func.jvp(grad_and_value, (x,), (v,))
+            return value, (hvp,)
+
+        return value_and_hvp
+
     def build(self, workload):
+        if workload.transform == "hvp":
+            return self.hvp(workload)
         forward = self.forward(workload)
         grad = self.torch.autograd.grad
 
@@ -293,6 +327,9 @@ class TorchCompile(TorchEager):
     def forward(self, workload):
         # The compiled forward also compiles its backward (AOTAutograd) on first call.
         return self.torch.compile(bind(workload, self.ops))
+
+    def hvp(self, workload):
+        return self.torch.compile(super().hvp(workload))
 
 
 class Dask(Fastgrad):
@@ -359,6 +396,17 @@ class Dask(Fastgrad):
     def close(self):
         self.client.close()
         self.cluster.close()
+
+
+def _hvp(jvp, value_and_grad):
+    """fn(x, v) -> (loss(x), (loss''(x) v,)): forward mode through the gradient, with the
+    system's own `jvp` and `value_and_grad` of the loss."""
+
+    def value_and_hvp(x, v):
+        (value, _), (_, hvp) = jvp(value_and_grad, (x,), (v,))
+        return value, (hvp,)
+
+    return value_and_hvp
 
 
 def _torch_reduction(fn):

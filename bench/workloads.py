@@ -36,6 +36,10 @@ class Workload:
     # Cross-check tolerance when systems compute different numbers with the same
     # statistics (random samples); None: the dtype's default in report.py.
     check_rtol: float | None = None
+    # What each system computes: "value_and_grad" of the loss over `argnums`, or "hvp":
+    # the value and the Hessian-vector product loss''(x) v, forward over reverse, for
+    # inputs (x, v).
+    transform: str = "value_and_grad"
 
     def size(self, quick: bool, override: int | None) -> int:
         if override is not None:
@@ -376,9 +380,23 @@ OPT_IN: tuple[Workload, ...] = (DASK, *LOOPS)
 
 def find(name: str) -> Workload:
     """Look a workload up by key ("W1", "w1") or name ("elementwise")."""
+    from .models import MODELS  # defined there on top of this module's losses
+
     wanted = name.strip().lower()
-    for w in WORKLOADS + OPT_IN:
+    for w in WORKLOADS + OPT_IN + MODELS:
         if wanted in (w.key.lower(), w.name):
             return w
-    known = ", ".join(f"{w.key} ({w.name})" for w in WORKLOADS + OPT_IN)
-    raise KeyError(f"unknown workload {name!r}; choose from {known}")
+    known = ", ".join(f"{w.key} ({w.name})" for w in WORKLOADS + OPT_IN + MODELS)
+    raise KeyError(f"unknown workload {name!r}; choose from {known} or the group 'models'")
+
+
+def select(names: list[str]) -> list[Workload]:
+    """The workloads named on the command line, the group "models" standing for all of its
+    workloads; every default workload when none is named."""
+    from .models import GROUP
+
+    selected: list[Workload] = []
+    for name in names:
+        group = list(GROUP) if name.strip().lower() == "models" else [find(name)]
+        selected += [w for w in group if w not in selected]
+    return selected or list(WORKLOADS)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from fastgrad_bench import child, hand_numba, hand_numpy, report, runner, systems, workloads
+from fastgrad_bench import child, hand_numba, hand_numpy, models, report, runner, systems, workloads
 
 
 def run_bench(args, tmp_path, hide=""):
@@ -279,3 +279,54 @@ def test_the_dask_workload_runs_on_a_cluster_and_splits_its_time():
     assert result["value"] == pytest.approx(value, rel=1e-12)
     assert result["fingerprint"]["grads"][0]["l2"] == pytest.approx(np.linalg.norm(grad), rel=1e-9)
     assert workloads.find("dask") is workloads.DASK and workloads.DASK not in workloads.WORKLOADS
+
+
+def test_the_models_group_expands_and_its_workloads_are_named():
+    args = runner.parse(["models", "W4", "--quick"])
+    assert [w.key for w in args.selected] == ["W4", "M1", "M2", "M3", "M4", "M5"]
+    assert workloads.find("transformer") is models.MODELS[1]
+    assert all(w.systems == models.MODEL_SYSTEMS for w in models.MODELS)
+    suite = runner.Suite(runner.parse(["models", "--compare", "jax"]), threads=1)
+    assert suite.systems_for(models.MODELS[0]) == ["fastgrad", "jax"]
+    dask = runner.Suite(runner.parse(["dask", "--compare", "jax"]), threads=1)
+    assert dask.systems_for(workloads.DASK) == ["fastgrad", "dask-1", "dask-2"]
+
+
+@pytest.mark.parametrize("workload", models.MODELS, ids=lambda w: w.key)
+def test_model_gradients_match_finite_differences(workload):
+    """The models' maths, run by fastgrad's reference interpreter at tiny sizes: the
+    gradients (or the Hessian-vector product) against central differences."""
+    import fastgrad as fg
+
+    fastgrad = systems.Fastgrad()
+    fastgrad.setup(threads=1)
+    ops = fastgrad.ops
+    size = {"T": 2, "batch": 1, "N": 6, "rows": 8}[workload.size_name]
+    args = workload.make_inputs(size, np.dtype(np.float64), np.random.default_rng(4))
+    if workload.key == "M2":  # a shorter sequence keeps the interpreter quick
+        args = (*args[:-1], args[-1][:, :4])
+    loss = systems.bind(workload, ops)
+
+    def value(*a):
+        return float(fg.jit(loss, fuse=False)(*a))
+
+    if workload.transform == "hvp":
+        x, v = args
+        hvp = fg.jit(lambda x, v: fg.jvp(fg.grad(loss), (x,), (v,))[1], fuse=False)(x, v)
+        eps = 1e-4
+        grad = fg.jit(fg.grad(loss), fuse=False)
+        expected = (grad(x + eps * v) - grad(x - eps * v)) / (2 * eps)
+        np.testing.assert_allclose(hvp, expected, rtol=1e-6, atol=1e-8)
+        return
+    vg = fg.jit(fg.value_and_grad(loss, argnums=workload.argnums), fuse=False)
+    got, grads = vg(*args)
+    assert got == pytest.approx(value(*args), rel=1e-12)
+    rng = np.random.default_rng(5)
+    for argnum, grad in zip(workload.argnums, grads, strict=True):
+        index = tuple(int(rng.integers(n)) for n in grad.shape)
+        plus = [a.copy() for a in args]
+        minus = [a.copy() for a in args]
+        plus[argnum][index] += 1e-6
+        minus[argnum][index] -= 1e-6
+        expected = (value(*plus) - value(*minus)) / 2e-6
+        assert grad[index] == pytest.approx(expected, rel=1e-5, abs=1e-8), argnum

@@ -10,9 +10,10 @@ A loop whose bodies' matmuls are all small runs with BLAS on one thread (see SMA
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -49,25 +50,29 @@ class LoopStep:
         call: GroupCall,
         ins: list[int],
         outs: list[tuple[int, int]],
-        build: Callable[[Graph], Body],
+        build: Callable[[Graph, bool], Body],
     ):
         self.call = call
         self.ins = ins
         self.outs = outs
         self.bodies: list[Body]
         # Bodies are called with `.run`: the plan that runs this step has set errstate.
+        # A loop's bodies write their outputs into preallocated buffers (`iterations`),
+        # which one loop at a time uses (`iterating`); a loop that finds them in use
+        # (another thread) runs with fresh outputs per iteration.
+        self.iterating = threading.Lock()
+        self.carried = 0  # how many of the outputs are the final carry, copied out
         if isinstance(call, ScanCall):
-            self.bodies = [build(call.body)]
-            body = self.bodies[0].run
-            self._run = lambda arrays: scan_loop(call, arrays, body)
+            self.bodies = [build(call.body, True)]
+            self.carried = call.n_carry
+            self._loop = partial(scan_loop, call)
         elif isinstance(call, WhileCall):
-            self.bodies = [build(call.cond), build(call.body)]
-            cond, body = (b.run for b in self.bodies)
-            self._run = lambda arrays: while_loop_run(call, arrays, cond, body)
+            self.bodies = [build(call.cond, True), build(call.body, True)]
+            self.carried = len(call.body.outputs)
+            self._loop = partial(while_loop_run, call)
         elif isinstance(call, SwitchCall):
-            self.bodies = [build(b) for b in call.branches]
-            branches = [b.run for b in self.bodies]
-            self._run = lambda arrays: branches[branch_index(call, arrays[0])](arrays[1:])
+            self.bodies = [build(b, False) for b in call.branches]
+            self._branch = partial(branch_index, call)
         else:
             raise TypeError(f"no compiled execution for {call!r}")
         # A loop (not a switch, whose branch runs once) limits BLAS for all it runs, loops
@@ -86,6 +91,18 @@ class LoopStep:
         for k, slot in self.outs:
             env[slot] = outs[k]
 
+    def _run(self, arrays: list[Any]) -> list[Any]:
+        if isinstance(self.call, SwitchCall):  # runs once: fresh outputs, nothing to copy
+            return self.bodies[self._branch(arrays[0])].run(arrays[1:])
+        if not self.iterating.acquire(blocking=False):
+            return self._loop(arrays, *(b.run for b in self.bodies))
+        try:
+            outs = self._loop(arrays, *(b.iterations() for b in self.bodies))
+            # the carry may be in a body's buffers, which the next call overwrites
+            return [np.array(x, copy=True) for x in outs[: self.carried]] + outs[self.carried :]
+        finally:
+            self.iterating.release()
+
     @property
     def kernels(self) -> list[KernelSource]:
         return [k for body in self.bodies for k in body.kernels]
@@ -95,7 +112,7 @@ class LoopPlanner:
     """Turns the nodes of control-flow calls in `graph` into one `LoopStep` per call: the
     first node of a call gets the step, which fills the slots of all its nodes."""
 
-    def __init__(self, graph: Graph, build: Callable[[Graph], Body]):
+    def __init__(self, graph: Graph, build: Callable[[Graph, bool], Body]):
         self.build = build
         self.groups: dict[Any, list[Node]] = {}
         for node in graph.nodes:

@@ -11,11 +11,14 @@ runs the loop with NumPy.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -33,8 +36,11 @@ from fastgrad.ops.shape import _as_slices as as_slices
 from fastgrad.runtime import threading_layer  # noqa: F401  (before any parallel kernel)
 from fastgrad.runtime.arena import Arena, Buffer, staggered_empty
 from fastgrad.runtime.background import KernelTier
+from fastgrad.runtime.blas import OneThread
 from fastgrad.runtime.control_flow import OPS as LOOP_OPS
-from fastgrad.runtime.control_flow import LoopPlanner, LoopStep
+from fastgrad.runtime.control_flow import SMALL_MATMUL, LoopPlanner, LoopStep
+from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
+from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
@@ -182,30 +188,6 @@ class _KernelStep:
 
 
 @dataclass
-class _MatmulStep:
-    """BLAS through NumPy, writing into a preallocated output when it has one."""
-
-    ins: list[int]
-    out: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    buffer: int | None = None  # the slot of the preallocated output, or None: fresh
-
-    def run(self, env: list[Any]) -> None:
-        a, b = env[self.ins[0]], env[self.ins[1]]
-        if self.buffer is None:
-            env[self.out] = np.matmul(a, b, out=staggered_empty(self.shape, self.dtype, 0))
-        else:
-            np.matmul(a, b, out=env[self.buffer])
-
-    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None]:
-        """The matmul with its operands and output bound when they are fixed buffers."""
-        if self.buffer is None or not all(slot in static for slot in self.ins):
-            return partial(self.run, env)
-        return partial(np.matmul, env[self.ins[0]], env[self.ins[1]], out=env[self.buffer])
-
-
-@dataclass
 class _ViewStep:
     """reshape, transpose, slice or broadcast_to: a NumPy view (a copy only where NumPy's
     reshape needs one), with its arguments prepared once."""
@@ -264,7 +246,7 @@ class Executable:
     re-entrant call) runs with buffers of its own.
     """
 
-    def __init__(self, graph: Graph, steps: Sequence[Step]):
+    def __init__(self, graph: Graph, steps: Sequence[Step], looped: bool = False):
         self.graph = graph
         self.steps = list(steps)
         slot: dict[int, int] = {}
@@ -293,13 +275,29 @@ class Executable:
             else:
                 self.plan.append(self._kernel_step(step, slot_of))
         self.outputs = [slot_of(v) for v in graph.outputs]
+        per_call = set(range(len(graph.inputs)))  # arguments, and views of them
+        for planned in self.plan:
+            if isinstance(planned, _ViewStep) and planned.ins[0] in per_call:
+                per_call.add(planned.out)
+        fresh = fresh_slots(self.plan, self.outputs)
+        self.plan = fold_accumulations(self.plan, fresh, per_call)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
         for key, value in constants.items():
             if key in slot:
                 self.template[slot[key]] = value
-        self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs)
         self._lock = threading.Lock()
+        self.small_matmuls = 0 < _largest_gemm(graph) <= SMALL_MATMUL
+        self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
+        if looped:
+            # The plan's own steps run the loop; copies of them (bound to buffers of
+            # their own) serve `run`, for a loop that finds the two arenas in use.
+            copies = [copy.copy(s) for s in self.plan]
+            first = _arena(self.plan, self.template, self.outputs, graph.inputs, bound=True)
+            self._alternating = [first, first.fresh()]
+            self.arena = _arena(copies, self.template, self.outputs, graph.inputs)
+        else:
+            self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs)
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
         ins = [slot_of(v) for v in n.inputs]
@@ -340,7 +338,9 @@ class Executable:
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
         # As the kernels do, library calls give inf and nan rather than warn or raise: one
         # errstate for the whole plan, loop bodies included, rather than one per call.
-        with np.errstate(all="ignore"):
+        # A plan whose matmuls are all small runs them on one BLAS thread, as loops do
+        # (control_flow.SMALL_MATMUL): waking BLAS's threads costs more than they save.
+        with np.errstate(all="ignore"), OneThread() if self.small_matmuls else nullcontext():
             return self.run(args)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
@@ -352,6 +352,17 @@ class Executable:
             finally:
                 self._lock.release()
         return self.arena.fresh().run(args)
+
+    def iterations(self) -> Callable[[Sequence[Any]], list[Any]]:
+        """For a loop body: a run whose outputs are preallocated too, in one of two arenas
+        used in turn, so that an iteration allocates nothing and reads the previous
+        one's outputs (its carry) while it writes its own. What a call returns is
+        overwritten two calls later: the loop copies what it keeps (its stacked
+        outputs at once, its final carry at the end). One loop at a time: the caller
+        holds `iterating`. Only for a plan built with `looped`."""
+        if not self._alternating:
+            raise ValueError("iterations() needs a plan built for a loop body (looped=True)")
+        return partial(_run_next, itertools.cycle(self._alternating))
 
     def settle(self) -> None:
         """Make the next call wait for every kernel rather than run NumPy meanwhile."""
@@ -401,10 +412,26 @@ def numba_threads() -> int:
     return os.cpu_count() or 1
 
 
-def compile_graph(graph: Graph) -> Executable:
-    """A loop body's plan: simplified, partitioned and compiled like a whole function."""
+def _largest_gemm(graph: Graph) -> int:
+    """Multiply-adds of the largest single product BLAS computes in `graph` (a batched
+    matmul is one product per matrix); 0: none."""
+    sizes = [
+        int(np.prod(n.out.aval.shape[-2:])) * n.inputs[0].aval.shape[-1]
+        for n in graph.nodes
+        if n.op.name == "matmul" and n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
+    ]
+    return max(sizes, default=0)
+
+
+def _run_next(arenas: Iterator[Arena], args: Sequence[Any]) -> list[Any]:
+    return next(arenas).run(args)
+
+
+def compile_graph(graph: Graph, looped: bool = False) -> Executable:
+    """A loop body's or a branch's plan: simplified, partitioned and compiled like a
+    whole function; with `looped`, also laid out to run as a loop's iterations."""
     graph = simplify(graph)
-    return Executable(graph, partition(graph))
+    return Executable(graph, partition(graph), looped)
 
 
 def _chunks(source: KernelSource, first: int, parallel: bool) -> int:
@@ -422,6 +449,7 @@ def _arena(
     template: list[Any],
     outputs: list[int],
     inputs: Sequence[Any],
+    bound: bool = False,
 ) -> Arena:
     """Give every intermediate that kernels and matmuls write a preallocated buffer, bind
     the steps to them, and set apart the views of buffers (made once per arena).
@@ -430,12 +458,7 @@ def _arena(
     be views of (the inputs of a view, of a library call or of a loop that may return
     one). A reshape copies where its input is not contiguous, so only a reshape of a
     buffer itself (or of a constant) is made once; other views of views run per call."""
-    fresh = set(outputs)
-    for step in reversed(plan):
-        if isinstance(step, _ViewStep | _CallStep) and step.out in fresh:
-            fresh.update(step.ins)
-        elif isinstance(step, LoopStep) and any(slot in fresh for _, slot in step.outs):
-            fresh.update(step.ins)
+    fresh = set() if bound else fresh_slots(plan, outputs)  # bound: the loop copies
     template = list(template)
     buffers: list[Buffer] = []
     # Slots whose value never changes identity during a call, and among them the ones
@@ -463,7 +486,7 @@ def _arena(
             step.bind(slots)
         elif isinstance(step, _MatmulStep):
             step.buffer = None if step.out in fresh else step.out
-            if step.buffer is not None:
+            if step.buffer is not None and not step.accumulate:  # one buffer per sum
                 buffers.append(Buffer(step.out, step.shape, step.dtype, step.out, step.shape))
                 plain.add(step.out)
                 static.add(step.out)
@@ -476,17 +499,31 @@ def _arena(
                 plain.add(step.out)
             continue
         steps.append(step)
-    _spans(plan, buffers)
+    _spans(plan, buffers, outputs)
     return Arena(template, buffers, static_views, steps, outputs, static)
 
 
-def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
+def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:
+    """The slots whose arrays a call must allocate afresh: the outputs, and what they may
+    be views of (the inputs of a view, of a library call or of a loop that may return
+    one)."""
+    fresh = set(outputs)
+    for step in reversed(plan):
+        if isinstance(step, _ViewStep | _CallStep) and step.out in fresh:
+            fresh.update(step.ins)
+        elif isinstance(step, LoopStep) and any(slot in fresh for _, slot in step.outs):
+            fresh.update(step.ins)
+    return fresh
+
+
+def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) -> None:
     """Set each buffer's span: the step that writes it, and the last that reads it or a
     value that may be a view of it (through views, library calls and loops)."""
     aliases: dict[int, set[int]] = {}  # slot -> buffers whose memory it may be
     for k, b in enumerate(buffers):
         aliases[b.slot] = aliases[b.view_slot] = {k}
     writes: dict[int, list[int]] = {}  # slot -> the buffers a step writes into it
+    written: set[int] = set()
     for k, b in enumerate(buffers):
         writes.setdefault(b.view_slot, []).append(k)
     for i, step in enumerate(plan):
@@ -497,9 +534,15 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer]) -> None:
         if isinstance(step, _KernelStep | _MatmulStep):
             for slot in step.outs if isinstance(step, _KernelStep) else [step.out]:
                 for k in writes.get(slot, ()):
-                    buffers[k].first = buffers[k].last = i
+                    if k not in written:  # a sum of matmuls: written by several steps
+                        written.add(k)
+                        buffers[k].first = i
+                    buffers[k].last = i
         else:
             outs = [slot for _, slot in step.outs] if isinstance(step, LoopStep) else [step.out]
             seen = set().union(*(aliases.get(slot, set()) for slot in reads))
             for slot in outs:
                 aliases.setdefault(slot, set()).update(seen)
+    for slot in outputs:  # read by the caller: preallocated outputs (a loop body's) too
+        for k in aliases.get(slot, ()):
+            buffers[k].last = len(plan)

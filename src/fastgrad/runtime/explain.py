@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastgrad.compiler.fusion import Call, Loop
 from fastgrad.core.ir import Graph, consumers
-from fastgrad.runtime.executable import Executable
+from fastgrad.runtime.executable import Executable, _KernelStep
 
 
 def stop_gradient_cones(graph: Graph) -> list[tuple[str, list[str]]]:
@@ -39,15 +39,18 @@ def explain(traced_graph: Graph, executable: Executable) -> str:
     lines = [
         f"{len(executable.steps)} steps: {len(loops)} fused loop(s), {len(calls)} library call(s)"
     ]
-    sources = iter(executable.kernels)
+    sources = {id(s.loop): s.source for s in executable.plan if isinstance(s, _KernelStep)}
     for k, step in enumerate(executable.steps, 1):
         if isinstance(step, Call):
             lines.append(f"  {k}. call {step.node.op.name} -> {step.node.out.aval}")
             continue
-        source = next(sources)
         axes = f", reducing axes {step.reduce_axes} per row" if step.reduce_axes else ""
         outs = ", ".join(str(v.aval) for v in step.outputs)
         lines.append(f"  {k}. loop over {step.shape}{axes} -> {outs}")
+        source = sources.get(id(step))
+        if source is None:  # runtime.matmul.fold_accumulations
+            lines.append("       a sum of matmuls: accumulated by BLAS, no loop")
+            continue
         lines.append(f"       ops: {', '.join(source.ops)}")
         lines.append(
             f"       reads {len(source.inputs)} array(s), writes {len(source.outputs)}"
