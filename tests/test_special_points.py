@@ -64,6 +64,8 @@ PENDING = set(
     # the audit differentiates every float operand (and Riemann's zeta has no derivative)
     " gammainc gammaincc betainc gammaincinv gammainccinv betaincinv stdtr stdtrit zeta"
     " riemann_zeta jv yv iv kv ive kve"
+    # scipy.linalg's matrix functions and LU (no mpmath version in the oracle yet)
+    " expm sqrtm solve_sylvester lu lu_pivots pivot_permutation"
     # came with the NumPy breadth (sorting, scans, piecewise elementwise ops)
     " hypot logaddexp2 remainder fmod floor_divide trunc fmax fmin copysign heaviside"
     " cumsum sort argsort argpartition searchsorted"

@@ -180,6 +180,17 @@ CASES = {
     "qr": (lambda a: fnp.linalg.qr(a)[1], [(3, 3)]),
     "pinv": (lambda a: fnp.linalg.pinv(a), [(3, 2)]),
     "riemann_zeta": (lambda x: fss.zeta(x + 3.0), [(3,)]),
+    "expm": (lambda a: fsl.expm(a), [(3, 3)]),
+    "sqrtm": (lambda a: fsl.sqrtm(a @ a.T + 3 * np.eye(3)), [(3, 3)]),
+    "solve_sylvester": (
+        lambda a, q: fsl.solve_sylvester(a + 6 * np.eye(3), a.T + 6 * np.eye(3), q),
+        [(3, 3), (3, 3)],
+    ),
+    "lu": (lambda a: fsl.lu(a)[2], [(3, 3)]),
+    "lu_solve": (
+        lambda a, b: fsl.lu_solve(fsl.lu_factor(a + 6 * np.eye(3)), b, trans=1),
+        [(3, 3), (3,)],
+    ),
 }
 
 

@@ -29,6 +29,7 @@ from fastgrad.ops import (
     linalg,
     manipulation,
     math,
+    matrix_calculus,
     matrix_functions,
     nan_reductions,
     numerical,
@@ -51,7 +52,8 @@ FAMILIES = (
     elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
     selection, products, einsum, sorting, cumulative, construction, statistics,
     nan_reductions, numerical, index_tools, debug, complex_numbers, linalg, decompositions,
-    matrix_functions, special, special_incomplete, bessel, stats, sampling, array_api,
+    matrix_functions, matrix_calculus, special, special_incomplete, bessel, stats, sampling,
+    array_api,
 )  # fmt: skip
 
 _FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}
