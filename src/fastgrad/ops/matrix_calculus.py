@@ -34,6 +34,7 @@ from fastgrad.ops.linalg import (
 from fastgrad.ops.products import matmul
 from fastgrad.ops.selection import take_along_axis
 from fastgrad.ops.shape import concatenate, slice_array, zeros_like
+from fastgrad.ops.special import _same_float_eval
 
 __all__: list[str] = []  # public under fastgrad.scipy.linalg
 
@@ -46,15 +47,12 @@ def _scipy_linalg(name: str) -> Any:
 
 def _square_float(fn: str) -> Callable[..., Aval]:
     """The type rule of an op on square float matrices of one shape and dtype."""
+    same = _same_float_eval(fn)
 
     def abstract_eval(*avals: Aval) -> Aval:
-        first = avals[0]
-        if any(a.shape != first.shape or a.dtype != first.dtype for a in avals):
-            raise ValueError(f"{fn} needs operands of one shape and dtype, got {avals}")
-        if first.dtype.kind != "f":
-            raise TypeError(f"{fn} needs float operands, got {first}")
-        check_square(first, fn)
-        return Aval(first.shape, first.dtype)
+        out = same(*avals)
+        check_square(out, fn)
+        return Aval(out.shape, out.dtype)
 
     return abstract_eval
 
