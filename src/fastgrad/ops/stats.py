@@ -36,7 +36,7 @@ from fastgrad.ops.linalg import (
     mT,
     solve_triangular,
 )
-from fastgrad.ops.math import arctan, exp, expm1, log, log1p, log_sigmoid, sigmoid, tan
+from fastgrad.ops.math import arctan, exp, expm1, log, log1p, log_sigmoid, sigmoid, sqrt, tan
 from fastgrad.ops.shape import concatenate, squeeze
 from fastgrad.ops.special import gammaln, log_ndtr, logit, ndtr, ndtri, quiet, xlog1py, xlogy
 from fastgrad.ops.special_incomplete import (
@@ -68,9 +68,10 @@ class Frozen:
     def __init__(self, dist: Distribution, args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.dist, self.args, self.kwargs = dist, args, kwargs
 
-    def __getattr__(self, method: str) -> Callable[[Any], Any]:
+    def __getattr__(self, method: str) -> Callable[..., Any]:
         fn = getattr(self.dist, method)
-        return lambda x: fn(x, *self.args, **self.kwargs)
+        # x (or q, or confidence) where the method takes one: mean() and var() take none.
+        return lambda *x: fn(*x, *self.args, **self.kwargs)
 
     def __repr__(self) -> str:
         return f"{self.dist.name}(*{self.args}, **{self.kwargs}) (frozen)"
@@ -134,8 +135,10 @@ class LocScale(Distribution):
         isf: Callable[..., Any] | None = None,
         logcdf: Callable[..., Any] | None = None,
         logsf: Callable[..., Any] | None = None,
+        moments: Callable[..., tuple[Any, Any]] = lambda *shapes: (0.0, 1.0),
     ):
         self.name, self._logpdf, self._cdf, self._ppf = name, logpdf, cdf, ppf
+        self._moments = moments
         self._valid, self._support = valid, support
         self.params = shapes + ("loc", "scale")
         if symmetric:
@@ -203,6 +206,30 @@ class LocScale(Distribution):
     def isf(self, q: Any, *args: Any, **kwargs: Any) -> Any:
         return self._quantile("isf", q, args, kwargs)
 
+    @quiet
+    def mean(self, *args: Any, **kwargs: Any) -> Any:
+        _, shapes, ok, scale, loc = self._standard("mean", 0.0, args, kwargs)
+        return where(ok, loc + scale * self._moments(*shapes)[0], np.nan)
+
+    @quiet
+    def var(self, *args: Any, **kwargs: Any) -> Any:
+        _, shapes, ok, scale, _ = self._standard("var", 0.0, args, kwargs)
+        return where(ok, scale * scale * self._moments(*shapes)[1], np.nan)
+
+    @quiet
+    def std(self, *args: Any, **kwargs: Any) -> Any:
+        return sqrt(self.var(*args, **kwargs))
+
+    @quiet
+    def median(self, *args: Any, **kwargs: Any) -> Any:
+        return self.ppf(0.5, *args, **kwargs)
+
+    @quiet
+    def interval(self, confidence: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """The interval around the median holding probability `confidence`."""
+        tail = (1.0 - _operand(confidence)) * 0.5
+        return self.ppf(tail, *args, **kwargs), self.isf(tail, *args, **kwargs)
+
 
 def _on(condition: Any, z: Any, value: Callable[[Any], Any], outside: Any) -> Any:
     """value(z) where `condition` holds, `outside` elsewhere (z made safe there)."""
@@ -220,6 +247,14 @@ def _laplace_ppf(q: Any) -> Any:
     return where(lower, log(2.0 * where(lower, q, 0.25)), -log(2.0 - 2.0 * where(lower, 0.75, q)))
 
 
+def _t_moments(df: Any) -> tuple[Any, Any]:
+    # Mean 0 for df > 1 (inf below, as SciPy gives); variance df / (df - 2) for df > 2,
+    # infinite for 1 < df <= 2.
+    safe = where(df > 2, df, 3.0)
+    var = where(df > 2, safe / (safe - 2.0), where(df > 1, np.inf, np.nan))
+    return where(df > 1, 0.0, np.inf), var
+
+
 # Each distribution's standard form: log density, cdf, ppf, and what else has a better form.
 norm = LocScale(
     "norm", (), lambda z: -0.5 * z * z - 0.5 * _LOG_2PI, ndtr, ndtri, symmetric=True,
@@ -227,7 +262,7 @@ norm = LocScale(
 )  # fmt: skip
 t = LocScale(
     "t", ("df",), lambda z, df: t_log_density(df, z), lambda z, df: stdtr(df, z),
-    lambda q, df: stdtrit(df, q), valid=lambda df: df > 0, symmetric=True,
+    lambda q, df: stdtrit(df, q), valid=lambda df: df > 0, symmetric=True, moments=_t_moments,
 )  # fmt: skip
 gamma = LocScale(
     "gamma",
@@ -239,6 +274,7 @@ gamma = LocScale(
     support=(0.0, math.inf),
     sf=lambda z, a: _on(z >= 0, z, lambda z: gammaincc(a, z), 1.0),
     isf=lambda q, a: gammainccinv(a, q),
+    moments=lambda a: (a, a),
 )
 beta = LocScale(
     "beta",
@@ -250,6 +286,7 @@ beta = LocScale(
     support=(0.0, 1.0),
     sf=lambda z, a, b: _on_unit(z, lambda z: betainc(b, a, 1.0 - z), 1.0, 0.0),
     isf=lambda q, a, b: 1.0 - betaincinv(b, a, q),
+    moments=lambda a, b: (a / (a + b), a * b / ((a + b) * (a + b) * (a + b + 1.0))),
 )
 expon = LocScale(
     "expon",
@@ -261,6 +298,7 @@ expon = LocScale(
     sf=lambda z: _on(z >= 0, z, lambda z: exp(-z), 1.0),
     isf=lambda q: -log(q),
     logsf=lambda z: where(z >= 0, -z, 0.0),
+    moments=lambda: (1.0, 1.0),
 )
 uniform = LocScale(
     "uniform",
@@ -269,6 +307,7 @@ uniform = LocScale(
     lambda z: where(z < 0, 0.0, where(z > 1, 1.0, z)),
     lambda q: q,
     support=(0.0, 1.0),
+    moments=lambda: (0.5, 1.0 / 12.0),
 )
 laplace = LocScale(
     "laplace",
@@ -277,10 +316,11 @@ laplace = LocScale(
     lambda z: where(z < 0, 0.5 * exp(where(z < 0, z, 0.0)), 1 - 0.5 * exp(-where(z < 0, 0.0, z))),
     _laplace_ppf,
     symmetric=True,
+    moments=lambda: (0.0, 2.0),
 )
 logistic = LocScale(
     "logistic", (), lambda z: log_sigmoid(z) + log_sigmoid(-z), sigmoid, logit, symmetric=True,
-    logcdf=log_sigmoid, logsf=lambda z: log_sigmoid(-z),
+    logcdf=log_sigmoid, logsf=lambda z: log_sigmoid(-z), moments=lambda: (0.0, math.pi**2 / 3),
 )  # fmt: skip
 cauchy = LocScale(
     "cauchy",
@@ -289,6 +329,7 @@ cauchy = LocScale(
     lambda z: 0.5 + arctan(z) / math.pi,
     lambda q: tan((q - 0.5) * math.pi),
     symmetric=True,
+    moments=lambda: (np.nan, np.nan),  # no mean, no variance
 )
 
 
@@ -312,9 +353,11 @@ class Discrete(Distribution):
         logpmf: Callable[..., Any],
         cdf: Callable[..., Any],
         valid: Callable[..., Any],
+        moments: Callable[..., tuple[Any, Any]],
         sf: Callable[..., Any] | None = None,
     ):
         self.name, self._logpmf, self._cdf, self._valid = name, logpmf, cdf, valid
+        self._moments = moments
         self._sf = sf or (lambda k, *shapes: 1.0 - cdf(k, *shapes))
         self.params = shapes + ("loc",)
 
@@ -350,6 +393,22 @@ class Discrete(Distribution):
         return log(self.cdf(k, *args, **kwargs))
 
     @quiet
+    def mean(self, *args: Any, **kwargs: Any) -> Any:
+        *shapes, loc = self._bind("mean", args, kwargs)
+        ok = self._valid(*shapes)
+        return where(ok, self._moments(*[where(ok, s, 0.5) for s in shapes])[0] + loc, np.nan)
+
+    @quiet
+    def var(self, *args: Any, **kwargs: Any) -> Any:
+        *shapes, _ = self._bind("var", args, kwargs)
+        ok = self._valid(*shapes)
+        return where(ok, self._moments(*[where(ok, s, 0.5) for s in shapes])[1], np.nan)
+
+    @quiet
+    def std(self, *args: Any, **kwargs: Any) -> Any:
+        return sqrt(self.var(*args, **kwargs))
+
+    @quiet
     def logsf(self, k: Any, *args: Any, **kwargs: Any) -> Any:
         return log(self.sf(k, *args, **kwargs))
 
@@ -361,6 +420,7 @@ poisson = Discrete(
     lambda k, mu: xlogy(k, mu) - gammaln(k + 1) - mu,
     lambda k, mu: _on(k >= 0, k, lambda k: gammaincc(k + 1.0, mu), 0.0 * mu),
     valid=lambda mu: mu >= 0,
+    moments=lambda mu: (mu, mu),
     sf=lambda k, mu: _on(k >= 0, k, lambda k: gammainc(k + 1.0, mu), 1.0 + 0.0 * mu),
 )
 bernoulli = Discrete(
@@ -369,6 +429,7 @@ bernoulli = Discrete(
     lambda k, p: where(k <= 1, xlogy(k, p) + xlog1py(1 - k, -p), -np.inf),
     lambda k, p: where(k < 0, 0.0 * p, where(k < 1, 1 - p, 1.0 + 0.0 * p)),
     valid=lambda p: logical_and(p >= 0, p <= 1),
+    moments=lambda p: (p, p * (1.0 - p)),
 )
 
 
