@@ -112,12 +112,21 @@ class Distribution:
 # ---------------------------------------------------------------- location-scale families
 
 
+def _of_z(method: str) -> Callable[..., Any]:
+    """LocScale's `method` (cdf, sf, ...): its standard form's function of z, as given."""
+
+    @quiet
+    def of_z(self: LocScale, x: Any, *args: Any, **kwargs: Any) -> Any:
+        z, shapes, ok, _, _ = self._standard(method, x, args, kwargs)
+        return where(ok, getattr(self, "_" + method)(z, *shapes), np.nan)
+
+    return of_z
+
+
 class LocScale(Distribution):
-    """A continuous family with shape parameters, a location and a scale: the density of
-    x is that of z = (x - loc) / scale, divided by scale. The standard form (loc 0, scale 1)
-    is given by its functions of z (or of q for ppf, isf) and the shape parameters; a
-    symmetric one's sf and isf follow from its cdf and ppf, any other's sf is 1 - cdf, and
-    logcdf and logsf are their logs unless given."""
+    """A continuous family with shape parameters, a location and a scale, given by its
+    standard form's functions of z = (x - loc) / scale (of q for ppf, isf): a symmetric
+    one's sf and isf follow from cdf and ppf, others' sf is 1 - cdf; logs unless given."""
 
     defaults = {"loc": 0.0, "scale": 1.0}
 
@@ -158,10 +167,6 @@ class LocScale(Distribution):
         z = (_operand(x) - loc) / scale
         return z, [where(ok, s, 1.0) for s in shapes], ok, scale, loc
 
-    def _of_z(self, method: str, fn: Callable[..., Any], x: Any, args: Any, kwargs: Any) -> Any:
-        z, shapes, ok, _, _ = self._standard(method, x, args, kwargs)
-        return where(ok, fn(z, *shapes), np.nan)
-
     def _quantile(self, method: str, q: Any, args: Any, kwargs: Any) -> Any:
         """loc + scale * the standard quantile of q: the support's ends at q = 0 and 1 (the
         second at 0 for isf), NaN outside [0, 1]."""
@@ -182,21 +187,7 @@ class LocScale(Distribution):
     def pdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         return exp(self.logpdf(x, *args, **kwargs))
 
-    @quiet
-    def cdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("cdf", self._cdf, x, args, kwargs)
-
-    @quiet
-    def logcdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("logcdf", self._logcdf, x, args, kwargs)
-
-    @quiet
-    def sf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("sf", self._sf, x, args, kwargs)
-
-    @quiet
-    def logsf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("logsf", self._logsf, x, args, kwargs)
+    cdf, logcdf, sf, logsf = (_of_z(name) for name in ("cdf", "logcdf", "sf", "logsf"))
 
     @quiet
     def ppf(self, q: Any, *args: Any, **kwargs: Any) -> Any:
@@ -226,7 +217,6 @@ class LocScale(Distribution):
 
     @quiet
     def interval(self, confidence: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """The interval around the median holding probability `confidence`."""
         tail = (1.0 - _operand(confidence)) * 0.5
         return self.ppf(tail, *args, **kwargs), self.isf(tail, *args, **kwargs)
 
