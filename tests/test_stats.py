@@ -74,6 +74,33 @@ def test_quantiles(dist):
         check_derivatives(*differentiable(dist, name, (q, *params)))
 
 
+@pytest.mark.parametrize("dist", sorted(CONTINUOUS))
+def test_moments_median_and_interval(dist):
+    _, params = CONTINUOUS[dist]
+    for name in ("mean", "var", "std", "median"):  # (median is ppf(0.5), tested above)
+        check_values(method(fst, dist, name), method(ss, dist, name), params, np.float64)
+        if name != "median" and dist != "cauchy":  # Cauchy's are NaN
+            check_derivatives(method(fst, dist, name), tuple(np.float64(p) for p in params))
+    check_values(lambda *p: fst.__dict__[dist].interval(0.9, *p),
+                 lambda *p: ss.__dict__[dist].interval(0.9, *p), params, np.float64)  # fmt: skip
+    frozen = fst.__dict__[dist](*params)
+    np.testing.assert_allclose(frozen.mean(), ss.__dict__[dist](*params).mean())
+
+
+def test_moments_at_the_edges_match_scipy():
+    for df in (0.5, 1.0, 1.5, 2.0, 2.5, -1.0):
+        for name in ("mean", "var"):
+            with np.errstate(all="ignore"):
+                expected = getattr(ss.t, name)(df)
+            np.testing.assert_allclose(getattr(fst.t, name)(df), expected)
+    for dist, params in [("poisson", (2.5,)), ("bernoulli", (0.3,)), ("poisson", (-1.0,))]:
+        for name in ("mean", "var", "std"):
+            with np.errstate(all="ignore"):
+                expected = method(ss, dist, name)(*params, loc=1)
+            np.testing.assert_allclose(method(fst, dist, name)(*params, loc=1), expected)
+    check_derivatives(lambda mu: fst.poisson.var(mu), (2.5,))
+
+
 def test_the_cdfs_and_quantiles_of_t_gamma_beta_have_no_shape_derivative():
     with pytest.raises(ValueError, match="gammainc: no derivative with respect to its argument a"):
         fg.grad(lambda a: fst.gamma.cdf(1.0, a))(2.0)

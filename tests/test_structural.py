@@ -280,12 +280,14 @@ def test_matches_numpy_and_gradients(case, dtype):
 def test_every_primitive_has_a_case():
     from test_elementwise import BINARY, UNARY
     from test_linalg import COVERED as LINALG
+    from test_matrix_calculus import COVERED as MATRIX_CALCULUS
+    from test_numpy_extras import COVERED as INTEGER_OPS
     from test_random import COVERED as RANDOM
     from test_special import COVERED as SPECIAL
     from test_special_incomplete import COVERED as SPECIAL_INCOMPLETE
 
     covered = set(CASES) | set(UNARY) | set(BINARY) | LINALG | SPECIAL | SPECIAL_INCOMPLETE
-    covered |= RANDOM
+    covered |= RANDOM | MATRIX_CALCULUS | INTEGER_OPS
     assert set(REGISTRY) - covered == set()
 
 

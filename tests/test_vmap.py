@@ -123,6 +123,18 @@ def spd(n, batch=()):
 
 
 IDX = np.array([2, 0, 2])
+BINARY_INTEGER = ["bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd",
+                  "lcm"]  # fmt: skip
+
+
+def integer_ops(k):
+    """Every function of integers, once each."""
+    total = fnp.invert(k) + fnp.bitwise_count(k)
+    for name in BINARY_INTEGER:
+        total = total + getattr(fnp, name)(k, 3)
+    return total
+
+
 CASES = {
     "cumsum": (lambda x: fnp.cumsum(x, axis=-1), [(2, 3)]),
     "sort": (lambda x: fnp.sort(x, axis=0), [(3, 2)]),
@@ -180,6 +192,18 @@ CASES = {
     "qr": (lambda a: fnp.linalg.qr(a)[1], [(3, 3)]),
     "pinv": (lambda a: fnp.linalg.pinv(a), [(3, 2)]),
     "riemann_zeta": (lambda x: fss.zeta(x + 3.0), [(3,)]),
+    "expm": (lambda a: fsl.expm(a), [(3, 3)]),
+    "integer_ops": (lambda x: integer_ops((x * 4).astype(np.int64)), [(3,)]),
+    "sqrtm": (lambda a: fsl.sqrtm(a @ a.T + 3 * np.eye(3)), [(3, 3)]),
+    "solve_sylvester": (
+        lambda a, q: fsl.solve_sylvester(a + 6 * np.eye(3), a.T + 6 * np.eye(3), q),
+        [(3, 3), (3, 3)],
+    ),
+    "lu": (lambda a: fsl.lu(a)[2], [(3, 3)]),
+    "lu_solve": (
+        lambda a, b: fsl.lu_solve(fsl.lu_factor(a + 6 * np.eye(3)), b, trans=1),
+        [(3, 3), (3,)],
+    ),
 }
 
 

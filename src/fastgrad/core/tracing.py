@@ -253,22 +253,39 @@ class Tracer:
     def __ne__(self, other: Any) -> Any:  # type: ignore[override]
         return _fn.not_equal(self, other)
 
+    # Bitwise on integers, logical on booleans (as NumPy); floats raise a TypeError.
     def __and__(self, other: Any) -> Any:
-        return _fn.logical_and(self, other)
+        return _fn.bitwise_and(self, other)
 
     def __rand__(self, other: Any) -> Any:
-        return _fn.logical_and(other, self)
+        return _fn.bitwise_and(other, self)
 
     def __or__(self, other: Any) -> Any:
-        return _fn.logical_or(self, other)
+        return _fn.bitwise_or(self, other)
 
     def __ror__(self, other: Any) -> Any:
-        return _fn.logical_or(other, self)
+        return _fn.bitwise_or(other, self)
+
+    def __xor__(self, other: Any) -> Any:
+        return _fn.bitwise_xor(self, other)
+
+    def __rxor__(self, other: Any) -> Any:
+        return _fn.bitwise_xor(other, self)
+
+    def __lshift__(self, other: Any) -> Any:
+        return _fn.left_shift(self, other)
+
+    def __rlshift__(self, other: Any) -> Any:
+        return _fn.left_shift(other, self)
+
+    def __rshift__(self, other: Any) -> Any:
+        return _fn.right_shift(self, other)
+
+    def __rrshift__(self, other: Any) -> Any:
+        return _fn.right_shift(other, self)
 
     def __invert__(self) -> Any:
-        if self.dtype != np.bool_:
-            raise TypeError(f"~ is supported on boolean arrays only, not {self.aval}")
-        return _fn.logical_not(self)
+        return _fn.invert(self)
 
     def __getitem__(self, index: Any) -> Any:
         return _fn.getitem(self, index)

@@ -36,10 +36,12 @@ from fastgrad.ops.einsum import *  # noqa: F403
 from fastgrad.ops.elementwise import *  # noqa: F403
 from fastgrad.ops.index_tools import *  # noqa: F403
 from fastgrad.ops.indexing import *  # noqa: F403
+from fastgrad.ops.integer_ops import *  # noqa: F403
 from fastgrad.ops.manipulation import *  # noqa: F403
 from fastgrad.ops.math import *  # noqa: F403
 from fastgrad.ops.nan_reductions import *  # noqa: F403
 from fastgrad.ops.numerical import *  # noqa: F403
+from fastgrad.ops.numpy_extras import *  # noqa: F403
 from fastgrad.ops.numpy_interop import missing_name as _missing_name
 from fastgrad.ops.piecewise import *  # noqa: F403
 from fastgrad.ops.products import *  # noqa: F403

@@ -26,12 +26,15 @@ from fastgrad.ops import (
     elementwise,
     index_tools,
     indexing,
+    integer_ops,
     linalg,
     manipulation,
     math,
+    matrix_calculus,
     matrix_functions,
     nan_reductions,
     numerical,
+    numpy_extras,
     numpy_interop,
     piecewise,
     products,
@@ -50,8 +53,9 @@ from fastgrad.ops import (
 FAMILIES = (
     elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
     selection, products, einsum, sorting, cumulative, construction, statistics,
-    nan_reductions, numerical, index_tools, debug, complex_numbers, linalg, decompositions,
-    matrix_functions, special, special_incomplete, bessel, stats, sampling, array_api,
+    nan_reductions, numerical, index_tools, integer_ops, debug, complex_numbers, linalg,
+    decompositions, matrix_functions, matrix_calculus, numpy_extras, special,
+    special_incomplete, bessel, stats, sampling, array_api,
 )  # fmt: skip
 
 _FUNCTIONS = {name: getattr(family, name) for family in FAMILIES for name in family.__all__}

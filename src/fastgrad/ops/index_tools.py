@@ -24,9 +24,10 @@ from fastgrad.ops.scatter import update
 
 __all__ = [
     "argwhere", "bincount", "broadcast_shapes", "diag_indices", "diag_indices_from",
-    "flatnonzero", "histogram", "indices", "nonzero", "promote_types", "ravel_multi_index",
-    "result_type", "tril_indices", "tril_indices_from", "triu_indices", "triu_indices_from",
-    "unique", "unravel_index",
+    "flatnonzero", "histogram", "indices", "intersect1d", "nonzero", "promote_types",
+    "ravel_multi_index", "result_type", "setdiff1d", "setxor1d", "tril_indices",
+    "tril_indices_from", "triu_indices", "triu_indices_from", "union1d", "unique",
+    "unravel_index",
 ]  # fmt: skip
 
 # From shapes and dtypes alone: NumPy's own functions give the same plain arrays.
@@ -181,6 +182,58 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False,
     ar = _concrete(ar, "unique", "ar")
     flags = (return_index, return_inverse, return_counts)
     return np.unique(ar, *flags, axis)  # type: ignore[call-overload]
+
+
+# Set operations: sorted unique values, whose number depends on the values. To differentiate
+# through them, index a traced array with positions from `intersect1d(...,
+# return_indices=True)` or `unique(..., return_index=True)`.
+
+
+def union1d(ar1: Any, ar2: Any) -> np.ndarray:
+    """The sorted unique values in either array, as ``numpy.union1d``; both must be
+    concrete.
+
+    >>> union1d(np.array([3, 1]), np.array([1, 2]))
+    array([1, 2, 3])
+    """
+    return np.union1d(_concrete(ar1, "union1d", "ar1"), _concrete(ar2, "union1d", "ar2"))
+
+
+def intersect1d(
+    ar1: Any, ar2: Any, assume_unique: bool = False, return_indices: bool = False
+) -> Any:
+    """The sorted unique values in both arrays (and, with `return_indices`, where they are
+    in each), as ``numpy.intersect1d``; both must be concrete.
+
+    >>> intersect1d(np.array([3, 1, 2]), np.array([2, 3, 4]), return_indices=True)
+    (array([2, 3]), array([2, 0]), array([0, 1]))
+    """
+    ar1, ar2 = _concrete(ar1, "intersect1d", "ar1"), _concrete(ar2, "intersect1d", "ar2")
+    if return_indices:
+        return np.intersect1d(ar1, ar2, assume_unique, return_indices=True)
+    return np.intersect1d(ar1, ar2, assume_unique)
+
+
+def setdiff1d(ar1: Any, ar2: Any, assume_unique: bool = False) -> np.ndarray:
+    """The sorted unique values of `ar1` that are not in `ar2`, as ``numpy.setdiff1d``;
+    both must be concrete.
+
+    >>> setdiff1d(np.array([3, 1, 2]), np.array([2]))
+    array([1, 3])
+    """
+    ar1, ar2 = _concrete(ar1, "setdiff1d", "ar1"), _concrete(ar2, "setdiff1d", "ar2")
+    return np.setdiff1d(ar1, ar2, assume_unique)
+
+
+def setxor1d(ar1: Any, ar2: Any, assume_unique: bool = False) -> np.ndarray:
+    """The sorted unique values in exactly one of the arrays, as ``numpy.setxor1d``; both
+    must be concrete.
+
+    >>> setxor1d(np.array([3, 1, 2]), np.array([2, 4]))
+    array([1, 3, 4])
+    """
+    ar1, ar2 = _concrete(ar1, "setxor1d", "ar1"), _concrete(ar2, "setxor1d", "ar2")
+    return np.setxor1d(ar1, ar2, assume_unique)
 
 
 def bincount(x: Any, weights: Any = None, minlength: int = 0) -> Any:

@@ -36,7 +36,7 @@ from fastgrad.ops.linalg import (
     mT,
     solve_triangular,
 )
-from fastgrad.ops.math import arctan, exp, expm1, log, log1p, log_sigmoid, sigmoid, tan
+from fastgrad.ops.math import arctan, exp, expm1, log, log1p, log_sigmoid, sigmoid, sqrt, tan
 from fastgrad.ops.shape import concatenate, squeeze
 from fastgrad.ops.special import gammaln, log_ndtr, logit, ndtr, ndtri, quiet, xlog1py, xlogy
 from fastgrad.ops.special_incomplete import (
@@ -68,9 +68,10 @@ class Frozen:
     def __init__(self, dist: Distribution, args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.dist, self.args, self.kwargs = dist, args, kwargs
 
-    def __getattr__(self, method: str) -> Callable[[Any], Any]:
+    def __getattr__(self, method: str) -> Callable[..., Any]:
         fn = getattr(self.dist, method)
-        return lambda x: fn(x, *self.args, **self.kwargs)
+        # x (or q, or confidence) where the method takes one: mean() and var() take none.
+        return lambda *x: fn(*x, *self.args, **self.kwargs)
 
     def __repr__(self) -> str:
         return f"{self.dist.name}(*{self.args}, **{self.kwargs}) (frozen)"
@@ -111,12 +112,21 @@ class Distribution:
 # ---------------------------------------------------------------- location-scale families
 
 
+def _of_z(method: str) -> Callable[..., Any]:
+    """LocScale's `method` (cdf, sf, ...): its standard form's function of z, as given."""
+
+    @quiet
+    def of_z(self: LocScale, x: Any, *args: Any, **kwargs: Any) -> Any:
+        z, shapes, ok, _, _ = self._standard(method, x, args, kwargs)
+        return where(ok, getattr(self, "_" + method)(z, *shapes), np.nan)
+
+    return of_z
+
+
 class LocScale(Distribution):
-    """A continuous family with shape parameters, a location and a scale: the density of
-    x is that of z = (x - loc) / scale, divided by scale. The standard form (loc 0, scale 1)
-    is given by its functions of z (or of q for ppf, isf) and the shape parameters; a
-    symmetric one's sf and isf follow from its cdf and ppf, any other's sf is 1 - cdf, and
-    logcdf and logsf are their logs unless given."""
+    """A continuous family with shape parameters, a location and a scale, given by its
+    standard form's functions of z = (x - loc) / scale (of q for ppf, isf): a symmetric
+    one's sf and isf follow from cdf and ppf, others' sf is 1 - cdf; logs unless given."""
 
     defaults = {"loc": 0.0, "scale": 1.0}
 
@@ -134,8 +144,10 @@ class LocScale(Distribution):
         isf: Callable[..., Any] | None = None,
         logcdf: Callable[..., Any] | None = None,
         logsf: Callable[..., Any] | None = None,
+        moments: Callable[..., tuple[Any, Any]] = lambda *shapes: (0.0, 1.0),
     ):
         self.name, self._logpdf, self._cdf, self._ppf = name, logpdf, cdf, ppf
+        self._moments = moments
         self._valid, self._support = valid, support
         self.params = shapes + ("loc", "scale")
         if symmetric:
@@ -154,10 +166,6 @@ class LocScale(Distribution):
         scale = where(ok, scale, 1.0)
         z = (_operand(x) - loc) / scale
         return z, [where(ok, s, 1.0) for s in shapes], ok, scale, loc
-
-    def _of_z(self, method: str, fn: Callable[..., Any], x: Any, args: Any, kwargs: Any) -> Any:
-        z, shapes, ok, _, _ = self._standard(method, x, args, kwargs)
-        return where(ok, fn(z, *shapes), np.nan)
 
     def _quantile(self, method: str, q: Any, args: Any, kwargs: Any) -> Any:
         """loc + scale * the standard quantile of q: the support's ends at q = 0 and 1 (the
@@ -179,21 +187,7 @@ class LocScale(Distribution):
     def pdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         return exp(self.logpdf(x, *args, **kwargs))
 
-    @quiet
-    def cdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("cdf", self._cdf, x, args, kwargs)
-
-    @quiet
-    def logcdf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("logcdf", self._logcdf, x, args, kwargs)
-
-    @quiet
-    def sf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("sf", self._sf, x, args, kwargs)
-
-    @quiet
-    def logsf(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._of_z("logsf", self._logsf, x, args, kwargs)
+    cdf, logcdf, sf, logsf = (_of_z(name) for name in ("cdf", "logcdf", "sf", "logsf"))
 
     @quiet
     def ppf(self, q: Any, *args: Any, **kwargs: Any) -> Any:
@@ -202,6 +196,29 @@ class LocScale(Distribution):
     @quiet
     def isf(self, q: Any, *args: Any, **kwargs: Any) -> Any:
         return self._quantile("isf", q, args, kwargs)
+
+    @quiet
+    def mean(self, *args: Any, **kwargs: Any) -> Any:
+        _, shapes, ok, scale, loc = self._standard("mean", 0.0, args, kwargs)
+        return where(ok, loc + scale * self._moments(*shapes)[0], np.nan)
+
+    @quiet
+    def var(self, *args: Any, **kwargs: Any) -> Any:
+        _, shapes, ok, scale, _ = self._standard("var", 0.0, args, kwargs)
+        return where(ok, scale * scale * self._moments(*shapes)[1], np.nan)
+
+    @quiet
+    def std(self, *args: Any, **kwargs: Any) -> Any:
+        return sqrt(self.var(*args, **kwargs))
+
+    @quiet
+    def median(self, *args: Any, **kwargs: Any) -> Any:
+        return self.ppf(0.5, *args, **kwargs)
+
+    @quiet
+    def interval(self, confidence: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        tail = (1.0 - _operand(confidence)) * 0.5
+        return self.ppf(tail, *args, **kwargs), self.isf(tail, *args, **kwargs)
 
 
 def _on(condition: Any, z: Any, value: Callable[[Any], Any], outside: Any) -> Any:
@@ -220,6 +237,14 @@ def _laplace_ppf(q: Any) -> Any:
     return where(lower, log(2.0 * where(lower, q, 0.25)), -log(2.0 - 2.0 * where(lower, 0.75, q)))
 
 
+def _t_moments(df: Any) -> tuple[Any, Any]:
+    # Mean 0 for df > 1 (inf below, as SciPy gives); variance df / (df - 2) for df > 2,
+    # infinite for 1 < df <= 2.
+    safe = where(df > 2, df, 3.0)
+    var = where(df > 2, safe / (safe - 2.0), where(df > 1, np.inf, np.nan))
+    return where(df > 1, 0.0, np.inf), var
+
+
 # Each distribution's standard form: log density, cdf, ppf, and what else has a better form.
 norm = LocScale(
     "norm", (), lambda z: -0.5 * z * z - 0.5 * _LOG_2PI, ndtr, ndtri, symmetric=True,
@@ -234,7 +259,7 @@ norm.__doc__ = """The normal distribution (logpdf, pdf, cdf, logcdf, sf, logsf, 
 """
 t = LocScale(
     "t", ("df",), lambda z, df: t_log_density(df, z), lambda z, df: stdtr(df, z),
-    lambda q, df: stdtrit(df, q), valid=lambda df: df > 0, symmetric=True,
+    lambda q, df: stdtrit(df, q), valid=lambda df: df > 0, symmetric=True, moments=_t_moments,
 )  # fmt: skip
 t.__doc__ = """Student's t distribution with `df` degrees of freedom.
 
@@ -251,6 +276,7 @@ gamma = LocScale(
     support=(0.0, math.inf),
     sf=lambda z, a: _on(z >= 0, z, lambda z: gammaincc(a, z), 1.0),
     isf=lambda q, a: gammainccinv(a, q),
+    moments=lambda a: (a, a),
 )
 gamma.__doc__ = """The gamma distribution with shape `a` (logpdf, pdf, cdf, ppf and more).
 
@@ -267,6 +293,7 @@ beta = LocScale(
     support=(0.0, 1.0),
     sf=lambda z, a, b: _on_unit(z, lambda z: betainc(b, a, 1.0 - z), 1.0, 0.0),
     isf=lambda q, a, b: 1.0 - betaincinv(b, a, q),
+    moments=lambda a, b: (a / (a + b), a * b / ((a + b) * (a + b) * (a + b + 1.0))),
 )
 beta.__doc__ = """The beta distribution with shapes `a` and `b` (logpdf, pdf, cdf, ppf and more).
 
@@ -283,6 +310,7 @@ expon = LocScale(
     sf=lambda z: _on(z >= 0, z, lambda z: exp(-z), 1.0),
     isf=lambda q: -log(q),
     logsf=lambda z: where(z >= 0, -z, 0.0),
+    moments=lambda: (1.0, 1.0),
 )
 expon.__doc__ = """The exponential distribution (logpdf, pdf, cdf, ppf and more).
 
@@ -296,6 +324,7 @@ uniform = LocScale(
     lambda z: where(z < 0, 0.0, where(z > 1, 1.0, z)),
     lambda q: q,
     support=(0.0, 1.0),
+    moments=lambda: (0.5, 1.0 / 12.0),
 )
 uniform.__doc__ = """The uniform distribution on [loc, loc + scale] (logpdf, pdf, cdf, ppf...).
 
@@ -309,10 +338,11 @@ laplace = LocScale(
     lambda z: where(z < 0, 0.5 * exp(where(z < 0, z, 0.0)), 1 - 0.5 * exp(-where(z < 0, 0.0, z))),
     _laplace_ppf,
     symmetric=True,
+    moments=lambda: (0.0, 2.0),
 )
 logistic = LocScale(
     "logistic", (), lambda z: log_sigmoid(z) + log_sigmoid(-z), sigmoid, logit, symmetric=True,
-    logcdf=log_sigmoid, logsf=lambda z: log_sigmoid(-z),
+    logcdf=log_sigmoid, logsf=lambda z: log_sigmoid(-z), moments=lambda: (0.0, math.pi**2 / 3),
 )  # fmt: skip
 logistic.__doc__ = """The logistic distribution (logpdf, pdf, cdf, ppf and more).
 
@@ -331,6 +361,7 @@ cauchy = LocScale(
     lambda z: 0.5 + arctan(z) / math.pi,
     lambda q: tan((q - 0.5) * math.pi),
     symmetric=True,
+    moments=lambda: (np.nan, np.nan),  # no mean, no variance
 )
 cauchy.__doc__ = """The Cauchy distribution (logpdf, pdf, cdf, ppf and more).
 
@@ -359,9 +390,11 @@ class Discrete(Distribution):
         logpmf: Callable[..., Any],
         cdf: Callable[..., Any],
         valid: Callable[..., Any],
+        moments: Callable[..., tuple[Any, Any]],
         sf: Callable[..., Any] | None = None,
     ):
         self.name, self._logpmf, self._cdf, self._valid = name, logpmf, cdf, valid
+        self._moments = moments
         self._sf = sf or (lambda k, *shapes: 1.0 - cdf(k, *shapes))
         self.params = shapes + ("loc",)
 
@@ -397,6 +430,22 @@ class Discrete(Distribution):
         return log(self.cdf(k, *args, **kwargs))
 
     @quiet
+    def mean(self, *args: Any, **kwargs: Any) -> Any:
+        *shapes, loc = self._bind("mean", args, kwargs)
+        ok = self._valid(*shapes)
+        return where(ok, self._moments(*[where(ok, s, 0.5) for s in shapes])[0] + loc, np.nan)
+
+    @quiet
+    def var(self, *args: Any, **kwargs: Any) -> Any:
+        *shapes, _ = self._bind("var", args, kwargs)
+        ok = self._valid(*shapes)
+        return where(ok, self._moments(*[where(ok, s, 0.5) for s in shapes])[1], np.nan)
+
+    @quiet
+    def std(self, *args: Any, **kwargs: Any) -> Any:
+        return sqrt(self.var(*args, **kwargs))
+
+    @quiet
     def logsf(self, k: Any, *args: Any, **kwargs: Any) -> Any:
         return log(self.sf(k, *args, **kwargs))
 
@@ -408,6 +457,7 @@ poisson = Discrete(
     lambda k, mu: xlogy(k, mu) - gammaln(k + 1) - mu,
     lambda k, mu: _on(k >= 0, k, lambda k: gammaincc(k + 1.0, mu), 0.0 * mu),
     valid=lambda mu: mu >= 0,
+    moments=lambda mu: (mu, mu),
     sf=lambda k, mu: _on(k >= 0, k, lambda k: gammainc(k + 1.0, mu), 1.0 + 0.0 * mu),
 )
 poisson.__doc__ = """The Poisson distribution with mean `mu` (logpmf, pmf, cdf and sf). No
@@ -422,6 +472,7 @@ bernoulli = Discrete(
     lambda k, p: where(k <= 1, xlogy(k, p) + xlog1py(1 - k, -p), -np.inf),
     lambda k, p: where(k < 0, 0.0 * p, where(k < 1, 1 - p, 1.0 + 0.0 * p)),
     valid=lambda p: logical_and(p >= 0, p <= 1),
+    moments=lambda p: (p, p * (1.0 - p)),
 )
 bernoulli.__doc__ = """The Bernoulli distribution with P(k = 1) = `p` (logpmf, pmf, cdf, sf).
 

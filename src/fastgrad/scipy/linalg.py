@@ -8,8 +8,9 @@ from fastgrad.ops.decompositions import scipy_eigh as eigh
 from fastgrad.ops.decompositions import svd
 from fastgrad.ops.linalg import cho_factor, cho_solve, det, inv, solve, solve_triangular
 from fastgrad.ops.linalg import scipy_cholesky as cholesky
+from fastgrad.ops.matrix_calculus import expm, lu, lu_factor, lu_solve, solve_sylvester, sqrtm
 
 __all__ = [
-    "LinAlgError", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "inv", "solve",
-    "solve_triangular", "svd",
+    "LinAlgError", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu",
+    "lu_factor", "lu_solve", "solve", "solve_sylvester", "solve_triangular", "sqrtm", "svd",
 ]  # fmt: skip
