@@ -8,6 +8,8 @@ import numpy as np
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
+from fastgrad.compiler import fusion
+from fastgrad.compiler.passes import simplify
 from fastgrad.core.collector import no_full_collections
 
 
@@ -42,3 +44,48 @@ def test_thresholds_come_back_even_when_tracing_fails():
     except RuntimeError:
         pass
     assert gc.get_threshold() == before
+
+
+def unrolled(w, xs):
+    """A loop unrolled in Python: each step's `1 - h*h` sinks into the backward loop."""
+    total = 0.0
+    for t in range(xs.shape[0]):
+        h = fnp.tanh(xs[t] * w[0])
+        s = h @ w
+        total = total + fnp.sum(s * s)
+    return total
+
+
+def partition_work(steps, monkeypatch):
+    """How many (loop, node) pairs partition tries, how many loops sinking looks at, and
+    how many moves it makes, for `unrolled` of `steps` steps under value_and_grad."""
+    work = {"placements": 0, "sink looks": 0, "moves": 0}
+    placement, sinkable = fusion._placement, fusion._sinkable
+
+    def counted_placement(*args):
+        work["placements"] += 1
+        return placement(*args)
+
+    def counted_sinkable(*args):
+        work["sink looks"] += 1
+        move = sinkable(*args)
+        work["moves"] += move is not None
+        return move
+
+    monkeypatch.setattr(fusion, "_placement", counted_placement)
+    monkeypatch.setattr(fusion, "_sinkable", counted_sinkable)
+    f = fg.jit(fg.value_and_grad(unrolled))
+    graph = simplify(f.graph(np.ones((3, 3)), np.ones((steps, 2, 3))))
+    fusion.partition(graph)
+    monkeypatch.undo()
+    return work, len(graph.nodes)
+
+
+def test_partition_work_grows_linearly_with_the_program(monkeypatch):
+    short, short_nodes = partition_work(10, monkeypatch)
+    long, long_nodes = partition_work(20, monkeypatch)
+    assert short["moves"] == 10 and long["moves"] == 20  # sinking is exercised
+    assert long_nodes <= 2.1 * short_nodes
+    for kind in short:
+        # Twice the steps: twice the work, plus what the loop's end and start add once.
+        assert long[kind] <= 2.1 * short[kind], (kind, short, long)

@@ -23,6 +23,7 @@ BLAS for matmul, views for reshape and transpose.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -209,7 +210,7 @@ def partition(graph: Graph) -> list[Step]:
     steps: list[Step] = []
     constants = {id(n.out): n.params["value"] for n in graph.nodes if n.op.name == "const"}
     position_of: dict[int, int] = {}  # var id -> position of the step that makes it
-    loop_of: dict[int, Loop] = {}  # var id -> loop that makes it
+    loops = _LoopIndex(steps)
     for node in graph.nodes:
         if node.op.name == "const":
             continue
@@ -218,7 +219,7 @@ def partition(graph: Graph) -> list[Step]:
             position_of[id(node.out)] = len(steps) - 1
             continue
         chosen = None
-        for loop in _candidates(node, steps, position_of):
+        for loop in loops.candidates(node, position_of):
             placed = _placement(loop, node, position_of)
             if placed is not None:
                 chosen = loop, placed
@@ -231,30 +232,76 @@ def partition(graph: Graph) -> list[Step]:
                 position_of[id(node.out)] = len(steps) - 1
                 continue
             steps.append(loop)
+            loops.add(loop)
             chosen = loop, placed
         loop, (level, axes) = chosen
-        loop.reduce_axes = axes
+        if axes != loop.reduce_axes:
+            loop.reduce_axes = axes
+            loops.add_rows(loop)
         loop.nodes.append(node)
         loop.level[id(node.out)] = level
-        loop_of[id(node.out)] = loop
         position_of[id(node.out)] = loop.position
     _sink(graph, steps, position_of)
     return [s for s in steps if not isinstance(s, Loop) or s.nodes]
 
 
-def _candidates(node: Node, steps: list[Step], position_of: dict[int, int]) -> Iterator[Loop]:
-    """The loops `node` may join, in the order they are tried: its latest producer's loop
-    first (vertical fusion), then the loops after it, latest first (siblings that read
-    the same inputs). A loop before the latest producer's step cannot take the node (the
-    convexity rule: that producer is outside it and runs after it), so the loops looked at
-    are those since the node's last input was made, not the whole program's."""
-    last = max((position_of.get(id(v), -1) for v in node.inputs), default=-1)
-    if last >= 0 and isinstance(steps[last], Loop):
-        yield steps[last]  # type: ignore[misc]
-    for position in range(len(steps) - 1, last, -1):
-        step = steps[position]
-        if isinstance(step, Loop):
-            yield step
+class _LoopIndex:
+    """The loops made so far, found by the shapes that let them take a node.
+
+    A node tries its latest producer's loop first (vertical fusion), then the loops after
+    it, latest first (siblings that read the same inputs). A loop before the latest
+    producer's step cannot take it (the convexity rule: that producer is outside the loop
+    and runs after it). A loop after it holds none of the node's inputs, and `_placement`
+    then takes the node only into a loop whose shape is the node's output's or an input's
+    (or the scatter's), or whose row shape is the output's, or any loop for an elementwise
+    scalar. So only loops filed under those shapes are tried: the work per node does not
+    grow with the length of the program."""
+
+    def __init__(self, steps: list[Step]):
+        self.steps = steps
+        self.everywhere: list[int] = []  # positions of all loops, ascending
+        self.by_shape: dict[tuple[int, ...], list[int]] = {}
+        self.by_row: dict[tuple[int, ...], list[int]] = {}
+
+    def add(self, loop: Loop) -> None:
+        self.everywhere.append(loop.position)
+        self.by_shape.setdefault(loop.shape, []).append(loop.position)
+        self.add_rows(loop)
+
+    def add_rows(self, loop: Loop) -> None:
+        """File `loop` under its row shapes (its reduce axes are set, or have changed)."""
+        for shape in loop.row_shapes():
+            filed = self.by_row.setdefault(shape, [])
+            at = bisect.bisect_left(filed, loop.position)
+            if at == len(filed) or filed[at] != loop.position:
+                filed.insert(at, loop.position)
+
+    def candidates(self, node: Node, position_of: dict[int, int]) -> Iterator[Loop]:
+        """The loops that may take `node`, in the order they are tried."""
+        last = max((position_of.get(id(v), -1) for v in node.inputs), default=-1)
+        if last >= 0 and isinstance(self.steps[last], Loop):
+            yield self.steps[last]  # type: ignore[misc]
+        out = node.out.aval.shape
+        if out == () and node.op.kind == "elementwise":
+            lists = [self.everywhere]
+        else:
+            shapes = {out, *(v.aval.shape for v in node.inputs)}
+            if node.op.name == "scatter_add":
+                shapes.add(tuple(node.params["shape"]))
+            lists = [self.by_shape.get(shape, []) for shape in shapes]
+            lists.append(self.by_row.get(out, []))
+        after = [_latest_first(filed, last) for filed in lists if filed and filed[-1] > last]
+        previous = None
+        for position in heapq.merge(*after, reverse=True):
+            if position != previous:
+                previous = position
+                yield self.steps[position]  # type: ignore[misc]
+
+
+def _latest_first(positions: list[int], last: int) -> Iterator[int]:
+    """The positions after `last` in an ascending list, latest first."""
+    for i in range(len(positions) - 1, bisect.bisect_right(positions, last) - 1, -1):
+        yield positions[i]
 
 
 class _Graphs:
@@ -268,6 +315,12 @@ class _Graphs:
             id(n.out) for n in graph.nodes if n.op.name == "const" and n.params["value"].size == 1
         }
         self.step_of: dict[int, Step] = {}
+        # Target position -> loops that could not sink into it only because it would read
+        # one more array: looked at again when that loop reads more.
+        self.blocked: dict[int, set[int]] = {}
+        # Loop position -> the values it reads or makes (kept by `_connect`, `_prepend`).
+        self.known: dict[int, set[int]] = {}
+        self.stale: set[int] = set()  # loops whose inputs `_connect` must list again
         for step in steps:
             for n in step.nodes if isinstance(step, Loop) else [step.node]:
                 self.step_of[id(n.out)] = step
@@ -286,8 +339,11 @@ def _sink(graph: Graph, steps: list[Step], position_of: dict[int, int]) -> None:
     recomputes `1 - h*h` from `h` rather than reading it back from memory.
 
     One move at a time, always in the earliest loop that has one. A move changes what only
-    a few loops see (the two loops, and those making values the moved nodes or the two
-    loops read), so only those are looked at again: linear in the graph, not quadratic."""
+    a few loops see, so only those are looked at again (linear in the graph, not
+    quadratic): the two loops, those making values the moved nodes read (their readers
+    moved), and those that could not sink into the target only because of what it reads
+    (it now reads more). The source loop reads less after the move, which makes no move
+    into it possible that was not before."""
     facts = _Graphs(graph, steps)
     for step in steps:
         if isinstance(step, Loop):
@@ -303,7 +359,8 @@ def _sink(graph: Graph, steps: list[Step], position_of: dict[int, int]) -> None:
         if move is None:
             continue
         cone, target = move
-        changed = [loop, target, *facts.loops_making(loop.inputs)]
+        changed = [loop, target]
+        changed.extend(steps[p] for p in facts.blocked.pop(target.position, ()))  # type: ignore[misc]
         members = {id(n.out) for n in cone}
         order = {id(n.out): i for i, n in enumerate(loop.nodes)}
         cone.sort(key=lambda n: order[id(n.out)])
@@ -315,13 +372,14 @@ def _sink(graph: Graph, steps: list[Step], position_of: dict[int, int]) -> None:
             facts.step_of[id(n.out)] = target
         target.nodes[0:0] = cone
         _connect(loop, facts)
-        _connect(target, facts)
+        _prepend(target, cone, facts)
         changed.extend(facts.loops_making(u for n in cone for u in n.inputs))
-        changed.extend(facts.loops_making(target.inputs))
         for step in changed:
             if step.position not in queued:
                 queued.add(step.position)
                 heapq.heappush(waiting, step.position)
+    for position in sorted(facts.stale):
+        _connect(steps[position], facts)  # type: ignore[arg-type]
 
 
 def _sinkable(loop: Loop, facts: _Graphs) -> tuple[list[Node], Loop] | None:
@@ -369,8 +427,8 @@ def _sinkable(loop: Loop, facts: _Graphs) -> tuple[list[Node], Loop] | None:
         ):
             continue
         reads = {id(u) for n in cone for u in n.inputs if id(u) not in in_cone}
-        already = {id(u) for u in target.inputs} | {id(n.out) for n in target.nodes}
-        if len(reads - already - facts.scalars) > 1:
+        if len(reads - facts.known[target.position] - facts.scalars) > 1:
+            facts.blocked.setdefault(target.position, set()).add(loop.position)
             continue
         return cone, target
     return None
@@ -392,3 +450,15 @@ def _connect(loop: Loop, facts: _Graphs) -> None:
         if id(n.out) in facts.returned
         or any(id(u.out) not in inside for u in facts.users.get(id(n.out), []))
     ]
+    facts.known[loop.position] = inside | seen
+
+
+def _prepend(loop: Loop, cone: list[Node], facts: _Graphs) -> None:
+    """What sinking needs of `loop` after `cone` has been put at the front of its nodes, in
+    time of the cone's size: the values it reads or makes, and its outputs. The cone reads
+    no value of this loop (it comes from an earlier one), and its values are read only
+    here (or returned): so the loop's outputs stay outputs, and the cone's are those
+    returned. Its list of inputs is left for `_connect` when sinking is over."""
+    facts.known[loop.position].update(id(v) for n in cone for v in (n.out, *n.inputs))
+    loop.outputs = [n.out for n in cone if id(n.out) in facts.returned] + loop.outputs
+    facts.stale.add(loop.position)
