@@ -31,6 +31,7 @@ from fastgrad.api.trace import (
     signature_text,
     trace_function,
 )
+from fastgrad.core.collector import no_full_collections
 from fastgrad.core.compile_log import log_trace
 from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
@@ -222,9 +223,10 @@ class Jitted:
                 full = [static_pos.get(i, a) for i, a in enumerate(dyn_args)]
                 return full, {**dyn_kwargs, **dict(static[1])}
 
-            traced = trace_function(
-                lambda a, k: self.fun(*a, **k), tree, leaf_names, rebuild, self.label
-            )
+            with no_full_collections():
+                traced = trace_function(
+                    lambda a, k: self.fun(*a, **k), tree, leaf_names, rebuild, self.label
+                )
             if not traced.captured:  # a closure over outer tracers is valid for one call only
                 traced = self._store(key, traced)
         return traced, leaves, key

@@ -25,6 +25,7 @@ import numpy as np
 from fastgrad.compiler.fusion import partition
 from fastgrad.compiler.kernel_cache import STATS, needs_build
 from fastgrad.compiler.passes import simplify
+from fastgrad.core.collector import no_full_collections
 from fastgrad.core.compile_log import compiling, log_compile
 from fastgrad.core.config import config
 from fastgrad.core.interpreter import eval_graph, run_graph
@@ -107,15 +108,19 @@ class Traced:
         if self.executable is None:
             with _BUILDING:
                 if self.executable is None:
-                    graph = simplify(self.graph)
-                    steps = partition(graph)
-                    if DEBUG:
-                        print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
-                    executable = Executable(graph, steps)
-                    if DEBUG:
-                        print(f"# fastgrad: plan\n{explain(self.graph, executable)}")
-                    self.executable = executable
+                    with no_full_collections():
+                        self.executable = self._prepare()
         return self.executable
+
+    def _prepare(self) -> Executable:
+        graph = simplify(self.graph)
+        steps = partition(graph)
+        if DEBUG:
+            print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
+        executable = Executable(graph, steps)
+        if DEBUG:
+            print(f"# fastgrad: plan\n{explain(self.graph, executable)}")
+        return executable
 
 
 def signature_text(names: Sequence[str], avals: Sequence[Aval], limit: int = 4) -> str:

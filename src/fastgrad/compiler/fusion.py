@@ -23,6 +23,9 @@ BLAS for matmul, views for reshape and transpose.
 
 from __future__ import annotations
 
+import bisect
+import heapq
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -207,7 +210,7 @@ def partition(graph: Graph) -> list[Step]:
     steps: list[Step] = []
     constants = {id(n.out): n.params["value"] for n in graph.nodes if n.op.name == "const"}
     position_of: dict[int, int] = {}  # var id -> position of the step that makes it
-    loop_of: dict[int, Loop] = {}  # var id -> loop that makes it
+    loops = _LoopIndex(steps)
     for node in graph.nodes:
         if node.op.name == "const":
             continue
@@ -215,15 +218,8 @@ def partition(graph: Graph) -> list[Step]:
             steps.append(Call(node, len(steps)))
             position_of[id(node.out)] = len(steps) - 1
             continue
-        # Producers' loops first (vertical fusion), then any other loop (siblings that read
-        # the same inputs), latest first.
-        producers = {id(loop_of[id(v)]) for v in node.inputs if id(v) in loop_of}
-        candidates = sorted(
-            (s for s in steps if isinstance(s, Loop)),
-            key=lambda lp: (id(lp) not in producers, -lp.position),
-        )
         chosen = None
-        for loop in candidates:
+        for loop in loops.candidates(node, position_of):
             placed = _placement(loop, node, position_of)
             if placed is not None:
                 chosen = loop, placed
@@ -236,108 +232,233 @@ def partition(graph: Graph) -> list[Step]:
                 position_of[id(node.out)] = len(steps) - 1
                 continue
             steps.append(loop)
+            loops.add(loop)
             chosen = loop, placed
         loop, (level, axes) = chosen
-        loop.reduce_axes = axes
+        if axes != loop.reduce_axes:
+            loop.reduce_axes = axes
+            loops.add_rows(loop)
         loop.nodes.append(node)
         loop.level[id(node.out)] = level
-        loop_of[id(node.out)] = loop
         position_of[id(node.out)] = loop.position
-    _connect(graph, steps)
-    while _sink_one(graph, steps, position_of):
-        _connect(graph, steps)
+    _sink(graph, steps, position_of)
     return [s for s in steps if not isinstance(s, Loop) or s.nodes]
 
 
-def _sink_one(graph: Graph, steps: list[Step], position_of: dict[int, int]) -> bool:
+class _LoopIndex:
+    """The loops made so far, found by the shapes that let them take a node.
+
+    A node tries its latest producer's loop first (vertical fusion), then the loops after
+    it, latest first (siblings that read the same inputs). A loop before the latest
+    producer's step cannot take it (the convexity rule: that producer is outside the loop
+    and runs after it). A loop after it holds none of the node's inputs, and `_placement`
+    then takes the node only into a loop whose shape is the node's output's or an input's
+    (or the scatter's), or whose row shape is the output's, or any loop for an elementwise
+    scalar. So only loops filed under those shapes are tried: the work per node does not
+    grow with the length of the program."""
+
+    def __init__(self, steps: list[Step]):
+        self.steps = steps
+        self.everywhere: list[int] = []  # positions of all loops, ascending
+        self.by_shape: dict[tuple[int, ...], list[int]] = {}
+        self.by_row: dict[tuple[int, ...], list[int]] = {}
+
+    def add(self, loop: Loop) -> None:
+        self.everywhere.append(loop.position)
+        self.by_shape.setdefault(loop.shape, []).append(loop.position)
+        self.add_rows(loop)
+
+    def add_rows(self, loop: Loop) -> None:
+        """File `loop` under its row shapes (its reduce axes are set, or have changed)."""
+        for shape in loop.row_shapes():
+            filed = self.by_row.setdefault(shape, [])
+            at = bisect.bisect_left(filed, loop.position)
+            if at == len(filed) or filed[at] != loop.position:
+                filed.insert(at, loop.position)
+
+    def candidates(self, node: Node, position_of: dict[int, int]) -> Iterator[Loop]:
+        """The loops that may take `node`, in the order they are tried."""
+        last = max((position_of.get(id(v), -1) for v in node.inputs), default=-1)
+        if last >= 0 and isinstance(self.steps[last], Loop):
+            yield self.steps[last]  # type: ignore[misc]
+        out = node.out.aval.shape
+        if out == () and node.op.kind == "elementwise":
+            lists = [self.everywhere]
+        else:
+            shapes = {out, *(v.aval.shape for v in node.inputs)}
+            if node.op.name == "scatter_add":
+                shapes.add(tuple(node.params["shape"]))
+            lists = [self.by_shape.get(shape, []) for shape in shapes]
+            lists.append(self.by_row.get(out, []))
+        after = [_latest_first(filed, last) for filed in lists if filed and filed[-1] > last]
+        previous = None
+        for position in heapq.merge(*after, reverse=True):
+            if position != previous:
+                previous = position
+                yield self.steps[position]  # type: ignore[misc]
+
+
+def _latest_first(positions: list[int], last: int) -> Iterator[int]:
+    """The positions after `last` in an ascending list, latest first."""
+    for i in range(len(positions) - 1, bisect.bisect_right(positions, last) - 1, -1):
+        yield positions[i]
+
+
+class _Graphs:
+    """What sinking asks of the graph, computed once: each value's readers, the values
+    returned, the one-element constants, and (kept up to date) the step making each value."""
+
+    def __init__(self, graph: Graph, steps: list[Step]):
+        self.users = consumers(graph)
+        self.returned = {id(v) for v in graph.outputs}
+        self.scalars = {
+            id(n.out) for n in graph.nodes if n.op.name == "const" and n.params["value"].size == 1
+        }
+        self.step_of: dict[int, Step] = {}
+        # Target position -> loops that could not sink into it only because it would read
+        # one more array: looked at again when that loop reads more.
+        self.blocked: dict[int, set[int]] = {}
+        # Loop position -> the values it reads or makes (kept by `_connect`, `_prepend`).
+        self.known: dict[int, set[int]] = {}
+        self.stale: set[int] = set()  # loops whose inputs `_connect` must list again
+        for step in steps:
+            for n in step.nodes if isinstance(step, Loop) else [step.node]:
+                self.step_of[id(n.out)] = step
+
+    def loops_making(self, values: Iterable[Var]) -> Iterator[Loop]:
+        for v in values:
+            step = self.step_of.get(id(v))
+            if isinstance(step, Loop):
+                yield step
+
+
+def _sink(graph: Graph, steps: list[Step], position_of: dict[int, int]) -> None:
     """Move cheap elementwise work that a loop stores only for one later loop into that
     loop, when this moves fewer bytes (the stored array is written and read once; the
     later loop then reads at most one array it did not read before). So a backward loop
-    recomputes `1 - h*h` from `h` rather than reading it back from memory."""
-    users = consumers(graph)
-    returned = {id(v) for v in graph.outputs}
-    step_of: dict[int, Step] = {}
+    recomputes `1 - h*h` from `h` rather than reading it back from memory.
+
+    One move at a time, always in the earliest loop that has one. A move changes what only
+    a few loops see, so only those are looked at again (linear in the graph, not
+    quadratic): the two loops, those making values the moved nodes read (their readers
+    moved), and those that could not sink into the target only because of what it reads
+    (it now reads more). The source loop reads less after the move, which makes no move
+    into it possible that was not before."""
+    facts = _Graphs(graph, steps)
     for step in steps:
-        for n in step.nodes if isinstance(step, Loop) else [step.node]:
-            step_of[id(n.out)] = step
-    for loop in (s for s in steps if isinstance(s, Loop)):
-        made_here = {id(n.out): n for n in loop.nodes}
-        kept = {id(v) for v in loop.outputs}
-        for v in loop.outputs:
-            if id(v) in returned or loop.level[id(v)] != "elem":
-                continue
-            if any(u.op.extra.get("positional") for u in users[id(v)]):
-                continue  # a key is read from outside the loop that samples with it
-            targets = {id(step_of[id(u.out)]): step_of[id(u.out)] for u in users[id(v)]}
-            if len(targets) != 1:
-                continue
-            (target,) = targets.values()
-            if not isinstance(target, Loop) or target.position <= loop.position:
-                continue
-            if target.shape != loop.shape:
-                continue
-            # The values to move: v and what it alone needs from this loop.
-            cone: list[Node] = []
-            stack = [made_here[id(v)]]
-            while stack:
-                n = stack.pop()
-                if n in cone:
-                    continue
-                load = n.op.name == "broadcast_to" and id(n.inputs[0]) not in made_here
-                cheap = n.op.kind == "elementwise" and not (n.op.loop or "").startswith("call:")
-                if not (load or cheap) or n.out.aval.shape != target.shape:
-                    cone = []
-                    break
-                cone.append(n)
-                stack.extend(
-                    made_here[id(u)] for u in n.inputs if id(u) in made_here and id(u) not in kept
-                )
-            if not cone:
-                continue
-            members = {id(n.out) for n in cone}
-            if any(
-                id(u.out) not in members and step_of[id(u.out)] is not target
-                for n in cone
-                for u in users.get(id(n.out), [])
-            ):
-                continue
-            reads = {id(u) for n in cone for u in n.inputs if id(u) not in members}
-            already = {id(u) for u in target.inputs} | {id(n.out) for n in target.nodes}
-            if len(reads - already - _scalar_consts(graph)) > 1:
-                continue
-            cone.sort(key=lambda n: loop.nodes.index(n))
-            for n in cone:
-                loop.nodes.remove(n)
-                del loop.level[id(n.out)]
-                target.level[id(n.out)] = "elem"
-                position_of[id(n.out)] = target.position
-            target.nodes[0:0] = cone
-            return True
-    return False
-
-
-def _scalar_consts(graph: Graph) -> set[int]:
-    return {id(n.out) for n in graph.nodes if n.op.name == "const" and n.params["value"].size == 1}
-
-
-def _connect(graph: Graph, steps: list[Step]) -> None:
-    """Fill each loop's inputs (read from outside) and outputs (read outside, or returned)."""
-    users = consumers(graph)
-    returned = {id(v) for v in graph.outputs}
-    for step in steps:
-        if not isinstance(step, Loop):
+        if isinstance(step, Loop):
+            _connect(step, facts)
+    waiting = [step.position for step in steps if isinstance(step, Loop)]  # sorted: a heap
+    queued = set(waiting)
+    while waiting:
+        position = heapq.heappop(waiting)
+        queued.discard(position)
+        loop = steps[position]
+        assert isinstance(loop, Loop)
+        move = _sinkable(loop, facts)
+        if move is None:
             continue
-        inside = {id(n.out) for n in step.nodes}
-        step.inputs = []
-        seen: set[int] = set()
-        for node in step.nodes:
-            for v in node.inputs:
-                if id(v) not in inside and id(v) not in seen:
-                    seen.add(id(v))
-                    step.inputs.append(v)
-        step.outputs = [
-            n.out
-            for n in step.nodes
-            if id(n.out) in returned
-            or any(id(u.out) not in inside for u in users.get(id(n.out), []))
-        ]
+        cone, target = move
+        changed = [loop, target]
+        changed.extend(steps[p] for p in facts.blocked.pop(target.position, ()))  # type: ignore[misc]
+        members = {id(n.out) for n in cone}
+        order = {id(n.out): i for i, n in enumerate(loop.nodes)}
+        cone.sort(key=lambda n: order[id(n.out)])
+        loop.nodes = [n for n in loop.nodes if id(n.out) not in members]
+        for n in cone:
+            del loop.level[id(n.out)]
+            target.level[id(n.out)] = "elem"
+            position_of[id(n.out)] = target.position
+            facts.step_of[id(n.out)] = target
+        target.nodes[0:0] = cone
+        _connect(loop, facts)
+        _prepend(target, cone, facts)
+        changed.extend(facts.loops_making(u for n in cone for u in n.inputs))
+        for step in changed:
+            if step.position not in queued:
+                queued.add(step.position)
+                heapq.heappush(waiting, step.position)
+    for position in sorted(facts.stale):
+        _connect(steps[position], facts)  # type: ignore[arg-type]
+
+
+def _sinkable(loop: Loop, facts: _Graphs) -> tuple[list[Node], Loop] | None:
+    """The first of `loop`'s outputs that can move into the one later loop reading it:
+    the nodes to move (the output and what it alone needs from `loop`), and that loop."""
+    users, step_of = facts.users, facts.step_of
+    made_here = {id(n.out): n for n in loop.nodes}
+    kept = {id(v) for v in loop.outputs}
+    for v in loop.outputs:
+        if id(v) in facts.returned or loop.level[id(v)] != "elem":
+            continue
+        if any(u.op.extra.get("positional") for u in users[id(v)]):
+            continue  # a key is read from outside the loop that samples with it
+        targets = {id(step_of[id(u.out)]): step_of[id(u.out)] for u in users[id(v)]}
+        if len(targets) != 1:
+            continue
+        (target,) = targets.values()
+        if not isinstance(target, Loop) or target.position <= loop.position:
+            continue
+        if target.shape != loop.shape:
+            continue
+        cone: list[Node] = []
+        in_cone: set[int] = set()
+        stack = [made_here[id(v)]]
+        while stack:
+            n = stack.pop()
+            if id(n.out) in in_cone:
+                continue
+            load = n.op.name == "broadcast_to" and id(n.inputs[0]) not in made_here
+            cheap = n.op.kind == "elementwise" and not (n.op.loop or "").startswith("call:")
+            if not (load or cheap) or n.out.aval.shape != target.shape:
+                cone = []
+                break
+            cone.append(n)
+            in_cone.add(id(n.out))
+            stack.extend(
+                made_here[id(u)] for u in n.inputs if id(u) in made_here and id(u) not in kept
+            )
+        if not cone:
+            continue
+        if any(
+            id(u.out) not in in_cone and step_of[id(u.out)] is not target
+            for n in cone
+            for u in users.get(id(n.out), [])
+        ):
+            continue
+        reads = {id(u) for n in cone for u in n.inputs if id(u) not in in_cone}
+        if len(reads - facts.known[target.position] - facts.scalars) > 1:
+            facts.blocked.setdefault(target.position, set()).add(loop.position)
+            continue
+        return cone, target
+    return None
+
+
+def _connect(loop: Loop, facts: _Graphs) -> None:
+    """Fill the loop's inputs (read from outside) and outputs (read outside, or returned)."""
+    inside = {id(n.out) for n in loop.nodes}
+    loop.inputs = []
+    seen: set[int] = set()
+    for node in loop.nodes:
+        for v in node.inputs:
+            if id(v) not in inside and id(v) not in seen:
+                seen.add(id(v))
+                loop.inputs.append(v)
+    loop.outputs = [
+        n.out
+        for n in loop.nodes
+        if id(n.out) in facts.returned
+        or any(id(u.out) not in inside for u in facts.users.get(id(n.out), []))
+    ]
+    facts.known[loop.position] = inside | seen
+
+
+def _prepend(loop: Loop, cone: list[Node], facts: _Graphs) -> None:
+    """What sinking needs of `loop` after `cone` has been put at the front of its nodes, in
+    time of the cone's size: the values it reads or makes, and its outputs. The cone reads
+    no value of this loop (it comes from an earlier one), and its values are read only
+    here (or returned): so the loop's outputs stay outputs, and the cone's are those
+    returned. Its list of inputs is left for `_connect` when sinking is over."""
+    facts.known[loop.position].update(id(v) for n in cone for v in (n.out, *n.inputs))
+    loop.outputs = [n.out for n in cone if id(n.out) in facts.returned] + loop.outputs
+    facts.stale.add(loop.position)

@@ -8,6 +8,7 @@ graph; `str(graph)` prints it (core.printer) so that it reads like the code it c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,7 +53,7 @@ class Aval:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))  # asked at every traced op: no NumPy call
 
     @property
     def is_float(self) -> bool:

@@ -1,0 +1,115 @@
+"""Time each preparation phase of an unrolled RNN's `jit(value_and_grad)`, no kernels built.
+
+    python tools/prep_scaling.py [--repeat N] [T ...]  # the table (T = 100 200 400 800)
+    python tools/prep_scaling.py --profile 400         # cProfile the preparation at T=400
+
+Phases: trace (the forward trace, its reverse-mode graph and the re-trace of that graph
+into the jitted function's graph), simplify, partition, plan (the Executable: slots, loop
+sources and the buffer arena; kernels compile only when a plan first runs, so none here).
+Times are CPU seconds of this process, the best of N runs (the machine may be shared).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import time
+
+import numpy as np
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.compiler.fusion import partition
+from fastgrad.compiler.passes import simplify
+from fastgrad.core.collector import no_full_collections
+from fastgrad.runtime.executable import Executable
+
+BATCH, HIDDEN, INPUT = 32, 128, 64
+
+
+def rnn_loss(wx, wh, b, xs, h0):
+    h, total = h0, 0.0
+    for t in range(xs.shape[0]):
+        h = fnp.tanh(xs[t] @ wx + h @ wh + b)
+        total = total + fnp.sum(h * h)
+    return total / (xs.shape[0] * BATCH * HIDDEN)
+
+
+def arguments(steps: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    return (
+        rng.standard_normal((INPUT, HIDDEN)).astype(f32) * 0.1,
+        rng.standard_normal((HIDDEN, HIDDEN)).astype(f32) * 0.1,
+        np.zeros(HIDDEN, f32),
+        rng.standard_normal((steps, BATCH, INPUT)).astype(f32),
+        np.zeros((BATCH, HIDDEN), f32),
+    )
+
+
+def phases(steps: int) -> dict[str, float]:
+    """Seconds spent in each phase for T = `steps`, and the node counts."""
+    fun = fg.jit(fg.value_and_grad(rnn_loss, argnums=(0, 1, 2)))
+    args = arguments(steps)
+    out: dict[str, float] = {}
+    start = time.process_time()
+    traced, _ = fun._trace(args, {})
+    out["trace"] = time.process_time() - start
+    with no_full_collections():  # as Traced.compiled runs these phases
+        start = time.process_time()
+        graph = simplify(traced.graph)
+        out["simplify"] = time.process_time() - start
+        start = time.process_time()
+        steps_ = partition(graph)
+        out["partition"] = time.process_time() - start
+        start = time.process_time()
+        Executable(graph, steps_)
+        out["plan"] = time.process_time() - start
+    out["total"] = sum(out.values())
+    out["nodes"] = len(traced.graph.nodes)
+    out["simplified"] = len(graph.nodes)
+    out["steps"] = len(steps_)
+    return out
+
+
+def best_of(repeat: int, steps: int) -> dict[str, float]:
+    """Each phase's fastest of `repeat` runs: the least disturbed by other processes."""
+    runs = [phases(steps) for _ in range(repeat)]
+    return {key: min(run[key] for run in runs) for key in runs[0]}
+
+
+def table(lengths: list[int], repeat: int = 3) -> str:
+    cols = ["trace", "simplify", "partition", "plan", "total"]
+    lines = [f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) + "  ratio"]
+    previous = None
+    for steps in lengths:
+        row = best_of(repeat, steps)
+        row["total"] = sum(row[c] for c in cols[:-1])
+        ratio = f"{row['total'] / previous:5.2f}x" if previous else ""
+        previous = row["total"]
+        lines.append(
+            f"{steps:>5} {int(row['nodes']):>6} "
+            + " ".join(f"{row[c]:9.3f}" for c in cols)
+            + f"  {ratio}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    phases(5)  # imports and first-use costs out of the way
+    if argv[:1] == ["--profile"]:
+        steps = int(argv[1]) if len(argv) > 1 else 400
+        profile = cProfile.Profile()
+        profile.runcall(phases, steps)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        return
+    repeat = 3
+    if argv[:1] == ["--repeat"]:
+        repeat, argv = int(argv[1]), argv[2:]
+    print(table([int(a) for a in argv] or [100, 200, 400, 800], repeat))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
