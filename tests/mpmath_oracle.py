@@ -157,6 +157,57 @@ def _ndtri(p: Any) -> Any:
     return mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1)
 
 
+def _gammaln(x: Any) -> Any:
+    return mpmath.log(abs(mpmath.gamma(x))) if x < 0 else mpmath.loggamma(x)
+
+
+def _log_ndtr(x: Any) -> Any:
+    return mpmath.log(mpmath.ncdf(x))
+
+
+def _scaled_bessel(order: int) -> Callable[[Any], Any]:
+    # Both factors have limits at +-inf (0 and inf); the product tends to 0.
+    return lambda x: (
+        mpmath.mpf(0) if mpmath.isinf(x) else mpmath.exp(-abs(x)) * mpmath.besseli(order, x)
+    )
+
+
+def _round_to_zero(x: Any) -> Any:
+    return x if mpmath.isinf(x) else mpmath.sign(x) * mpmath.floor(abs(x))
+
+
+def _rounded_remainder(rounding: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """x - q y with q = rounding(x / y): remainder (floor) and fmod (towards zero)."""
+
+    def rem(x: Any, y: Any) -> Any:
+        if y == 0 or mpmath.isinf(x):
+            return NAN
+        if mpmath.isinf(y):  # q is 0, or for remainder -1 where the signs differ
+            return x if x == 0 or rounding(x * mpmath.sign(y) / mpmath.mpf(10) ** 400) == 0 else y
+        return x - y * rounding(x / y)
+
+    return rem
+
+
+def _nan_ignoring(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    return lambda x, y: y if _nan(x) else x if _nan(y) else pick(x, y)
+
+
+def _heaviside(x: Any, h0: Any) -> Any:
+    return NAN if _nan(x) else h0 if x == 0 else mpmath.mpf(x > 0)
+
+
+def _logaddexp2(x: Any, y: Any) -> Any:
+    # As _logaddexp: the largest operand exactly, plus a small term (no rounding of x * log 2
+    # that finite differences at 10**40 would amplify).
+    if x == -INF and y == -INF:
+        return -INF
+    big = max(x, y)
+    if mpmath.isinf(big):
+        return big
+    return big + mpmath.log(mpmath.power(2, x - big) + mpmath.power(2, y - big), 2)
+
+
 def _trunc(f: Callable[..., Any]) -> Callable[..., Any]:
     return lambda x: x if mpmath.isinf(x) else f(x)
 
@@ -206,6 +257,16 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "power_log": _power_log,
     "arctan2": mpmath.atan2,
     "logaddexp": _logaddexp,
+    "logaddexp2": _logaddexp2,
+    "hypot": mpmath.hypot,
+    "remainder": _rounded_remainder(mpmath.floor),
+    "fmod": _rounded_remainder(_round_to_zero),
+    "floor_divide": lambda x, y: mpmath.floor(_div(x, y)) if y != 0 else _div(x, y),
+    "trunc": _round_to_zero,
+    "fmax": _nan_ignoring(max),
+    "fmin": _nan_ignoring(min),
+    "copysign": lambda x, y: abs(x) if y >= 0 else -abs(x),
+    "heaviside": _heaviside,
     # scipy.special (values at poles are SciPy's: see test_special_points.numpy_value).
     # erfinv loses its precision near 1: erfcinv and ndtri are checked from 1e-10 up.
     "erf": mpmath.erf,
@@ -213,6 +274,15 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "erfinv": mpmath.erfinv,
     "erfcinv": lambda y: mpmath.erfinv(1 - y),
     "ndtri": _ndtri,
+    "log_ndtr": _log_ndtr,
+    "gamma": mpmath.gamma,
+    "gammaln": _gammaln,
+    "digamma": mpmath.digamma,
+    "polygamma": lambda n, x: mpmath.polygamma(int(n), x),
+    "beta": mpmath.beta,
+    "betaln": lambda a, b: mpmath.log(abs(mpmath.beta(a, b))),
+    "i0e": _scaled_bessel(0),
+    "i1e": _scaled_bessel(1),
 }
 
 
