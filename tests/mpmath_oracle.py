@@ -354,6 +354,24 @@ def _matmul(a: Any, b: Any) -> Any:
     return _mp_array(np.matmul(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))
 
 
+def _sort(x: Any, axis: int) -> Any:
+    """Sorted along `axis`, nan last, as NumPy sorts."""
+    moved = np.moveaxis(np.asarray(x, dtype=object), axis, -1)
+    out = np.empty(moved.shape, dtype=object)
+    for i in np.ndindex(moved.shape[:-1]):
+        row = sorted(moved[i], key=lambda v: (is_nan(v), 0 if is_nan(v) else v))
+        for j, v in enumerate(row):
+            out[(*i, j)] = v
+    return np.moveaxis(out, -1, axis)
+
+
+def _cumsum(x: Any, axis: int, reverse: bool) -> Any:
+    x = np.asarray(x, dtype=object)
+    if not reverse:
+        return _mp_array(np.cumsum(x, axis=axis))
+    return _mp_array(np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis))
+
+
 # Array functions: the other ops, on object arrays of mpf and their params.
 ARRAY: dict[str, Callable[..., Any]] = {
     "sum": _sum,
@@ -371,12 +389,17 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "gather": lambda x, *idx, index: np.asarray(x, dtype=object)[_index(index, idx)],
     "scatter_add": _scatter_add,
     "matmul": _matmul,
+    "sort": _sort,
+    "cumsum": _cumsum,
 }
 
 # Ops that are never differentiated (boolean or integer results): NumPy's value is checked.
 VALUE_ONLY: dict[str, Callable[..., Any]] = {
     "argmax": lambda x, axis: np.argmax(x, axis=axis),
     "argmin": lambda x, axis: np.argmin(x, axis=axis),
+    "argsort": lambda x, axis, kind: np.argsort(x, axis=axis, kind=kind),
+    "argpartition": lambda x, axis, kth: np.argpartition(x, kth, axis=axis),
+    "searchsorted": lambda a, v, side: np.searchsorted(a, v, side=side),
 }
 
 

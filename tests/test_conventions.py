@@ -104,6 +104,14 @@ def test_max_min_reduction_ties():
     assert_orders(fnp.min, (-x,), [-0.5, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
 
 
+def test_sort_ties():
+    x = np.array([1.0, 2.0, 1.0, 1.0])
+    np.testing.assert_array_equal(fg.jacobian(fnp.sort)(x), np.eye(4)[[0, 2, 3, 1]])
+    u = np.array([1.0, 2.0, 4.0, 8.0])  # outputs 0, 1, 2 are the ties at 1.0
+    v = np.array([0.5, -1.0, 0.25, 2.0])
+    assert_orders(fnp.sort, (x,), [v[[0, 2, 3, 1]] @ u, 0.0, 0.0], dirs=[(v,)] * 3, u=u)
+
+
 def test_clip_at_bounds():
     x = np.array([0.0, 1.0, 0.5, -1.0])
     lo, hi = np.zeros(4), np.ones(4)

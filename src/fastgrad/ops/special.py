@@ -249,8 +249,12 @@ def _log_beta_rule(scale: Callable[[Any], Any]) -> tuple[Callable[..., Any], Cal
     return vjp, jvp
 
 
-special("beta", sp.beta, *_log_beta_rule(lambda out: out), ("positive", "positive"), ())
-special("betaln", sp.betaln, *_log_beta_rule(lambda out: 1.0), ("positive", "positive"), ())
+# Poles (a or b at 0 or a negative integer), negative non-integers, a tiny and a large
+# operand, infinities and nan.
+_BETA = points((1.0, 1.0), (0.5, 0.5), (2.0, 3.5), (0.0, 1.0), (-1.0, 2.0), (-0.5, 2.0),
+               (1e-30, 1.0), (1e10, 2.0), (inf, 1.0), (nan, 1.0))  # fmt: skip
+special("beta", sp.beta, *_log_beta_rule(lambda out: out), ("positive", "positive"), _BETA)
+special("betaln", sp.betaln, *_log_beta_rule(lambda out: 1.0), ("positive", "positive"), _BETA)
 
 
 # ---------------------------------------------------------------- the primitives' functions
