@@ -350,6 +350,66 @@ def _scatter_add(g: Any, *idx: Any, shape: tuple[int, ...], index: Any) -> Any:
     return out
 
 
+def _scatter(combine: Any) -> Callable[..., Any]:
+    """x with v written (combine None) or combined into its indexed elements, in turn."""
+
+    def scatter(x: Any, v: Any, *idx: Any, index: Any) -> Any:
+        out = _mp_array(np.array(x, dtype=object))
+        targets = np.broadcast_to(
+            np.arange(out.size).reshape(out.shape)[_index(index, idx)], np.shape(v)
+        )
+        flat = out.reshape(-1)
+        for t, value in zip(
+            targets.reshape(-1), np.asarray(v, dtype=object).reshape(-1), strict=True
+        ):
+            flat[t] = value if combine is None else combine(flat[t], value)
+        return flat.reshape(out.shape)
+
+    return scatter
+
+
+def _per_matrix(f: Callable[..., Any], tail: int = 2) -> Callable[..., Any]:
+    """f on each matrix (the last two axes; for f's other operands too), as mpmath
+    matrices; f returns an mpmath matrix, a number or a list of numbers."""
+
+    def apply(*arrays: Any, **params: Any) -> Any:
+        arrays = tuple(np.asarray(a, dtype=object) for a in arrays)
+        batch = arrays[0].shape[:-2]
+        out = None
+        for i in np.ndindex(batch):
+            got = f(*(mpmath.matrix(a[i].tolist()) for a in arrays), **params)
+            if isinstance(got, mpmath.matrix):
+                got = [[got[r, c] for c in range(got.cols)] for r in range(got.rows)]
+            shape = np.shape(got) if isinstance(got, list) else ()
+            if out is None:
+                out = np.empty(batch + shape, dtype=object)
+            for j in np.ndindex(shape):
+                out[i + j] = got if not shape else np.asarray(got, dtype=object)[j]
+        return _mp_array(out)
+
+    return apply
+
+
+def _det(a: Any) -> Any:
+    return mpmath.det(a) if a.rows else mpmath.mpf(1)
+
+
+def _cholesky(a: Any) -> Any:
+    return mpmath.cholesky((a + a.T) / 2)  # the rule reads the symmetric part
+
+
+def _triangular_solve(a: Any, b: Any, lower: bool, transpose: bool, unit_diagonal: bool) -> Any:
+    n = a.rows
+    t = mpmath.matrix(n, n)
+    for r in range(n):
+        for c in range(n):
+            if r == c:
+                t[r, c] = 1 if unit_diagonal else a[r, c]
+            elif (r > c) == lower:
+                t[r, c] = a[r, c]
+    return mpmath.inverse(t.T if transpose else t) * b
+
+
 def _matmul(a: Any, b: Any) -> Any:
     return _mp_array(np.matmul(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))
 
@@ -390,6 +450,16 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "scatter_add": _scatter_add,
     "matmul": _matmul,
     "sort": _sort,
+    "det": _per_matrix(_det),
+    "inv": _per_matrix(lambda a: mpmath.inverse(a)),
+    "slogdet": _per_matrix(lambda a: [mpmath.sign(_det(a)), mpmath.log(abs(_det(a)))]),
+    "solve": _per_matrix(lambda a, b: mpmath.inverse(a) * b),
+    "cholesky": _per_matrix(_cholesky),
+    "triangular_solve": _per_matrix(_triangular_solve),
+    "scatter": _scatter(None),
+    "scatter_multiply": _scatter(lambda a, b: a * b),
+    "scatter_min": _scatter(_minimum),
+    "scatter_max": _scatter(_maximum),
     "cumsum": _cumsum,
 }
 

@@ -102,6 +102,16 @@ def test_max_min_reduction_ties():
     v = np.array([0.5, 1.0, -2.0, 4.0])
     assert_orders(fnp.max, (x,), [-0.5, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
     assert_orders(fnp.min, (-x,), [-0.5, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
+    # x.at[i].max(v): the element and the two updates tie at 3.0, a third each.
+    i = np.array([1, 1])
+    for x0, vs in ((np.array([0.0, 3.0]), np.array([3.0, 3.0])),):
+        g = fg.grad(lambda x, v: fnp.sum(fnp.at(x)[i].max(v) * np.array([1.0, 6.0])),
+                    argnums=(0, 1))(x0, vs)  # fmt: skip
+        np.testing.assert_allclose(g[0], [1.0, 2.0])
+        np.testing.assert_allclose(g[1], [2.0, 2.0])
+    assert_orders(lambda v: fnp.at(np.array([0.0, 3.0]))[i].min(v), (np.array([3.0, 3.0]),),
+                  [2 / 3, 0.0, 0.0],
+                  u=np.array([0.0, 1.0]))  # fmt: skip
 
 
 def test_sort_ties():
