@@ -59,24 +59,23 @@ EXEMPT = {
 PENDING = set(
     "debug_print eigh"
     " pinv polygamma qr scatter_multiply svd at"
-    # came with the NumPy breadth (sorting, scans, piecewise elementwise ops)
     # fastgrad.numpy functions composed of other ops, added with the NumPy breadth
-    " all allclose any append argwhere around array_equal array_equiv array_split"
-    " atleast_1d atleast_2d atleast_3d average bincount block broadcast_arrays column_stack"
-    " concat convolve copy corrcoef correlate count_nonzero cov cross cumprod"
-    " cumulative_prod cumulative_sum deg2rad degrees delete diag diag_indices_from diagflat"
-    " diagonal diff digitize divmod dsplit dstack ediff1d einsum einsum_path empty_like"
-    " fabs fix flatnonzero flip fliplr flipud float_power geomspace gradient histogram"
-    " hsplit hstack i0 inner interp isclose iscomplex iscomplexobj isin isneginf isposinf"
-    " isreal isrealobj isscalar kron ldexp logspace matrix_transpose matvec median"
-    " meshgrid modf moveaxis nan_to_num nanargmax nanargmin nancumprod nancumsum nanmax"
+    " all allclose any argwhere around array_equal array_equiv"
+    " bincount block broadcast_arrays"
+    " corrcoef count_nonzero cov cumprod"
+    " cumulative_prod diag_indices_from"
+    " digitize divmod einsum einsum_path empty_like"
+    " fabs fix flatnonzero float_power geomspace gradient histogram"
+    " i0 interp isclose iscomplex iscomplexobj isin isneginf isposinf"
+    " isreal isrealobj isscalar ldexp logspace median"
+    " meshgrid modf nan_to_num nanargmax nanargmin nancumprod nancumsum nanmax"
     " nanmean nanmedian nanmin nanpercentile nanprod nanquantile nanstd nansum nanvar ndim"
-    " nonzero pad partition percentile permute_dims polyadd polyder polyint polymul"
-    " polysub polyval positive ptp put_along_axis quantile rad2deg radians"
-    " ravel_multi_index repeat result_type roll rollaxis rot90 round row_stack select"
-    " shape signbit sinc size split take take_along_axis tile trace trapezoid tril"
-    " tril_indices_from triu triu_indices_from unique unravel_index unstack vander vecdot"
-    " vecmat vsplit vstack arange full linspace".split()
+    " nonzero pad partition percentile"
+    " ptp put_along_axis quantile"
+    " ravel_multi_index result_type round select"
+    " shape signbit sinc size"
+    " tril_indices_from triu_indices_from unique unravel_index"
+    " arange full linspace".split()
 )
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 
@@ -324,6 +323,108 @@ COMPOSITES: dict[str, Composite] = {
     ),
     "array": Composite(lambda x: x, (at(_V),)),
 }
+
+
+def _on_objects(fn: Any) -> Any:
+    """NumPy's own function on object arrays of mpf: the oracle of a function that only
+    moves, selects, adds and multiplies entries."""
+    return lambda *a, **kw: oracle._mp_array(np.asarray(fn(*a, **kw), dtype=object))
+
+
+_SQUARE = np.array([[1.5, -2.0, 0.5], [3.0, 0.25, -1.0], [0.0, 2.0, -0.5]])
+_ROW = np.array([1.5, -2.0, 0.5, 0.0])
+# Functions that move, select, add and multiply entries (their derivatives are constant
+# or polynomial: no kinks), at a general point, at zeros and at size-0 and size-1 axes.
+_STRUCTURAL: dict[str, tuple[Point, ...]] = {
+    "flip": (at(_V, axis=1), at(_V), at(np.zeros((0, 2)), axis=0)),
+    "fliplr": (at(_V),),
+    "flipud": (at(_V),),
+    "roll": (at(_V, 2, axis=1), at(_V, -1), at(_COL, 1, axis=1)),
+    "rot90": (at(_V), at(_V, 3)),
+    "tril": (at(_SQUARE), at(_V, -1)),
+    "triu": (at(_SQUARE), at(_V, 1)),
+    "diagonal": (at(_SQUARE), at(_V, 1)),
+    "trace": (at(_SQUARE), at(_V, -1)),
+    "diag": (at(_SQUARE), at(_ROW), at(_ROW, 1)),
+    "diagflat": (at(_V),),
+    "moveaxis": (at(_V[None], 0, 2),),
+    "rollaxis": (at(_V[None], 2),),
+    "permute_dims": (at(_V[None], (2, 0, 1)),),
+    "matrix_transpose": (at(_V),),
+    "tile": (at(_V, 2), at(_ROW, (2, 1))),
+    "repeat": (at(_V, 2, axis=1), at(_ROW, 3)),
+    "atleast_1d": (at(np.array(2.5)),),
+    "atleast_2d": (at(_ROW),),
+    "atleast_3d": (at(_V),),
+    "copy": (at(_V), at(np.array(nan))),
+    "positive": (at(_V), at(np.array([inf, -inf, nan]))),
+    "append": (at(_V, _V[:1], axis=0), at(_ROW, _ROW)),
+    "delete": (at(_V, 1, axis=1), at(_ROW, [0, 2])),
+    "take": (at(_ROW, np.array([3, 0, 0])), at(_V, np.array([2, 2]), axis=1)),
+    "take_along_axis": (at(_V, np.array([[2, 0, 0], [1, 1, 2]]), axis=1),),
+    "diff": (at(_V, axis=1), at(_ROW, 2), at(_V[:, :1], axis=1)),
+    "ediff1d": (at(_V),),
+    "cumulative_sum": (at(_V, axis=1), at(_ROW, include_initial=True)),
+    "kron": (at(_V, _COL),),
+    "inner": (at(_V, _V), at(_ROW, _ROW)),
+    "cross": (at(_V, _V[::-1]), at(_V[:1], _V[1:])),
+    "trapezoid": (at(_V, axis=1), at(_ROW, dx=0.5), at(_ROW, _ROW * 2)),
+    "polyval": (at(_ROW, _V), at(_ROW, 0.0)),
+    "polyadd": (at(_ROW, _V[0]),),
+    "polysub": (at(_ROW, _V[0]),),
+    "polymul": (at(_ROW, _V[0]),),
+    "polyder": (at(_ROW), at(_ROW, 2)),
+    "polyint": (at(_ROW), at(_ROW, 2)),
+    "vander": (at(_ROW), at(_ROW, 2, increasing=True)),
+    "convolve": (at(_ROW, _V[0]), at(_ROW, _V[0], "same")),
+    "correlate": (at(_ROW, _V[0]), at(_ROW, _V[0], "full")),
+    "average": (at(_V, axis=1), at(_V, axis=0, weights=np.array([0.25, 0.75]))),
+}
+for _name, _points in _STRUCTURAL.items():
+    COMPOSITES[_name] = Composite(_on_objects(getattr(np, _name)), _points)
+# Functions of a list of arrays (called here on two) or of several arrays at once.
+for _name, _points in (
+    ("hstack", (at(_V, _COL),)),
+    ("vstack", (at(_V, _V[:1]),)),
+    ("dstack", (at(_V, _V),)),
+    ("row_stack", (at(_V, _V[:1]),)),
+    ("column_stack", (at(_ROW, _ROW * 2),)),
+    ("concat", (at(_V, _V[:1]), at(_V, np.zeros((0, 3))))),
+):
+    COMPOSITES[_name] = Composite(
+        _on_objects(lambda a, b, _n=_name: getattr(np, _n.replace("row_", "v"))([a, b])),
+        _points,
+        fg=lambda a, b, _n=_name: getattr(fnp, _n)([a, b]),
+    )
+# Splits, whose parts are concatenated again (as a gradient would gather them).
+for _name, _points in (
+    ("split", (at(_V, 3, axis=1),)),
+    ("array_split", (at(_ROW, 3),)),
+    ("hsplit", (at(_V, 3),)),
+    ("vsplit", (at(_V, 2),)),
+    ("dsplit", (at(_V[None], 3),)),
+    ("unstack", (at(_V),)),
+):
+    COMPOSITES[_name] = Composite(
+        _on_objects(lambda *a, _n=_name, **kw: np.concatenate(
+            [np.ravel(p) for p in getattr(np, _n)(*a, **kw)])),
+        _points,
+        fg=lambda *a, _n=_name, **kw: fnp.concatenate(
+            [fnp.ravel(p) for p in getattr(fnp, _n)(*a, **kw)]),
+    )  # fmt: skip
+COMPOSITES["matvec"] = Composite(_on_objects(lambda a, v: a @ v), (at(_SQUARE, _V[0]),))
+COMPOSITES["vecmat"] = Composite(_on_objects(lambda v, a: v @ a), (at(_V[0], _SQUARE),))
+COMPOSITES["vecdot"] = Composite(
+    _on_objects(lambda a, b: np.sum(a * b, axis=-1)), (at(_V, _V[::-1]),)
+)
+for _name, _factor in (("deg2rad", 1), ("radians", 1), ("rad2deg", -1), ("degrees", -1)):
+    COMPOSITES[_name] = Composite(
+        _scalar(lambda x, _k=_factor: x * (mpmath.pi / 180) ** _k),
+        # (Finite points only: x * pi / 180 rounds at every precision, and at the stand-ins
+        # for inf and nan the oracle's second differences would amplify that rounding.)
+        tuple(at(x) for x in (0.0, 90.0, -1e30, 1e-30)),
+        elementwise=True,
+    )
 # fastgrad.numpy names that are NumPy's own (constants, array creation).
 NUMPY_NAMES = {name for name in fnp.__all__ if getattr(np, name, None) is getattr(fnp, name)}
 
