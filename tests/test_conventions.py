@@ -255,6 +255,13 @@ def test_nan_inputs():
         assert np.all(np.isnan(op(x, y)))
         assert_orders(lambda x, op=op: op(x, y), (x,), [ones, zeros, zeros])
         assert_orders(lambda y, op=op: op(x, y), (y,), [nans, zeros, zeros])
+    # The nan-ignoring reductions leave the nan entry out.
+    x = np.array([1.5, nan, 0.5])
+    for op, want in ((fnp.nansum, [1.0, 0.0, 1.0]), (fnp.nanmean, [0.5, 0.0, 0.5]),
+                     (fnp.nanmax, [1.0, 0.0, 0.0]), (fnp.nanmin, [0.0, 0.0, 1.0]),
+                     (fnp.nanprod, [0.5, 0.0, 1.5])):  # fmt: skip
+        np.testing.assert_array_equal(fg.grad(op)(x), want)
+    np.testing.assert_array_equal(fg.grad(lambda x: fnp.sum(fnp.nancumsum(x)))(x), [3, 0, 1])
     # fmax and fmin ignore nan: the other operand is the result.
     for op in (fnp.fmax, fnp.fmin):
         assert_orders(

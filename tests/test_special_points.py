@@ -62,18 +62,18 @@ PENDING = set(
     # fastgrad.numpy functions composed of other ops, added with the NumPy breadth
     " all allclose any argwhere around array_equal array_equiv"
     " bincount block broadcast_arrays"
-    " corrcoef count_nonzero cov cumprod"
+    " corrcoef count_nonzero cov"
     " cumulative_prod diag_indices_from"
     " digitize divmod einsum einsum_path empty_like"
-    " fabs fix flatnonzero float_power geomspace gradient histogram"
+    " flatnonzero geomspace gradient histogram"
     " i0 interp isclose iscomplex iscomplexobj isin isneginf isposinf"
     " isreal isrealobj isscalar ldexp logspace median"
-    " meshgrid modf nan_to_num nanargmax nanargmin nancumprod nancumsum nanmax"
-    " nanmean nanmedian nanmin nanpercentile nanprod nanquantile nanstd nansum nanvar ndim"
+    " meshgrid modf nan_to_num nanargmax nanargmin"
+    " nanmedian nanpercentile nanquantile nanstd nanvar ndim"
     " nonzero pad partition percentile"
-    " ptp put_along_axis quantile"
+    " put_along_axis quantile"
     " ravel_multi_index result_type round select"
-    " shape signbit sinc size"
+    " shape signbit size"
     " tril_indices_from triu_indices_from unique unravel_index"
     " arange full linspace".split()
 )
@@ -425,6 +425,79 @@ for _name, _factor in (("deg2rad", 1), ("radians", 1), ("rad2deg", -1), ("degree
         tuple(at(x) for x in (0.0, 90.0, -1e30, 1e-30)),
         elementwise=True,
     )
+
+
+def _filled(x: Any, fill: Any) -> Any:
+    """x with its nan entries replaced by `fill` (how the nan-ignoring functions see it)."""
+    return np.vectorize(lambda v: fill if oracle.is_nan(v) else v, otypes=[object])(x)
+
+
+def _mp_nanmean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    x = np.asarray(x, dtype=object)
+    count = np.sum(np.vectorize(lambda v: 0 if oracle.is_nan(v) else 1)(x), axis, keepdims=keepdims)
+    return oracle._mp_array(np.sum(_filled(x, 0), axis, keepdims=keepdims) / count)
+
+
+def _nan_reduction(name: str, fill: Any) -> Any:
+    reduce = oracle._reduce
+    if name in ("max", "min"):
+        op = oracle._maximum if name == "max" else oracle._minimum
+        return lambda x, axis=None, keepdims=False: reduce(op)(
+            _filled(x, fill), _axes(axis, np.ndim(x)), keepdims
+        )
+    fn = {"sum": np.sum, "prod": np.prod, "cumsum": np.cumsum, "cumprod": np.cumprod}[name]
+    return lambda x, **kw: oracle._mp_array(fn(_filled(x, fill), **kw))
+
+
+_NANS = np.array([[1.5, nan, 0.5], [2.0, -1.0, nan]])
+_WITH_ZEROS = np.array([[1.5, 0.0, 0.5, 2.0], [0.0, -1.0, 0.0, 3.0]])
+_TIED = np.array([[1.0, 1.0, 0.5], [2.0, -1.0, 2.0]])
+_nan_entries = {"convention": "nan-inputs"}
+for _name, _fill in (("sum", 0), ("prod", 1), ("cumsum", 0), ("cumprod", 1)):
+    COMPOSITES["nan" + _name] = Composite(
+        _nan_reduction(_name, mpmath.mpf(_fill)),
+        (at(_V, axis=1), at(_V), at(_WITH_ZEROS, axis=1), at(_NANS, axis=1, **_nan_entries)),
+    )
+for _name, _fill in (("max", -inf), ("min", inf)):
+    COMPOSITES["nan" + _name] = Composite(
+        _nan_reduction(_name, mpmath.mpf(_fill)),
+        (at(_V, axis=1), at(_V[:, :1], axis=1), at(_NANS, axis=1, **_nan_entries),
+         at(_TIED, axis=1, convention="max-min-reduction-ties")),
+    )  # fmt: skip
+COMPOSITES["nanmean"] = Composite(
+    _mp_nanmean, (at(_V, axis=1), at(_V), at(_NANS, axis=1, **_nan_entries))
+)
+COMPOSITES["cumprod"] = Composite(
+    _on_objects(np.cumprod),
+    (at(_V, axis=1), at(_WITH_ZEROS, axis=1), at(_WITH_ZEROS), at(np.zeros((2, 0)), axis=1)),
+)
+COMPOSITES["ptp"] = Composite(
+    _on_objects(lambda x, **kw: np.max(x, **kw) - np.min(x, **kw)),
+    (at(_V, axis=1), at(_V), at(_TIED, axis=1, convention="max-min-reduction-ties")),
+)
+COMPOSITES["fabs"] = Composite(
+    _scalar(abs),
+    (at(0.0, convention="abs-at-zero"), at(-0.0, convention="abs-at-zero"),
+     *(at(x) for x in (1.5, -2.0, inf, -inf, nan))),
+    elementwise=True,
+)  # fmt: skip
+COMPOSITES["fix"] = Composite(
+    _scalar(oracle.SCALAR["trunc"]),
+    (at(2.0, convention="piecewise-constant"), *(at(x) for x in (1.3, -1.3, 0.0, inf, nan))),
+    elementwise=True,
+)
+COMPOSITES["sinc"] = Composite(
+    _scalar(lambda x: mpmath.sincpi(x)),
+    tuple(at(x) for x in (0.0, -0.0, 0.5, 1.0, -2.0, 1e-30, 1e-5, 0.0499, 1e10, 1e20)),
+    elementwise=True,
+)
+COMPOSITES["float_power"] = Composite(
+    _scalar(oracle._power),
+    (*(at(x, y) for x, y in ((2.0, 3.0), (0.5, -1.5), (1.5, 0.5), (-2.0, 2.0), (0.0, 2.0))),
+     at(0.0, 0.0, convention="power-at-zero-base")),
+    elementwise=True,
+)  # fmt: skip
+
 # fastgrad.numpy names that are NumPy's own (constants, array creation).
 NUMPY_NAMES = {name for name in fnp.__all__ if getattr(np, name, None) is getattr(fnp, name)}
 

@@ -483,7 +483,8 @@ def sinc(x: Any) -> Any:
     """
     px = multiply(x, math.pi)
     small = abs(x) < 0.05
-    u = px * px
+    near = where(small, px, 0.0)  # the series only where selected: px**2 of a large x
+    u = near * near  # overflows (float32 from 1e19), and its nan would leak through where
     series = _SINC_SERIES[-1]
     for c in reversed(_SINC_SERIES[:-1]):
         series = series * u + c
