@@ -157,6 +157,57 @@ def _ndtri(p: Any) -> Any:
     return mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1)
 
 
+def _gammaln(x: Any) -> Any:
+    return mpmath.log(abs(mpmath.gamma(x))) if x < 0 else mpmath.loggamma(x)
+
+
+def _log_ndtr(x: Any) -> Any:
+    return mpmath.log(mpmath.ncdf(x))
+
+
+def _scaled_bessel(order: int) -> Callable[[Any], Any]:
+    # Both factors have limits at +-inf (0 and inf); the product tends to 0.
+    return lambda x: (
+        mpmath.mpf(0) if mpmath.isinf(x) else mpmath.exp(-abs(x)) * mpmath.besseli(order, x)
+    )
+
+
+def _round_to_zero(x: Any) -> Any:
+    return x if mpmath.isinf(x) else mpmath.sign(x) * mpmath.floor(abs(x))
+
+
+def _rounded_remainder(rounding: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """x - q y with q = rounding(x / y): remainder (floor) and fmod (towards zero)."""
+
+    def rem(x: Any, y: Any) -> Any:
+        if y == 0 or mpmath.isinf(x):
+            return NAN
+        if mpmath.isinf(y):  # q is 0, or for remainder -1 where the signs differ
+            return x if x == 0 or rounding(x * mpmath.sign(y) / mpmath.mpf(10) ** 400) == 0 else y
+        return x - y * rounding(x / y)
+
+    return rem
+
+
+def _nan_ignoring(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    return lambda x, y: y if _nan(x) else x if _nan(y) else pick(x, y)
+
+
+def _heaviside(x: Any, h0: Any) -> Any:
+    return NAN if _nan(x) else h0 if x == 0 else mpmath.mpf(x > 0)
+
+
+def _logaddexp2(x: Any, y: Any) -> Any:
+    # As _logaddexp: the largest operand exactly, plus a small term (no rounding of x * log 2
+    # that finite differences at 10**40 would amplify).
+    if x == -INF and y == -INF:
+        return -INF
+    big = max(x, y)
+    if mpmath.isinf(big):
+        return big
+    return big + mpmath.log(mpmath.power(2, x - big) + mpmath.power(2, y - big), 2)
+
+
 def _trunc(f: Callable[..., Any]) -> Callable[..., Any]:
     return lambda x: x if mpmath.isinf(x) else f(x)
 
@@ -206,6 +257,16 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "power_log": _power_log,
     "arctan2": mpmath.atan2,
     "logaddexp": _logaddexp,
+    "logaddexp2": _logaddexp2,
+    "hypot": mpmath.hypot,
+    "remainder": _rounded_remainder(mpmath.floor),
+    "fmod": _rounded_remainder(_round_to_zero),
+    "floor_divide": lambda x, y: mpmath.floor(_div(x, y)) if y != 0 else _div(x, y),
+    "trunc": _round_to_zero,
+    "fmax": _nan_ignoring(max),
+    "fmin": _nan_ignoring(min),
+    "copysign": lambda x, y: abs(x) if y >= 0 else -abs(x),
+    "heaviside": _heaviside,
     # scipy.special (values at poles are SciPy's: see test_special_points.numpy_value).
     # erfinv loses its precision near 1: erfcinv and ndtri are checked from 1e-10 up.
     "erf": mpmath.erf,
@@ -214,6 +275,15 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "erfcinv": lambda y: mpmath.erfinv(1 - y),
     "ndtri": _ndtri,
     "erfcx": lambda x: mpmath.mpf(0) if x == INF else mpmath.exp(x * x) * mpmath.erfc(x),
+    "log_ndtr": _log_ndtr,
+    "gamma": mpmath.gamma,
+    "gammaln": _gammaln,
+    "digamma": mpmath.digamma,
+    "polygamma": lambda n, x: mpmath.polygamma(int(n), x),
+    "beta": mpmath.beta,
+    "betaln": lambda a, b: mpmath.log(abs(mpmath.beta(a, b))),
+    "i0e": _scaled_bessel(0),
+    "i1e": _scaled_bessel(1),
 }
 
 
@@ -281,8 +351,86 @@ def _scatter_add(g: Any, *idx: Any, shape: tuple[int, ...], index: Any) -> Any:
     return out
 
 
+def _scatter(combine: Any) -> Callable[..., Any]:
+    """x with v written (combine None) or combined into its indexed elements, in turn."""
+
+    def scatter(x: Any, v: Any, *idx: Any, index: Any) -> Any:
+        out = _mp_array(np.array(x, dtype=object))
+        targets = np.broadcast_to(
+            np.arange(out.size).reshape(out.shape)[_index(index, idx)], np.shape(v)
+        )
+        flat = out.reshape(-1)
+        for t, value in zip(
+            targets.reshape(-1), np.asarray(v, dtype=object).reshape(-1), strict=True
+        ):
+            flat[t] = value if combine is None else combine(flat[t], value)
+        return flat.reshape(out.shape)
+
+    return scatter
+
+
+def _per_matrix(f: Callable[..., Any], tail: int = 2) -> Callable[..., Any]:
+    """f on each matrix (the last two axes; for f's other operands too), as mpmath
+    matrices; f returns an mpmath matrix, a number or a list of numbers."""
+
+    def apply(*arrays: Any, **params: Any) -> Any:
+        arrays = tuple(np.asarray(a, dtype=object) for a in arrays)
+        batch = arrays[0].shape[:-2]
+        out = None
+        for i in np.ndindex(batch):
+            got = f(*(mpmath.matrix(a[i].tolist()) for a in arrays), **params)
+            if isinstance(got, mpmath.matrix):
+                got = [[got[r, c] for c in range(got.cols)] for r in range(got.rows)]
+            shape = np.shape(got) if isinstance(got, list) else ()
+            if out is None:
+                out = np.empty(batch + shape, dtype=object)
+            for j in np.ndindex(shape):
+                out[i + j] = got if not shape else np.asarray(got, dtype=object)[j]
+        return _mp_array(out)
+
+    return apply
+
+
+def _det(a: Any) -> Any:
+    return mpmath.det(a) if a.rows else mpmath.mpf(1)
+
+
+def _cholesky(a: Any) -> Any:
+    return mpmath.cholesky((a + a.T) / 2)  # the rule reads the symmetric part
+
+
+def _triangular_solve(a: Any, b: Any, lower: bool, transpose: bool, unit_diagonal: bool) -> Any:
+    n = a.rows
+    t = mpmath.matrix(n, n)
+    for r in range(n):
+        for c in range(n):
+            if r == c:
+                t[r, c] = 1 if unit_diagonal else a[r, c]
+            elif (r > c) == lower:
+                t[r, c] = a[r, c]
+    return mpmath.inverse(t.T if transpose else t) * b
+
+
 def _matmul(a: Any, b: Any) -> Any:
     return _mp_array(np.matmul(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))
+
+
+def _sort(x: Any, axis: int) -> Any:
+    """Sorted along `axis`, nan last, as NumPy sorts."""
+    moved = np.moveaxis(np.asarray(x, dtype=object), axis, -1)
+    out = np.empty(moved.shape, dtype=object)
+    for i in np.ndindex(moved.shape[:-1]):
+        row = sorted(moved[i], key=lambda v: (is_nan(v), 0 if is_nan(v) else v))
+        for j, v in enumerate(row):
+            out[(*i, j)] = v
+    return np.moveaxis(out, -1, axis)
+
+
+def _cumsum(x: Any, axis: int, reverse: bool) -> Any:
+    x = np.asarray(x, dtype=object)
+    if not reverse:
+        return _mp_array(np.cumsum(x, axis=axis))
+    return _mp_array(np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis))
 
 
 # Array functions: the other ops, on object arrays of mpf and their params.
@@ -302,12 +450,27 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "gather": lambda x, *idx, index: np.asarray(x, dtype=object)[_index(index, idx)],
     "scatter_add": _scatter_add,
     "matmul": _matmul,
+    "sort": _sort,
+    "det": _per_matrix(_det),
+    "inv": _per_matrix(lambda a: mpmath.inverse(a)),
+    "slogdet": _per_matrix(lambda a: [mpmath.sign(_det(a)), mpmath.log(abs(_det(a)))]),
+    "solve": _per_matrix(lambda a, b: mpmath.inverse(a) * b),
+    "cholesky": _per_matrix(_cholesky),
+    "triangular_solve": _per_matrix(_triangular_solve),
+    "scatter": _scatter(None),
+    "scatter_multiply": _scatter(lambda a, b: a * b),
+    "scatter_min": _scatter(_minimum),
+    "scatter_max": _scatter(_maximum),
+    "cumsum": _cumsum,
 }
 
 # Ops that are never differentiated (boolean or integer results): NumPy's value is checked.
 VALUE_ONLY: dict[str, Callable[..., Any]] = {
     "argmax": lambda x, axis: np.argmax(x, axis=axis),
     "argmin": lambda x, axis: np.argmin(x, axis=axis),
+    "argsort": lambda x, axis, kind: np.argsort(x, axis=axis, kind=kind),
+    "argpartition": lambda x, axis, kth: np.argpartition(x, kth, axis=axis),
+    "searchsorted": lambda a, v, side: np.searchsorted(a, v, side=side),
 }
 
 

@@ -4,6 +4,8 @@ against the unrolled loop, compiled runs against the reference interpreter, and 
 errors bad input gets.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime.control_flow import LoopStep
-from fastgrad.testing import check_grads
+from fastgrad.testing import check_grads, directional_derivative
 
 rng = np.random.default_rng(14)
 W = rng.standard_normal((3, 3)) * 0.5
@@ -423,3 +425,44 @@ def test_branch_output_mismatch_shows_both():
         TypeError, match=r"branch 0 returns \(f64\[3\], f64\[3\]\) and branch 1 returns f64\[3\]"
     ):
         fg.switch(0, [lambda x: (x, x), lambda x: x], np.ones(3))
+
+
+inf = np.inf
+# fmt: off
+_AWKWARD = (  # kinks, ties, edges and non-finite values (docs/conventions.md)
+    (fnp.relu, [0.0, -1.5, 2.0]),
+    (fnp.abs, [0.0, -0.0, 2.0]),
+    (lambda x: fnp.maximum(x, 1.0), [1.0, inf, -inf]),
+    (lambda x: fnp.logaddexp(x, 0.3), [0.3, inf, -inf]),
+    (lambda x: fnp.power(x, 0.0), [0.0, 2.0]),
+    (fnp.sqrt, [0.0, 4.0]),
+    (fnp.floor, [2.0, 1.5]),
+)
+_WRAPPED = {
+    "scan": lambda f: lambda x: fg.scan(lambda c, _: (f(c), None), x, None, length=1)[0],
+    "fori_loop": lambda f: lambda x: fg.fori_loop(0, 1, lambda i, v: f(v), x),
+    "cond": lambda f: lambda x: fg.cond(np.bool_(True), f, lambda v: v * 0.0, x),
+    "checkpoint": lambda f: fg.checkpoint(f),
+}
+# fmt: on
+
+
+@pytest.mark.parametrize("how", sorted(_WRAPPED))
+def test_conventions_hold_inside_loops_branches_and_checkpoints(how):
+    """Control-flow primitives take no part in the registry's special-point audit: their
+    rules compose their bodies' rules. So a body's derivatives at its awkward points are
+    the same inside a loop, a branch or a checkpoint as outside, at every order and in
+    every mode. (Where the derivative diverges, inf outside may be nan inside; at nan
+    inputs, not tested here, a loop may give nan where straight code gives 0 at orders 2
+    and 3: both are what the rows allow.)"""
+    for f, x in _AWKWARD:
+        x = np.asarray(x)
+        inside = _WRAPPED[how](f)
+        for k in (1, 2, 3):
+            dirs = [(np.ones_like(x),)] * k
+            for modes in itertools.product(("rev", "fwd"), repeat=k):
+                want = directional_derivative(f, (x,), dirs, modes)
+                got = directional_derivative(inside, (x,), dirs, modes)
+                # Equal; or nan where outside it diverges (inf): both allowed there.
+                same = (got == want) | (np.isnan(got) & ~np.isfinite(want))
+                assert np.all(same), f"{how}, order {k}, {modes}: {got} != {want}"

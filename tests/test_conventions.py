@@ -55,6 +55,10 @@ def assert_orders(
 def test_abs_at_zero():
     x = [0.0, -0.0]
     assert_orders(fnp.abs, (x,), [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert_orders(lambda x: fnp.copysign(x, np.array([1.0, -1.0])), (x,), [[0.0, 0.0]] * 3)
+    assert_orders(lambda x: fnp.hypot(x, np.zeros(2)), (x,), [[0.0, 0.0]] * 3)
+    d = (np.array([1.0]), np.array([-0.5]))
+    assert_orders(fnp.hypot, ([0.0], [0.0]), [[0.0], [0.0], [0.0]], dirs=[d, d[::-1], d])
     # The same as abs written as maximum(x, -x), whose tie splits.
     assert_orders(lambda x: fnp.maximum(x, -x), (x,), [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
     np.testing.assert_array_equal(fg.grad(lambda x: fnp.sum(fnp.abs(x)))(np.array([-2.0, 3.0])),
@@ -98,6 +102,24 @@ def test_max_min_reduction_ties():
     v = np.array([0.5, 1.0, -2.0, 4.0])
     assert_orders(fnp.max, (x,), [-0.5, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
     assert_orders(fnp.min, (-x,), [-0.5, 0.0, 0.0], dirs=[(v,)] * 3, u=1.0)
+    # x.at[i].max(v): the element and the two updates tie at 3.0, a third each.
+    i = np.array([1, 1])
+    for x0, vs in ((np.array([0.0, 3.0]), np.array([3.0, 3.0])),):
+        g = fg.grad(lambda x, v: fnp.sum(fnp.at(x)[i].max(v) * np.array([1.0, 6.0])),
+                    argnums=(0, 1))(x0, vs)  # fmt: skip
+        np.testing.assert_allclose(g[0], [1.0, 2.0])
+        np.testing.assert_allclose(g[1], [2.0, 2.0])
+    assert_orders(lambda v: fnp.at(np.array([0.0, 3.0]))[i].min(v), (np.array([3.0, 3.0]),),
+                  [2 / 3, 0.0, 0.0],
+                  u=np.array([0.0, 1.0]))  # fmt: skip
+
+
+def test_sort_ties():
+    x = np.array([1.0, 2.0, 1.0, 1.0])
+    np.testing.assert_array_equal(fg.jacobian(fnp.sort)(x), np.eye(4)[[0, 2, 3, 1]])
+    u = np.array([1.0, 2.0, 4.0, 8.0])  # outputs 0, 1, 2 are the ties at 1.0
+    v = np.array([0.5, -1.0, 0.25, 2.0])
+    assert_orders(fnp.sort, (x,), [v[[0, 2, 3, 1]] @ u, 0.0, 0.0], dirs=[(v,)] * 3, u=u)
 
 
 def test_clip_at_bounds():
@@ -119,6 +141,21 @@ def test_piecewise_constant():
         graph = fg.make_graph(fg.grad(lambda x, op=op: fnp.sum(op(x) * x)))(np.ones(3))
         assert op.__name__ not in {n.op.name for n in graph.nodes[-3:]}  # nothing flows back
     assert_orders(fnp.angle, (x,), [zeros, zeros, zeros])  # 0 or pi on real numbers
+    for op in (fnp.trunc, lambda x: fnp.floor_divide(x, 0.5), lambda y: fnp.copysign(1.5, y),
+               lambda x: fnp.heaviside(x, 0.5)):  # fmt: skip
+        assert_orders(op, (x,), [zeros, zeros, zeros])
+    assert_orders(
+        lambda h0: fnp.heaviside(np.array([0.0, -0.0, 1.0]), h0), ([0.5] * 3,), [[1, 1, 0]]
+    )
+
+
+def test_remainder_at_jumps():
+    x, y = np.array([6.0, -6.0, 0.0, -0.0]), np.array([3.0, 3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(fnp.remainder(x, y), np.remainder(x, y))
+    zeros = np.zeros(4)
+    for op in (fnp.remainder, fnp.fmod):
+        assert_orders(lambda x, op=op: op(x, y), (x,), [np.ones(4), zeros, zeros])
+        assert_orders(lambda y, op=op: op(x, y), (y,), [-x / y, zeros, zeros])
 
 
 def test_where():
@@ -211,6 +248,28 @@ def test_nan_inputs():
                lambda x: fnp.clip(x, 0.0, 1.0), fnp.exp, fnp.tanh, fnp.abs):  # fmt: skip
         assert_orders(op, ([nan],), [[nan]])
     assert np.all(np.isnan(fg.grad(fnp.max)(np.array([1.0, nan]))))
+    # remainder and fmod, piecewise linear: d/dx 1, d/dy nan, then 0.
+    x, y = np.array([7.0, inf, nan, 7.0]), np.array([0.0, 3.0, 3.0, nan])
+    ones, nans, zeros = np.ones(4), np.full(4, nan), np.zeros(4)
+    for op in (fnp.remainder, fnp.fmod):
+        assert np.all(np.isnan(op(x, y)))
+        assert_orders(lambda x, op=op: op(x, y), (x,), [ones, zeros, zeros])
+        assert_orders(lambda y, op=op: op(x, y), (y,), [nans, zeros, zeros])
+    # The nan-ignoring reductions leave the nan entry out.
+    x = np.array([1.5, nan, 0.5])
+    for op, want in ((fnp.nansum, [1.0, 0.0, 1.0]), (fnp.nanmean, [0.5, 0.0, 0.5]),
+                     (fnp.nanmax, [1.0, 0.0, 0.0]), (fnp.nanmin, [0.0, 0.0, 1.0]),
+                     (fnp.nanprod, [0.5, 0.0, 1.5])):  # fmt: skip
+        np.testing.assert_array_equal(fg.grad(op)(x), want)
+    np.testing.assert_array_equal(fg.grad(lambda x: fnp.sum(fnp.nancumsum(x)))(x), [3, 0, 1])
+    # fmax and fmin ignore nan: the other operand is the result.
+    for op in (fnp.fmax, fnp.fmin):
+        assert_orders(
+            lambda x, op=op: op(x, np.array([1.0, nan])), ([nan, 1.0],), [[0.0, 1.0], [0, 0]]
+        )
+        assert_orders(
+            lambda y, op=op: op(np.array([1.0, nan]), y), ([nan, 1.0],), [[0.0, 1.0], [0, 0]]
+        )
 
 
 def test_infinite_inputs():
@@ -274,6 +333,19 @@ ROW = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|", re.MULTILINE)
 
 def documented_rows() -> list[str]:
     return ROW.findall(DOC.read_text())
+
+
+def test_scaled_bessel_at_zero():
+    import fastgrad.scipy.special as fss
+
+    # The one-sided derivatives: i0e = 1 -+ x + 3x^2/4 -+ 5x^3/12 and i1e = x/2 -+ x^2/2
+    # + 5x^3/16 on either side of 0; the convention takes their averages.
+    for x in ([0.0, -0.0],):
+        assert_orders(fss.i0e, (x,), [[0.0, 0.0], [1.5, 1.5], [0.0, 0.0]])
+        assert_orders(fss.i1e, (x,), [[0.5, 0.5], [0.0, 0.0], [1.875, 1.875]])
+    # Next to 0 the derivatives are the one-sided ones (from the right here).
+    assert_orders(fss.i1e, ([1e-30],), [[0.5], [-1.0], [1.875]])
+    assert_orders(fss.i0e, ([1e-30],), [[-1.0], [1.5], [-2.5]])
 
 
 def test_the_table_and_the_tests_agree():

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import astype, batch_shift_axis, broadcast_to, is_traced, normalize_axis
 from fastgrad.ops.elementwise import not_equal, subtract
@@ -48,6 +48,20 @@ CUMSUM: Primitive = register(
         lambda t, out, x, *, axis, reverse: bind(CUMSUM, t[0], axis=axis, reverse=reverse),
         batch=batch_shift_axis("cumsum"),
         kind="other",
+        # Zeros, cancelling infinities (inf - inf: nan, after which the sum is nan),
+        # size-0 and size-1 axes, both directions.
+        special_points=tuple(
+            at(x, axis=a, reverse=r)
+            for x, a in (
+                (np.array([[1.5, -2.0, 0.5], [3.0, 0.0, -1.0]]), 1),
+                (np.array([[1.5, -2.0, 0.5], [3.0, 0.0, -1.0]]), 0),
+                (np.array([0.0, np.inf, -np.inf, 1.0]), 0),
+                (np.array([1.0, np.nan, 2.0]), 0),
+                (np.zeros((2, 0)), 1),
+                (np.array([[2.5]]), 0),
+            )
+            for r in (False, True)
+        ),
     )
 )
 

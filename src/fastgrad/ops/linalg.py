@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import (
     batch_stacked,
@@ -167,6 +167,14 @@ def expand_last2(x: Any) -> Any:
 
 
 # ---------------------------------------------------------------- records
+# Special points: a general matrix, one with a negative determinant, 1 x 1, a stack, and
+# for the symmetric positive definite ones (Cholesky) their like.
+_A = np.array([[2.0, 0.5, -1.0], [0.25, 3.0, 0.5], [-0.5, 1.0, 1.5]])
+_NEG = np.array([[0.5, 2.0], [1.5, -1.0]])
+_STACK = np.stack([_NEG, _NEG.T * 2])
+_SQUARES = (at(_A), at(_NEG), at(np.array([[2.5]])), at(_STACK))
+_B = np.array([[1.0, -0.5], [0.25, 2.0], [-1.5, 0.75]])
+_SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.25], [0.5, 0.25, 2.0]])
 
 
 def _float_eval(*avals: Aval, fn: str) -> None:
@@ -195,7 +203,13 @@ def _solve_jvp(t: Any, out: Any, a: Any, b: Any) -> Any:
 
 SOLVE = register(
     Primitive(
-        "solve", _solve_eval, np.linalg.solve, _solve_vjp, _solve_jvp, batch=batch_stacked("solve")
+        "solve",
+        _solve_eval,
+        np.linalg.solve,
+        _solve_vjp,
+        _solve_jvp,
+        batch=batch_stacked("solve"),
+        special_points=(at(_A, _B), at(_NEG, _NEG.T), at(_STACK, _STACK[:, :, :1])),
     )
 )
 
@@ -217,6 +231,7 @@ INV = register(
         lambda g, out, a: (-matmul(matmul(mT(out), g), mT(out)),),
         lambda t, out, a: -matmul(matmul(out, t[0]), out),
         batch=batch_stacked("inv"),
+        special_points=_SQUARES,
     )
 )
 
@@ -230,6 +245,7 @@ DET = register(
         lambda g, out, a: (expand_last2(g * out) * mT(inv(a)),),
         lambda t, out, a: out * sum(mT(inv(a)) * t[0], axis=(-2, -1)),
         batch=batch_stacked("det"),
+        special_points=_SQUARES,
     )
 )
 
@@ -259,6 +275,7 @@ SLOGDET = register(
         _slogdet_jvp,
         format=lambda args, params: f"slogdet({args[0]})  # (sign, log|det|)",
         batch=batch_stacked("slogdet"),
+        special_points=_SQUARES,
     )
 )
 
@@ -291,6 +308,7 @@ CHOLESKY = register(
         _cholesky_vjp,
         _cholesky_jvp,
         batch=batch_stacked("cholesky"),
+        special_points=(at(_SPD), at(np.array([[2.25]])), at(np.stack([_SPD, _SPD * 0.5]))),
     )
 )
 
@@ -366,6 +384,10 @@ TRIANGULAR_SOLVE = register(
         _tri_solve_vjp,
         _tri_solve_jvp,
         batch=batch_stacked("triangular_solve"),
+        special_points=tuple(
+            at(_A, _B, lower=lo, transpose=tr, unit_diagonal=unit)
+            for lo, tr, unit in ((True, False, False), (False, True, False), (True, True, True))
+        ),
     )
 )
 

@@ -237,20 +237,22 @@ elementwise("arctan2", np.arctan2,
             special_points=points((1.0, 2.0), (1.0, -2.0), (-1.0, -2.0), (0.0, 1.0),
                                   (1e200, 1e200), (1e-200, 1e-200), (inf, 1.0), (1.0, inf),
                                   (1.0, -inf), (inf, inf), (nan, 1.0), (1.0, nan)))
+_LOGADDEXP_POINTS = points((0.3, 0.3), (0.0, 0.0), (1.0, 2.0), (1000.0, 0.0), (-1000.0, 0.0),
+                           (1e300, 1e300), (40.0, -40.0), (inf, 1.0), (-inf, 1.0), (inf, inf),
+                           (-inf, -inf), (inf, -inf), (nan, 1.0), (1.0, nan))
 elementwise("logaddexp", np.logaddexp,
             lambda g, out, x, y: (g * sigmoid(x - y), g * sigmoid(y - x)),
             jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * sigmoid(x - y),
                                                   lambda ty: ty * sigmoid(y - x)),
-            special_points=points((0.3, 0.3), (0.0, 0.0), (1.0, 2.0), (1000.0, 0.0),
-                                  (-1000.0, 0.0), (1e300, 1e300), (40.0, -40.0), (inf, 1.0),
-                                  (-inf, 1.0), (inf, inf), (-inf, -inf), (inf, -inf),
-                                  (nan, 1.0), (1.0, nan)))
+            special_points=_LOGADDEXP_POINTS)
 # fmt: on
 
 
 def _hypot_share(x: Any, out: Any) -> Any:
-    # d/dx hypot(x, y) = x / hypot: 0 at the origin, as abs'(0), with no 0 / 0 there.
-    return x / where(out == 0, 1.0, out)
+    # d/dx hypot(x, y) = x / hypot: 0 at the origin (the tip of a cone), as abs'(0), at
+    # every order (a constant there: x / 1 would have derivative 1), with no 0 / 0.
+    tip = out == 0
+    return where(tip, 0.0, x / where(tip, 1.0, out))
 
 
 # fmt: off
@@ -258,13 +260,23 @@ elementwise("hypot", np.hypot,
             lambda g, out, x, y: (g * _hypot_share(x, out), g * _hypot_share(y, out)),
             ("nonzero", "nonzero"),  # away from the cone's tip at the origin
             jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _hypot_share(x, out),
-                                                  lambda ty: ty * _hypot_share(y, out)))
-# d/dx log2(2**x + 2**y) = 2**(x - out): analytic everywhere, so exact at every order (at
-# ties too, where a max-based formula has a kink in each term).
+                                                  lambda ty: ty * _hypot_share(y, out)),
+            special_points=points((3.0, 4.0), at(0.0, 0.0, convention="abs-at-zero"),
+                                  at(-0.0, 0.0, convention="abs-at-zero"), (0.0, 2.0),
+                                  (-1.5, 0.0), (1e200, 1e200), (1e-30, 1e-30), (inf, 1.0),
+                                  (-inf, -inf), (nan, 1.0), (inf, nan)))
+# d/dx log2(2**x + 2**y) = 1 / (1 + 2**(y - x)): analytic everywhere, so exact at every
+# order (at ties too, where a max-based formula has a kink in each term). Not 2**(x - out):
+# x - out rounds to 0 for huge x == y (1e300 + 1 is 1e300), giving 1 for 1/2.
+def _logaddexp2_share(x: Any, y: Any) -> Any:
+    return sigmoid((x - y) * math.log(2))
+
+
 elementwise("logaddexp2", np.logaddexp2,
-            lambda g, out, x, y: (g * exp2(x - out), g * exp2(y - out)),
-            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * exp2(x - out),
-                                                  lambda ty: ty * exp2(y - out)))
+            lambda g, out, x, y: (g * _logaddexp2_share(x, y), g * _logaddexp2_share(y, x)),
+            jvp=lambda t, out, x, y: tangent_sum(t, lambda tx: tx * _logaddexp2_share(x, y),
+                                                  lambda ty: ty * _logaddexp2_share(y, x)),
+            special_points=_LOGADDEXP_POINTS)
 # fmt: on
 
 # ---------------------------------------------------------------- functions
@@ -576,7 +588,8 @@ def sinc(x: Any) -> Any:
     """
     px = multiply(x, math.pi)
     small = abs(x) < 0.05
-    u = px * px
+    near = where(small, px, 0.0)  # the series only where selected: px**2 of a large x
+    u = near * near  # overflows (float32 from 1e19), and its nan would leak through where
     series = _SINC_SERIES[-1]
     for c in reversed(_SINC_SERIES[:-1]):
         series = series * u + c

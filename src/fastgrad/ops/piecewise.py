@@ -9,11 +9,13 @@ the piecewise-constant ones, the kink conventions of abs and maximum for the oth
 from __future__ import annotations
 
 import builtins
+import functools
 import operator
 from typing import Any
 
 import numpy as np
 
+from fastgrad.core.primitive import at, points
 from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import apply_elementwise, tangent_sum
 from fastgrad.ops.elementwise import rint, sign, where
@@ -49,7 +51,9 @@ def _remainder_jvp(t: Any, out: Any, x: Any, y: Any) -> Any:
 def _nan_ignoring_weight(a: Any, b: Any, a_wins: Any) -> Any:
     # d fmax(a, b) / da (or fmin's): 1 where a wins or b is NaN (the other operand is
     # taken), 0.5 at a tie (split as maximum's, the JAX rule), 0 where b wins or a is NaN.
-    return where(a_wins | (b != b), 1.0, where(a == b, 0.5, 0.0)).astype(a.dtype)
+    # Both NaN: the value is NaN, and so is the derivative.
+    weight = where(a_wins | (b != b), 1.0, where(a == b, 0.5, 0.0))
+    return where((a != a) & (b != b), np.nan, weight).astype(a.dtype)
 
 
 def _fmax_weights(x: Any, y: Any) -> tuple[Any, Any]:
@@ -77,6 +81,38 @@ def _copysign_factor(x: Any, y: Any) -> Any:
     return sign(x) * copysign(1.0, y)
 
 
+# Special points (see fastgrad.core.primitive.Point): the jumps (x a multiple of y for the
+# remainders, integers for trunc, 0 for heaviside), ties of fmax and fmin, nan operands
+# (which fmax and fmin ignore), zero, infinite and nan divisors.
+inf, nan = float("inf"), float("nan")
+_jump = functools.partial(at, convention="piecewise-constant")
+_rem_jump = functools.partial(at, convention="remainder-at-jumps")
+# Where the value is NaN (a zero divisor, an infinite dividend, a NaN), d/dy is NaN and the
+# orders 2 and 3 are 0, as everywhere (the "nan-inputs" convention).
+_undefined = functools.partial(at, convention="nan-inputs")
+_REMAINDER_POINTS = points(
+    (7.0, 3.0),
+    (-7.0, 3.0),
+    (7.0, -3.0),
+    (0.5, 3.0),
+    _rem_jump(6.0, 3.0),
+    _rem_jump(-6.0, 3.0),
+    (7.0, inf),
+    _undefined(inf, 3.0),
+    _undefined(7.0, 0.0),
+    _undefined(nan, 3.0),
+    _undefined(7.0, nan),
+)
+_EXTREMUM_POINTS = (
+    *(
+        at(x, y, convention="maximum-minimum-ties")
+        for x, y in ((1.0, 1.0), (0.0, -0.0), (inf, inf), (-inf, -inf))
+    ),
+    *points((1.0, 2.0), (2.0, 1.0), (inf, 1.0), (-inf, 1.0), (nan, nan)),
+    at(nan, 1.0, convention="nan-inputs"),
+    at(1.0, nan, convention="nan-inputs"),
+)
+
 # fmt: off
 # Numba's float remainder returns +0 where NumPy gives a zero with the sign of y: the
 # float loop follows NumPy (fmod, moved by y where the signs differ).
@@ -85,13 +121,15 @@ _REMAINDER = (
     "else {T}(0)) if F != 0 else np.copysign({T}(0), {1}))"
 ).replace("F", "np.fmod({0}, {1})")
 elementwise("remainder", np.remainder, _remainder_vjp, ("real", "nonzero"), loop=_REMAINDER,
-            jvp=_remainder_jvp)
+            jvp=_remainder_jvp,
+            special_points=_REMAINDER_POINTS + (_rem_jump(0.0, 3.0), _rem_jump(-0.0, 3.0)))
 # Numba's np.fmod rounds integer quotients down, not towards zero: for integers the loop
 # corrects Python's remainder instead ({T}(0.5) != 0 holds for float types only, so the
 # branch is known when the loop compiles).
 elementwise("fmod", np.fmod, _remainder_vjp, ("real", "nonzero"), jvp=_remainder_jvp,
             loop="np.fmod({0}, {1}) if {T}(0.5) != 0 else np.remainder({0}, {1}) - ({1} if "
-                 "np.remainder({0}, {1}) != 0 and ({0} < 0) != ({1} < 0) else {T}(0))")
+                 "np.remainder({0}, {1}) != 0 and ({0} < 0) != ({1} < 0) else {T}(0))",
+            special_points=_REMAINDER_POINTS + points((0.0, 3.0), (-0.0, 3.0)))
 # Numba's float floor_divide differs from NumPy's at infinities: the float loop follows
 # NumPy's own algorithm (the quotient of x - fmod(x, y), corrected by one where the signs
 # differ, then rounded), the integer loop is Numba's, which agrees.
@@ -103,22 +141,32 @@ _FLOOR_DIVIDE = (
     "np.copysign({T}(0), {0} / {1})))"
 ).replace("Q", _QUOTIENT)
 elementwise("floor_divide", np.floor_divide, _no_derivative, ("real", "nonzero"),
-            loop=_FLOOR_DIVIDE, jvp=_no_tangent)
-elementwise("trunc", np.trunc, _no_derivative, jvp=_no_tangent)
+            loop=_FLOOR_DIVIDE, jvp=_no_tangent,
+            special_points=points((7.0, 2.0), (-7.0, 2.0), _jump(6.0, 3.0), _jump(-0.0, 3.0),
+                                  _jump(7.0, 0.0), _jump(0.0, 0.0), _jump(nan, 2.0),
+                                  _jump(7.0, nan)))
+elementwise("trunc", np.trunc, _no_derivative, jvp=_no_tangent,
+            special_points=points(1.3, -1.3, 0.0, -0.0, 0.7, _jump(2.0), _jump(-2.0), inf,
+                                  -inf, nan))
 # At a tie (0.0 and -0.0 too) NumPy's fmax and fmin return the second operand.
 elementwise("fmax", np.fmax, loop="{0} if {0} > {1} or {1} != {1} else {1}",
-            **_extremum_rules(_fmax_weights))
+            special_points=_EXTREMUM_POINTS, **_extremum_rules(_fmax_weights))
 elementwise("fmin", np.fmin, loop="{0} if {0} < {1} or {1} != {1} else {1}",
-            **_extremum_rules(_fmin_weights))
+            special_points=_EXTREMUM_POINTS, **_extremum_rules(_fmin_weights))
 elementwise("copysign", np.copysign,
             lambda g, out, x, y: (g * _copysign_factor(x, y), None), ("nonzero", "nonzero"),
-            jvp=lambda t, out, x, y: None if t[0] is None else t[0] * _copysign_factor(x, y))
+            jvp=lambda t, out, x, y: None if t[0] is None else t[0] * _copysign_factor(x, y),
+            special_points=points((1.5, -1.0), (-2.0, 1.0), (1.5, 2.0), (inf, -1.0),
+                                  (-inf, 2.0), (nan, 1.0), at(0.0, 1.0, convention="abs-at-zero"),
+                                  at(-0.0, -1.0, convention="abs-at-zero"), _jump(1.5, 0.0)))
 # heaviside(x, h0) is 0 below 0, 1 above, h0 at 0 (NaN for NaN): only h0 has a derivative,
 # 1 where x == 0.
 elementwise("heaviside", np.heaviside,
             lambda g, out, x, h0: (None, where(x == 0, g, 0.0)), ("nonzero", "real"),
             loop="{T}({1}) if {0} == 0 else ({T}({0} > 0) if {0} == {0} else {T}({0}))",
-            jvp=lambda t, out, x, h0: None if t[1] is None else where(x == 0, t[1], 0.0))
+            jvp=lambda t, out, x, h0: None if t[1] is None else where(x == 0, t[1], 0.0),
+            special_points=points((-1.0, 0.5), (2.0, 0.5), _jump(0.0, 0.5), _jump(-0.0, 0.5),
+                                  (inf, 0.5), (-inf, 0.5), (nan, 0.5), (2.0, nan)))
 # fmt: on
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of, bind
 from fastgrad.ops.base import batch_shift_axis, is_traced, normalize_axis
 from fastgrad.ops.indexing import scatter_add
@@ -52,6 +52,12 @@ def _sort_vjp(g: Any, out: Any, x: Any, *, axis: int) -> tuple[Any]:
     return (scatter_add(g, idx, x.shape, spec),)
 
 
+# Special points: ties (the gradient follows the stable order), infinities, nan (sorted
+# last), size-0 and size-1 axes.
+inf, nan = np.inf, np.nan
+_V = np.array([[1.5, -2.0, 0.5], [3.0, 0.25, -1.0]])
+_TIES = np.array([[1.0, 2.0, 1.0, 1.0], [0.0, -0.0, 3.0, 0.0]])
+_NONFINITE = np.array([[inf, -inf, 0.5, nan], [nan, 1.0, nan, -inf]])
 SORT = register(
     Primitive(
         "sort",
@@ -61,6 +67,17 @@ SORT = register(
         lambda t, out, x, *, axis: take_along_axis(t[0], _order(x, axis), axis),
         batch=batch_shift_axis("sort"),
         kind="other",
+        special_points=(
+            at(_V, axis=1),
+            at(_V, axis=0),
+            at(_TIES, axis=1, convention="sort-ties"),
+            # One infinity per point: the oracle contracts the output with a cotangent,
+            # and inf - inf there would be nan.
+            at(np.array([[inf, -1.0, 0.5, 2.0]]), axis=1),
+            at(np.array([[0.5, -inf, 2.0]]), axis=1),
+            at(np.zeros((2, 0)), axis=1),
+            at(_V[:, :1], axis=1),
+        ),
     )
 )
 ARGSORT = register(
@@ -71,6 +88,9 @@ ARGSORT = register(
         None,
         batch=batch_shift_axis("argsort"),
         kind="other",
+        special_points=tuple(
+            at(x, axis=1, kind=k) for x in (_V, _TIES, _NONFINITE) for k in ("stable", None)
+        ),
     )
 )
 ARGPARTITION = register(
@@ -81,6 +101,8 @@ ARGPARTITION = register(
         None,
         batch=batch_shift_axis("argpartition"),
         kind="other",
+        # The order within each side of kth is NumPy's choice: points without ties there.
+        special_points=(at(_V, axis=1, kth=1), at(_NONFINITE[:1], axis=1, kth=2)),
     )
 )
 
@@ -108,6 +130,11 @@ SEARCHSORTED = register(
         None,
         batch=_searchsorted_batch,
         kind="other",
+        special_points=tuple(
+            at(np.array([-inf, 0.0, 1.0, 1.0, 2.0, nan]), np.array(v), side=side)
+            for v in ([1.0, 0.5, -0.0], [inf, -inf, nan], [[3.0, -1.0]])
+            for side in ("left", "right")
+        ),
     )
 )
 

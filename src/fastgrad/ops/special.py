@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import REGISTRY, Point, Primitive, points, register
+from fastgrad.core.primitive import REGISTRY, Point, Primitive, at, points, register
 from fastgrad.core.tracing import Tracer, aval_of, bind, is_python_scalar
 from fastgrad.ops.base import (
     astype,
@@ -134,17 +134,77 @@ def _unary(
 
 
 # Special points (see core.primitive.Point): poles, edges of the domain, where the value
-# under- or overflows, tiny and huge arguments, infinities and nan. The gamma, beta, Bessel
-# and log_ndtr records have none yet (PENDING in tests/test_special_points.py).
+# under- or overflows, tiny and huge arguments, infinities and nan.
 inf, nan = math.inf, math.nan
 _NONFINITE = (inf, -inf, nan)
 _ERF = points(0.0, -0.0, 0.5, -3.0, 6.0, 30.0, 1e-300, *_NONFINITE)
+# Zeros of gammaln (1, 2) and of digamma (1.46...), poles (0, -0.0, -1), negative
+# non-integers, tiny and huge arguments.
+_GAMMA = points(1.0, 2.0, 0.5, 1.4616321449683622, 1e-30, 0.0, -0.0, -1.0, -0.5, -2.5,
+                25.0, 1e10, 1e300, *_NONFINITE)  # fmt: skip
+# The kink at 0 of the factor exp(-abs(x)).
+_BESSEL = points(at(0.0, convention="scaled-bessel-at-zero"),
+                 at(-0.0, convention="scaled-bessel-at-zero"),
+                 1.0, -2.0, 1e-30, -1e-30, 30.0, -700.0, 1e300, *_NONFINITE)  # fmt: skip
 
 
-def _i1e_derivative(out: Any, x: Any) -> Any:
-    # i1e' = i0e - i1e (sign(x) + 1/x), whose limit at 0 is 1/2 (from a safe divisor).
-    at_zero = x == 0
-    return where(at_zero, 0.5, i0e(x) - out * (sign(x) + 1.0 / where(at_zero, 1.0, x)))
+def _near_zero_series(order: int, odd: bool, degree: int = 18) -> tuple[float, ...]:
+    """Coefficients, by powers of x, of d/dx [h(x) I_order(x)] with h = sinh if `odd`
+    else cosh (exp(-abs(x)) I_order(x) is cosh(x) I_order(x) - sign(x) sinh(x) I_order(x))."""
+    bessel = [0.0] * (degree + 2)
+    for m in range((degree + 2 - order) // 2):
+        k = 2 * m + order
+        bessel[k] = 1 / (2**k * math.factorial(m) * math.factorial(m + order))
+    hyper = [1 / math.factorial(k) if k % 2 == odd else 0.0 for k in range(degree + 2)]
+    product = [math.fsum(hyper[i] * bessel[k - i] for i in range(k + 1)) for k in range(degree + 2)]
+    return tuple((k + 1) * product[k + 1] for k in range(degree + 1))
+
+
+def _polynomial(coefficients: tuple[float, ...], x: Any) -> Any:
+    out = coefficients[-1]
+    for c in reversed(coefficients[:-1]):
+        out = out * x + c
+    return out
+
+
+def _scaled_bessel_derivative(order: int, away: Callable[[Any], Any]) -> Callable[..., Any]:
+    """The derivative of i0e or i1e. Off 0 it is `away(x)`, written with sign(x) and (for
+    i1e) 1/x; below 1/4 in magnitude, where 1/x would cost precision in the derivatives
+    of the derivative, it is the series of cosh(x) I_n(x) and sinh(x) I_n(x) (exact in
+    floating point there). At 0, where the factor exp(-abs(x)) has a kink, every order
+    is then the average of the two one-sided derivatives (sign(0) = 0)."""
+    analytic, kinked = _near_zero_series(order, False), _near_zero_series(order, True)
+
+    def derivative(out: Any, x: Any) -> Any:
+        small = abs(x) < 0.25
+        xs = where(small, x, 0.0)
+        near = _polynomial(analytic, xs) - sign(x) * _polynomial(kinked, xs)
+        return where(small, near, away(where(small, 1.0, x)))
+
+    return derivative
+
+
+# log_ndtr(x) = -x^2/2 - log(-x) - log(2 pi)/2 + log S(1/x^2) as x -> -inf, with S the
+# asymptotic series sum_k (-1)^k (2k-1)!! z^k of the Mills ratio (to 1e-19 below -10).
+_LOG_NDTR_TAIL = -10.0
+_MILLS = tuple(float((-1) ** k * math.prod(range(1, 2 * k, 2))) for k in range(31))
+_MILLS_SLOPE = tuple((k + 1) * c for k, c in enumerate(_MILLS[1:]))
+
+
+def _log_ndtr_slope(out: Any, x: Any) -> Any:
+    """pdf(x) / cdf(x), the derivative of log_ndtr, exact to rounding at every order. As
+    exp(-x^2/2 - log_ndtr(x)) it cancels ever more digits in the left tail (and in its own
+    derivatives): there it is the derivative of the asymptotic expansion. float32 works in
+    float64, where the cancellation near the tail is far below float32's rounding."""
+    wide = x if aval_of(x).dtype == np.float64 else astype(x, np.float64)
+    tail = wide < _LOG_NDTR_TAIL
+    xt = where(tail, wide, _LOG_NDTR_TAIL)
+    z = 1.0 / (xt * xt)
+    series = _polynomial(_MILLS_SLOPE, z) / _polynomial(_MILLS, z)
+    tail_slope = -xt - (1.0 + 2.0 * z * series) / xt
+    xs = where(tail, 0.0, wide)
+    head_slope = exp(-xs * xs * 0.5 - log_ndtr(xs)) * (1 / _SQRT_2PI)
+    return astype(where(tail, tail_slope, head_slope), aval_of(x).dtype)
 
 
 # fmt: off
@@ -157,12 +217,18 @@ _unary("erfcinv", sp.erfcinv, lambda out, x: exp(out * out) * (-_SQRT_PI / 2), "
        points(1.0, 0.5, 1.5, 2e-10, 0.0, 2.0, 2.5, -0.5, *_NONFINITE))
 _unary("ndtri", sp.ndtri, lambda out, x: exp(out * out * 0.5) * _SQRT_2PI, "unit_interval",
        points(0.5, 0.25, 1e-10, 0.0, 1.0, 1.5, *_NONFINITE))
-_unary("log_ndtr", sp.log_ndtr, lambda out, x: exp(-x * x * 0.5 - out) / _SQRT_2PI, "real", ())
-_unary("gammaln", sp.gammaln, lambda out, x: digamma(x), "positive", ())
-_unary("digamma", sp.digamma, lambda out, x: polygamma(1, x), "positive", ())
-_unary("gamma", sp.gamma, lambda out, x: out * digamma(x), "positive", ())
-_unary("i0e", sp.i0e, lambda out, x: i1e(x) - sign(x) * out, "real", ())
-_unary("i1e", sp.i1e, _i1e_derivative, "real", ())
+_unary("log_ndtr", sp.log_ndtr, _log_ndtr_slope, "real",
+       points(0.0, 2.0, -2.0, -9.5, -10.0, -10.5, -25.0, -40.0, -1e3, -1e10, 10.0, 40.0,
+              1e300, *_NONFINITE))
+_unary("gammaln", sp.gammaln, lambda out, x: digamma(x), "positive", _GAMMA)
+_unary("digamma", sp.digamma, lambda out, x: polygamma(1, x), "positive", _GAMMA)
+_unary("gamma", sp.gamma, lambda out, x: out * digamma(x), "positive",
+       _GAMMA)
+_unary("i0e", sp.i0e, _scaled_bessel_derivative(0, lambda x: i1e(x) - sign(x) * i0e(x)),
+       "real", _BESSEL)
+_unary("i1e", sp.i1e,
+       _scaled_bessel_derivative(1, lambda x: i0e(x) - i1e(x) * (sign(x) + 1.0 / x)),
+       "real", _BESSEL)
 # fmt: on
 
 
@@ -200,8 +266,12 @@ def _log_beta_rule(scale: Callable[[Any], Any]) -> tuple[Callable[..., Any], Cal
     return vjp, jvp
 
 
-special("beta", sp.beta, *_log_beta_rule(lambda out: out), ("positive", "positive"), ())
-special("betaln", sp.betaln, *_log_beta_rule(lambda out: 1.0), ("positive", "positive"), ())
+# Poles (a or b at 0 or a negative integer), negative non-integers, a tiny and a large
+# operand, infinities and nan.
+_BETA = points((1.0, 1.0), (0.5, 0.5), (2.0, 3.5), (0.0, 1.0), (-1.0, 2.0), (-0.5, 2.0),
+               (1e-30, 1.0), (1e10, 2.0), (inf, 1.0), (nan, 1.0))  # fmt: skip
+special("beta", sp.beta, *_log_beta_rule(lambda out: out), ("positive", "positive"), _BETA)
+special("betaln", sp.betaln, *_log_beta_rule(lambda out: 1.0), ("positive", "positive"), _BETA)
 
 
 # ---------------------------------------------------------------- the primitives' functions
