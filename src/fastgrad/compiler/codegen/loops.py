@@ -62,7 +62,11 @@ def generate(
     id(var) to the value of the graph's constants: one-element ones are passed as typed
     scalar arguments.
     """
-    fast = _Generator(loop, parallel, vector_math, constants, bounded_trig=True)
+    # One element gains nothing from the cheap-then-rerun scheme, and LLVM can spend
+    # minutes (or hang) optimizing it when every operand is a scalar: tanh feeding
+    # bounded sin and cos in a 0-d loop did (test_hvp_programs, a Hessian-vector product).
+    bounded = int(np.prod(loop.shape)) > 1
+    fast = _Generator(loop, parallel, vector_math, constants, bounded_trig=bounded)
     source = fast.run()
     if not fast.bounded_used:
         return source
