@@ -1,5 +1,6 @@
-"""scipy.special: error and gamma functions, Bessel functions, information measures and
-log-sum-exp. Records and functions; public under fastgrad.scipy.special.
+"""scipy.special: error and gamma functions, scaled Bessel functions and information
+measures. Records and functions; public under fastgrad.scipy.special (log-sum-exp and
+softmax are in ops.log_sum_exp).
 
 Functions with no closed form here (erf, gammaln, digamma, ...) are primitives whose NumPy
 reference is SciPy's ufunc: a fused loop has no scalar version of them yet, so each runs as
@@ -24,11 +25,8 @@ from fastgrad.ops.base import (
     astype,
     batch_stacked,
     broadcast_shapes,
-    broadcast_to,
     coerce,
-    normalize_axis,
     promote,
-    sum,
     tangent_sum,
 )
 from fastgrad.ops.elementwise import (
@@ -39,12 +37,10 @@ from fastgrad.ops.elementwise import (
     logical_or,
     not_equal,
     sign,
-    stop_gradient,
     where,
 )
 from fastgrad.ops.math import exp, log, log1p, log_sigmoid, sigmoid
-from fastgrad.ops.reduction import max
-from fastgrad.ops.shape import squeeze, zeros_like
+from fastgrad.ops.shape import zeros_like
 
 __all__: list[str] = []  # public under fastgrad.scipy.special
 
@@ -578,83 +574,3 @@ def kl_div(x: Any, y: Any) -> Any:
     (array([3., 0.]), array(0.5))
     """
     return _relative_entropy(x, y, lambda x, y: y - x)
-
-
-def _shift(a: Any, axes: tuple[int, ...], b: Any = None) -> Any:
-    """The largest term over `axes` (leaving out terms weighted by b == 0), kept as axes of
-    size 1 and stop_gradient'ed: subtracting it changes no value, so no gradient needs to
-    flow through it. 0 where it is not finite, or the axes are empty."""
-    shape = aval_of(a).shape
-    if not all(shape[i] for i in axes):
-        return 0.0
-    candidates = a if b is None else where(b != 0, a, -np.inf)
-    shift = stop_gradient(max(candidates, axis=axes, keepdims=True))
-    return where(isfinite(shift), shift, 0.0)
-
-
-def _float_operand(x: Any) -> Any:
-    x = x if isinstance(x, Tracer) else np.asarray(x)
-    return x if aval_of(x).dtype.kind == "f" else astype(x, np.float64)
-
-
-@quiet
-def logsumexp(
-    a: Any, axis: Any = None, b: Any = None, keepdims: bool = False, return_sign: bool = False
-) -> Any:
-    """log(sum(b * exp(a))) over `axis`, computed stably (SciPy's signature).
-
-    `b` weights the terms (broadcast against `a`; terms with b == 0 are left out of the
-    shift). With `return_sign=True` returns (log|sum|, sign of the sum); otherwise a
-    negative sum gives NaN, as in SciPy. Empty axes give -inf.
-
-    >>> float(logsumexp(np.array([1000.0, 1000.0])))
-    1000.6931471805599
-    >>> logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]), return_sign=True)[1]
-    array(-1.)
-    """
-    a = _float_operand(a)
-    if b is not None:
-        b = _float_operand(b)
-        shape = broadcast_shapes(aval_of(a).shape, aval_of(b).shape, what="logsumexp a and b")
-        a = broadcast_to(a, shape)
-    axes = normalize_axis(axis, aval_of(a).ndim)
-    shift = _shift(a, axes, b)
-    terms = exp(a - shift)
-    if b is not None:
-        # A term that overflows where b == 0 is left out (0 * inf would be NaN), as SciPy does.
-        terms = where(logical_or(b != 0, isfinite(terms)), terms, 0.0) * b
-    total = sum(terms, axis=axes, keepdims=True)
-    if return_sign:
-        out, sign_out = log(abs(total)) + shift, sign(total)
-    else:
-        out, sign_out = log(total) + shift, None
-    if not keepdims:
-        out = squeeze(out, axes)
-        sign_out = None if sign_out is None else squeeze(sign_out, axes)
-    return (out, sign_out) if return_sign else out
-
-
-@quiet
-def softmax(x: Any, axis: Any = None) -> Any:
-    """exp(x) / sum(exp(x)) over `axis` (all axes by default, as in SciPy).
-
-    >>> softmax(np.array([0.0, np.log(3.0)]))
-    array([0.25, 0.75])
-    """
-    x = _float_operand(x)
-    axes = normalize_axis(axis, aval_of(x).ndim)
-    terms = exp(x - _shift(x, axes))
-    return terms / sum(terms, axis=axes, keepdims=True)
-
-
-@quiet
-def log_softmax(x: Any, axis: Any = None) -> Any:
-    """x - logsumexp(x) over `axis` (all axes by default, as in SciPy).
-
-    >>> log_softmax(np.array([0.0, np.log(3.0)]))
-    array([-1.38629436, -0.28768207])
-    >>> fg.grad(lambda x: log_softmax(x)[0])(np.zeros(2))
-    array([ 0.5, -0.5])
-    """
-    x = _float_operand(x)
-    return x - logsumexp(x, axis, keepdims=True)

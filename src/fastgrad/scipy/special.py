@@ -1,7 +1,8 @@
 """SciPy's special functions that fastgrad covers, differentiable at every order: the
-functions live with their primitives in fastgrad.ops.special."""
+functions live with their primitives in fastgrad.ops.special and the modules beside it."""
 
 from fastgrad.ops.bessel import iv, ive, j0, j1, jv, k0, k0e, k1, k1e, kv, kve, y0, y1, yv
+from fastgrad.ops.log_sum_exp import log_softmax, logsumexp, softmax
 from fastgrad.ops.numpy_interop import register_namespace
 from fastgrad.ops.special import (
     beta,
@@ -22,15 +23,12 @@ from fastgrad.ops.special import (
     kl_div,
     log_expit,
     log_ndtr,
-    log_softmax,
     logit,
-    logsumexp,
     ndtr,
     ndtri,
     polygamma,
     psi,
     rel_entr,
-    softmax,
     xlog1py,
     xlogy,
 )
