@@ -144,13 +144,19 @@ def _sigmoid(x: Any) -> Any:
     return 1 / (1 + mpmath.exp(-x))
 
 
-def _logaddexp(x: Any, y: Any) -> Any:
-    if x == -INF and y == -INF:
-        return -INF
-    big = max(x, y)
-    if mpmath.isinf(big):
-        return big
-    return big + mpmath.log(mpmath.exp(x - big) + mpmath.exp(y - big))
+def _log_add_exp(base: Any) -> Callable[[Any, Any], Any]:
+    """log_base(base**x + base**y): the largest operand exactly, plus a small term (no
+    rounding of x * log(base) that finite differences at 10**40 would amplify)."""
+
+    def log_add(x: Any, y: Any) -> Any:
+        if x == -INF and y == -INF:
+            return -INF
+        big = max(x, y)
+        if mpmath.isinf(big):
+            return big
+        return big + mpmath.log(mpmath.power(base, x - big) + mpmath.power(base, y - big), base)
+
+    return log_add
 
 
 def _ndtri(p: Any) -> Any:
@@ -195,17 +201,6 @@ def _nan_ignoring(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
 def _heaviside(x: Any, h0: Any) -> Any:
     return NAN if _nan(x) else h0 if x == 0 else mpmath.mpf(x > 0)
-
-
-def _logaddexp2(x: Any, y: Any) -> Any:
-    # As _logaddexp: the largest operand exactly, plus a small term (no rounding of x * log 2
-    # that finite differences at 10**40 would amplify).
-    if x == -INF and y == -INF:
-        return -INF
-    big = max(x, y)
-    if mpmath.isinf(big):
-        return big
-    return big + mpmath.log(mpmath.power(2, x - big) + mpmath.power(2, y - big), 2)
 
 
 def _trunc(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -256,8 +251,8 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "power": _power,
     "power_log": _power_log,
     "arctan2": mpmath.atan2,
-    "logaddexp": _logaddexp,
-    "logaddexp2": _logaddexp2,
+    "logaddexp": _log_add_exp(mpmath.e),
+    "logaddexp2": _log_add_exp(2),
     "hypot": mpmath.hypot,
     "remainder": _rounded_remainder(mpmath.floor),
     "fmod": _rounded_remainder(_round_to_zero),

@@ -1,5 +1,5 @@
-"""SciPy's stats distributions that fastgrad covers (log densities, densities, CDFs where
-they are simple), differentiable in every argument: they live in fastgrad.ops.stats."""
+"""SciPy's stats distributions that fastgrad covers (log densities, densities, cdf, sf and
+ppf), differentiable in every argument: they live in fastgrad.ops.stats."""
 
 from fastgrad.ops.stats import (
     bernoulli,
