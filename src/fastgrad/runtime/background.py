@@ -95,7 +95,8 @@ class Job:
         self.dispatcher: Any = None
         self.error: BaseException | None = None
         self.built = False
-        self.apart = slow_kernels.recorded(source.source) is not None
+        # Recorded as slow and not on disk yet: compiled in a child process.
+        self.apart = slow_kernels.recorded(source.source) is not None and needs_build(source.source)
         self.done = threading.Event()
         # Set once waiting is pointless: done, overdue, or queued behind an overdue one.
         self.settled = threading.Event()
