@@ -6,6 +6,10 @@ A slow compile is a real compile held back by the test (an event it sets), on a 
 thread of the test's own, so no stuck state outlives a test.
 """
 
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -114,6 +118,43 @@ def test_a_separate_compile_past_its_bound_is_stopped_and_recorded_hung(fresh, m
         g = fg.jit(lambda x: fnp.sum(fnp.expm1(x) * 0.5)).compile(x)
     np.testing.assert_allclose(g(x), np.sum(np.expm1(x) * 0.5), rtol=1e-14)
     assert kernel_steps(g)[0].kernel is None
+    # The stopped child left the cache usable: another kernel compiles and runs.
+    monkeypatch.setattr(fg.config, "compile_timeout", 60.0)
+    h = fg.jit(lambda x: fnp.sum(fnp.expm1(x) * fnp.exp(x))).compile(x)
+    assert kernel_steps(h)[0].kernel is not None
+    np.testing.assert_allclose(h(x), np.sum(np.expm1(x) * np.exp(x)), rtol=1e-13)
+
+
+TWO_PROCESSES = textwrap.dedent(
+    """
+    import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.compiler.kernel_cache import STATS
+
+    x = np.linspace(-1, 1, 40)
+    f = fg.jit(fg.grad(lambda x: fnp.sum(fnp.arctan(x) * fnp.exp(-x * 0.75))))
+    f.compile(x)  # waits for its kernel: built here, or loaded if the other saved it first
+    (traced,) = f._cache.values()
+    assert traced.executable.compiled
+    expected = (1 / (1 + x * x) - 0.75 * np.arctan(x)) * np.exp(-x * 0.75)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-12)
+    print(STATS.numba_compiles(), STATS.numba_cache_hits())
+    """
+)
+
+
+def test_two_processes_compiling_one_kernel_at_once_both_run_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FASTGRAD_COMPILE"}
+    env["FASTGRAD_CACHE_DIR"] = str(tmp_path)
+    run = [sys.executable, "-c", TWO_PROCESSES]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    children = [subprocess.Popen(run, env=env, **pipes) for _ in range(2)]
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+        assert "CacheWarning" not in err
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]  # a third process loads what they saved
 
 
 def test_compile_timeout_setting():

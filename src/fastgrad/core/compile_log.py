@@ -69,7 +69,8 @@ def background_done(what: str, n_kernels: int, built: int, failed: int, seconds:
     text = f"{PREFIX}compiled {what} in the background: {_plural(n_kernels, 'kernel')}"
     text += f" ({built} built, {n_kernels - built - failed} cached"
     text += f", {failed} failed)" if failed else ")"
-    text += f" in {seconds:.2f} s; calls now run compiled"
+    text += f" in {seconds:.2f} s; "
+    text += "the failed kernels' loops run with NumPy" if failed else "calls now run compiled"
     if config.log_compiles or (config.compile_notice and (built or failed)):
         print(text, file=_stream(), flush=True)
 
