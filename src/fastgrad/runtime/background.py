@@ -341,9 +341,10 @@ class KernelTier:
         self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
         return True
 
-    def _submit(self, step: Any, env: list[Any], variants: list[KernelSource] | None) -> list[Job]:
-        """Hand `variants` (all of this tier's by default) to the compile thread."""
-        variants = self.variants if variants is None else variants
+    def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
+        """Hand the variants to the compile thread: all of them, or only `waiting`, those
+        a waiting call waits for."""
+        variants = self.variants if waiting is None else waiting
         args = tuple(stand_in(a) for a in step.arguments(env))
         batches = _batches.open
         batch = batches[-1] if batches else Batch(f"a loop over {self.shape}")
@@ -359,6 +360,6 @@ class KernelTier:
             batch.add(job)
             jobs.append(job)
             _WORKER.submit(job)
-        if not batches:
+        if not batches and waiting is None:  # a waiting call's notice reports its own
             batch.close()
         return jobs
