@@ -92,8 +92,9 @@ class Config:
       as overdue (once, naming the kernel) and its loop, and any call waiting for it, runs
       with NumPy; the kernel compiles in a separate process next time
       (fastgrad.runtime.slow_kernels). Default 60, or `FASTGRAD_COMPILE_TIMEOUT`: the
-      slowest kernels fastgrad builds take 10-35 s on a loaded 2-core machine, so a
-      minute is no false alarm there, yet a hung compile is told within a minute.
+      slowest build measured (gamma's sampler, 4.4 s of CPU) took 12-34 s of wall time
+      on a loaded 2-core machine, so a minute is no false alarm there, yet a hung
+      compile is told within a minute.
     - `trace_cache_size`: how many input signatures (shapes, dtypes, static values) each
       jitted function keeps traced and compiled; beyond it the least recently used is
       dropped (and traced again if it comes back). Default 256, or
