@@ -4,9 +4,10 @@
 is compiled, a mark appears as each kernel is built (`kernel_built`, called by the
 compiler) and the time it took ends the line. When kernels compile in the background,
 `background_started` says so as the first call returns, and `background_done` when they
-are ready. With `config.log_compiles`
-(`FASTGRAD_LOG_COMPILES=1`), `log_trace` and `log_compile` also log every trace and every
-compile with its reason. Callers pass plain text: this module knows no graph or kernel.
+are ready; `compile_overdue` when one outruns `config.compile_timeout`. With
+`config.log_compiles` (`FASTGRAD_LOG_COMPILES=1`), `log_trace` and `log_compile` also log
+every trace and every compile with its reason. Callers pass plain text: this module
+knows no graph or kernel.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def background_done(what: str, n_kernels: int, built: int, failed: int, seconds:
     text = f"{PREFIX}compiled {what} in the background: {_plural(n_kernels, 'kernel')}"
     text += f" ({built} built, {n_kernels - built - failed} cached"
     text += f", {failed} failed)" if failed else ")"
-    text += f" in {seconds:.2f} s; calls now run compiled"
+    text += f" in {seconds:.2f} s; "
+    text += "the failed kernels' loops run with NumPy" if failed else "calls now run compiled"
     if config.log_compiles or (config.compile_notice and (built or failed)):
         print(text, file=_stream(), flush=True)
 
@@ -79,6 +81,18 @@ def log_kernel_ready(label: str, ok: bool, built: bool, seconds: float) -> None:
         how = ("built" if built else "loaded from disk") if ok else "FAILED"
         text = f"{PREFIX}{label} {how} in the background in {seconds:.2f} s"
         print(text + ("; calls switch to it" if ok else ""), file=_stream(), flush=True)
+
+
+def compile_overdue(label: str, size: str, seconds: float) -> None:
+    """Say (always: something is wrong) that the compile of one kernel (`label`, of `size`)
+    has run for `seconds`, past `config.compile_timeout`."""
+    print(
+        f"{PREFIX}the compile of the {label}, {size}, has run for {seconds:.0f} s (more than "
+        f"compile_timeout): calls run that loop, and any queued behind it, with NumPy "
+        "meanwhile; the kernel compiles in a separate process next time",
+        file=_stream(),
+        flush=True,
+    )
 
 
 class Notice:

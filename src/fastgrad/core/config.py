@@ -4,8 +4,9 @@
 `~/.cache/fastgrad`). `config` holds the switches, read from the environment at import
 and changed with `fg.config.update(name, value)`: `log_compiles`
 (`FASTGRAD_LOG_COMPILES=1`), `compile_notice` (`FASTGRAD_COMPILE_NOTICE=0` hides it) and
-`compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns) and
-`trace_cache_size` (`FASTGRAD_TRACE_CACHE_SIZE`).
+`compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns),
+`compile_timeout` (`FASTGRAD_COMPILE_TIMEOUT`) and `trace_cache_size`
+(`FASTGRAD_TRACE_CACHE_SIZE`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,19 @@ def _count(variable: str, default: int) -> int:
     return int(value)
 
 
+def _seconds(variable: str, default: float) -> float:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"{variable}={value!r}: expected a number of seconds above 0")
+    return seconds
+
+
 def _choice(variable: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(variable, "").strip().lower() or choices[0]
     if value not in choices:
@@ -74,6 +88,13 @@ class Config:
     - `compile`: "background" (the default): a first call runs at once on NumPy while its
       kernels compile on a background thread, and calls switch to each kernel when it is
       ready; "sync": a first call waits for its kernels. Default from `FASTGRAD_COMPILE`.
+    - `compile_timeout`: seconds of wall time after which a kernel's compile is reported
+      as overdue (once, naming the kernel) and its loop, and any call waiting for it, runs
+      with NumPy; the kernel compiles in a separate process next time
+      (fastgrad.runtime.slow_kernels). Default 60, or `FASTGRAD_COMPILE_TIMEOUT`: the
+      slowest build measured (gamma's sampler, 4.4 s of CPU) took 12-34 s of wall time
+      on a loaded 2-core machine, so a minute is no false alarm there, yet a hung
+      compile is told within a minute.
     - `trace_cache_size`: how many input signatures (shapes, dtypes, static values) each
       jitted function keeps traced and compiled; beyond it the least recently used is
       dropped (and traced again if it comes back). Default 256, or
@@ -89,12 +110,14 @@ class Config:
     log_compiles: bool
     compile_notice: bool
     compile: str
+    compile_timeout: float
     trace_cache_size: int
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
         self.compile_notice = _flag("FASTGRAD_COMPILE_NOTICE", True)
         self.compile = _choice("FASTGRAD_COMPILE", COMPILE_MODES)
+        self.compile_timeout = _seconds("FASTGRAD_COMPILE_TIMEOUT", 60.0)
         self.trace_cache_size = _count("FASTGRAD_TRACE_CACHE_SIZE", 256)
 
     def update(self, name: str, value: Any) -> None:
@@ -107,6 +130,10 @@ class Config:
         if name == "compile":
             if value not in COMPILE_MODES:
                 raise ValueError(f"setting compile takes one of {COMPILE_MODES}, got {value!r}")
+        elif name == "compile_timeout":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"setting compile_timeout takes seconds > 0, got {value!r}")
+            value = float(value)
         elif name == "trace_cache_size":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"setting trace_cache_size takes an int >= 1, got {value!r}")

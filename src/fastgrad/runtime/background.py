@@ -8,16 +8,24 @@ switches the step to the newest variant that is ready. A compile that fails leav
 step on NumPy and warns once, naming the kernel. One thread, not a worker process: Numba
 compiles one function at a time per process anyway, about half of a compile runs without
 the GIL, and on this kind of machine a worker process took 4-12 s to start, longer than
-most compiles (docs/architecture.md, the runtime layer).
+most compiles (docs/architecture.md, the runtime layer). A plan told to wait (`settle`:
+`compile`, `warmup`) hands its final kernels to the same thread and waits for them.
+
+The watchdog: a compile running past `config.compile_timeout` is reported once (stderr,
+then a warning at the next call of its loop); calls, waiting ones included, answer with
+NumPy for it and for the kernels queued behind it (Numba's compiler lock keeps them from
+compiling meanwhile), and switch if it ever ends. A Numba compile cannot be stopped inside
+the process, so the kernel is recorded on disk and later runs compile it in a separate
+process that can be (runtime.slow_kernels), on a thread of its own beside the queue.
 """
 
 from __future__ import annotations
 
 import atexit
-import queue
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +36,7 @@ from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
+from fastgrad.runtime import slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
@@ -86,7 +95,11 @@ class Job:
         self.dispatcher: Any = None
         self.error: BaseException | None = None
         self.built = False
+        # Recorded as slow and not on disk yet: compiled in a child process.
+        self.apart = slow_kernels.recorded(source.source) is not None and needs_build(source.source)
         self.done = threading.Event()
+        # Set once waiting is pointless: done, overdue, or queued behind an overdue one.
+        self.settled = threading.Event()
 
     def run(self) -> None:
         start = time.perf_counter()
@@ -95,63 +108,124 @@ class Job:
 
             types = tuple(numba.typeof(a) for a in self.args)
             source = self.source
-            self.dispatcher, self.built = compile_kernel(source.source, source.name, types)
+            if slow_kernels.recorded(source.source) == slow_kernels.HUNG:
+                raise RuntimeError("its compile hung in an earlier run")
+            if self.apart:
+                compiled = slow_kernels.compile_apart(source.source, source.name, types, self.label)
+            else:
+                compiled = compile_kernel(source.source, source.name, types)
+            self.dispatcher, self.built = compiled
             self.state = READY
         except Exception as error:  # reported to the caller, which stays on NumPy
             self.error = error
             self.state = FAILED
         seconds = time.perf_counter() - start
         compile_log.log_kernel_ready(self.label, self.state == READY, self.built, seconds)
-        self.done.set()
-        self.batch.job_done()
+        self._end()
 
     def drop(self) -> None:
         self.state = DROPPED
+        self._end()
+
+    def _end(self) -> None:
         self.done.set()
+        self.settled.set()
         self.batch.job_done()
 
 
 class _Worker:
-    """The compile thread: jobs run one at a time, in the order they were submitted."""
+    """The compile thread: jobs run one at a time, in the order they were submitted, each
+    under the watchdog; jobs of kernels recorded as slow run apart, each on its own
+    thread (their compile runs in a child process)."""
 
     def __init__(self) -> None:
-        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.lock = threading.Condition()
+        self.queue: deque[Job] = deque()
         self.thread: threading.Thread | None = None
-        self.idle = threading.Condition()
-        self.pending = 0
+        self.pending = 0  # jobs queued or running
         self.stopping = False
+        self.overdue: Job | None = None  # the compile running past the timeout, if any
 
     def submit(self, job: Job) -> None:
-        with self.idle:
+        with self.lock:
             self.pending += 1
+            if job.apart:
+                name = "fastgrad-compile-apart"
+                threading.Thread(target=self._run, args=(job,), name=name, daemon=True).start()
+                return
+            if self.overdue is not None:
+                job.settled.set()  # queued behind a compile that may never end
+            self.queue.append(job)
             if self.thread is None:
                 self.thread = threading.Thread(
                     target=self._loop, name="fastgrad-compile", daemon=True
                 )
                 self.thread.start()
                 atexit.register(self.stop)
-        self.jobs.put(job)
+            self.lock.notify_all()
 
     def _loop(self) -> None:
-        while (job := self.jobs.get()) is not None:
+        while True:
+            with self.lock:
+                self.lock.wait_for(lambda: self.queue or self.stopping)
+                if not self.queue:
+                    return
+                job = self.queue.popleft()
             if self.stopping:  # the interpreter is exiting: pending jobs are dropped
                 job.drop()
-            else:
-                job.run()
-            with self.idle:
-                self.pending -= 1
-                self.idle.notify_all()
+                self._finished()
+                continue
+            watchdog = threading.Timer(
+                config.compile_timeout, self._overdue, (job, time.perf_counter())
+            )
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                self._run(job)
+            finally:
+                watchdog.cancel()
+
+    def _run(self, job: Job) -> None:
+        try:
+            job.run()
+        finally:
+            with self.lock:
+                if self.overdue is job:
+                    self.overdue = None
+            self._finished()
+
+    def _finished(self) -> None:
+        with self.lock:
+            self.pending -= 1
+            self.lock.notify_all()
+
+    def _overdue(self, job: Job, start: float) -> None:
+        """The watchdog: `job` has compiled for longer than `config.compile_timeout`."""
+        with self.lock:
+            if job.done.is_set():
+                return
+            self.overdue = job
+            behind = list(self.queue)
+        for waiting in (job, *behind):
+            waiting.settled.set()
+        seconds = time.perf_counter() - start
+        slow_kernels.record(job.source.source, slow_kernels.SLOW, job.label, seconds)
+        size = f"{job.source.source.count(chr(10))} lines of source"
+        compile_log.compile_overdue(job.label, size, seconds)
 
     def wait_idle(self, timeout: float | None) -> bool:
-        with self.idle:
-            return self.idle.wait_for(lambda: self.pending == 0, timeout)
+        with self.lock:
+            return self.lock.wait_for(lambda: self.pending == 0, timeout)
 
     def stop(self) -> None:
         """At exit, finish the compile under way (its machine code is then cached for the
-        next process) and drop the rest, rather than leave Numba mid-compile."""
-        self.stopping = True
-        self.jobs.put(None)
-        if self.thread is not None:
+        next process) unless it is overdue, and drop the rest, rather than leave Numba
+        mid-compile."""
+        with self.lock:
+            self.stopping = True
+            self.lock.notify_all()
+            overdue = self.overdue is not None
+        if self.thread is not None and not overdue:
             self.thread.join(timeout=60)
 
 
@@ -228,46 +302,55 @@ class KernelTier:
     def answer(self, step: Any, env: list[Any]) -> bool:
         """Run the step's loop with NumPy and return True while no kernel is ready; else
         install the newest ready kernel as `step.kernel` and return False (the step then
-        runs it). With `wait` (or `config.compile == "sync"`) the kernels come first."""
+        runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
+        the call waits for it, unless the watchdog finds its compile overdue."""
         wait = self.wait or config.compile == "sync"
         if self.jobs is None:
-            if wait:  # compiled by the step itself, as without tiers: the final variant
-                step.tier = None
-                return False
             with self.lock:  # threads making the same first call submit the jobs once
                 if self.jobs is None:
-                    self.jobs = self._submit(step, env)
+                    self.jobs = self._submit(step, env, self.variants[-1:] if wait else None)
         jobs = self.jobs
         assert jobs is not None
         if wait:
             for job in jobs:
-                job.done.wait()
+                job.settled.wait()
+                if job.built and job.state == READY:
+                    compile_log.kernel_built()  # the waiting call's notice counts it
         ready = [job for job in jobs if job.state == READY]
         failed = [job for job in jobs if job.state == FAILED]
-        if failed and not self.warned:
+        late = [job for job in jobs if job.state == PENDING and job.settled.is_set()]
+        if (failed or (late and not ready)) and not self.warned:
             self.warned = True
-            job = failed[0]
+            if failed:
+                job, error = failed[0], failed[0].error
+                why = f"failed ({type(error).__name__}: {error}); this loop runs with NumPy"
+            else:
+                job = late[0]
+                why = (
+                    f"has not finished within compile_timeout ({config.compile_timeout:g} s)"
+                    "; this loop runs with NumPy until it does"
+                )
             warnings.warn(
-                f"fastgrad: compiling the {job.label} failed ({type(job.error).__name__}: "
-                f"{job.error}); this loop runs with NumPy instead",
-                RuntimeWarning,
-                stacklevel=2,
+                f"fastgrad: compiling the {job.label} {why}", RuntimeWarning, stacklevel=2
             )
         if ready:
             step.kernel = ready[-1].dispatcher
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
-        self.numpy_loop.run(env)  # still compiling, or every variant failed
+        self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
         return True
 
-    def _submit(self, step: Any, env: list[Any]) -> list[Job]:
+    def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
+        """Hand the variants to the compile thread: all of them, or only `waiting`, those
+        a waiting call waits for."""
+        variants = self.variants if waiting is None else waiting
         args = tuple(stand_in(a) for a in step.arguments(env))
         batches = _batches.open
         batch = batches[-1] if batches else Batch(f"a loop over {self.shape}")
         jobs = []
-        for i, source in enumerate(self.variants):
-            final = i == len(self.variants) - 1
+        for source in variants:
+            final = source is self.variants[-1]
             kind = "parallel" if final and step.parallel else "serial"
             key = kernel_key(source.source)
             label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
@@ -277,6 +360,6 @@ class KernelTier:
             batch.add(job)
             jobs.append(job)
             _WORKER.submit(job)
-        if not batches:
+        if not batches and waiting is None:  # a waiting call's notice reports its own
             batch.close()
         return jobs

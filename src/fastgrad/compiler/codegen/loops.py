@@ -62,10 +62,7 @@ def generate(
     id(var) to the value of the graph's constants: one-element ones are passed as typed
     scalar arguments.
     """
-    # One element gains nothing from the cheap-then-rerun scheme, and LLVM can spend
-    # minutes (or hang) optimizing it when every operand is a scalar: tanh feeding
-    # bounded sin and cos in a 0-d loop did (test_hvp_programs, a Hessian-vector product).
-    bounded = int(np.prod(loop.shape)) > 1
+    bounded = int(np.prod(loop.shape)) >= BOUNDED_MIN_SIZE
     fast = _Generator(loop, parallel, vector_math, constants, bounded_trig=bounded)
     source = fast.run()
     if not fast.bounded_used:
@@ -94,6 +91,10 @@ def generate(
 
 
 _TRIG = ("sin", "cos", "tan")
+# Loops this large or larger use the cheap-then-rerun trig scheme: one element gains
+# nothing from it (a 0-d loop of it once hung LLVM, before one-element inputs were read
+# ahead of the loop: `tail`).
+BOUNDED_MIN_SIZE = 2
 # Exactly commutative in IEEE arithmetic (not maximum/minimum: they differ on -0.0 vs 0.0).
 _COMMUTATIVE = frozenset({"add", "multiply", "equal", "not_equal", "logical_and",
                           "logical_or"})  # fmt: skip
@@ -138,6 +139,8 @@ class _Generator:
         self.subst: dict[int, str] = {}
         self.suffix = ""
         self.index_checks: list[Var] = []
+        # One-element inputs, read once before the chunk loop: name -> `array[0]`.
+        self.preloads: dict[str, str] = {}
         # expression -> (the value that holds it, the blocks open where it was computed)
         self.memo: dict[str, tuple[str, tuple[int, ...]]] = {}
         # Where a full reduction accumulates: one scalar per chunk (column kernels: one
@@ -156,6 +159,9 @@ class _Generator:
         name = self.in_name.get(id(v)) or self.out_name[id(v)]
         shape = v.aval.shape
         if shape == () or level == "scalar":
+            if id(v) in self.in_name and v.aval.size == 1:
+                self.preloads[f"{name}_0"] = f"{name}[0]"
+                return f"{name}_0"
             return f"{name}[0]"
         if self.flat:
             return f"{name}[i0]"
@@ -511,6 +517,15 @@ class _Generator:
             if level[id(n.out)] == "scalar" and id(n.out) in outputs:
                 w(f"{self.out_name[id(n.out)]}[0] = v{self.index[id(n.out)]}")
 
+        if self.preloads:
+            # Read before the chunk loop, so that LLVM hoists what is computed from them
+            # alone. Read in the loop, they may alias an output (a store in the loop), and
+            # the loop-invariant body stays; the vectorizer's unrolling (VPlan unrollByUF,
+            # LLVM 20) walks such a body's values as a tree, in time exponential in its
+            # depth: tanh feeding bounded sin and cos (the NaN-check reduction makes the
+            # loop vectorizable) took minutes (test_fused_hang.py).
+            w.lines[0:0] = [f"    {k} = {e}" for k, e in self.preloads.items()]
+            self.body = (self.body[0] + len(self.preloads), self.body[1] + len(self.preloads))
         name = "kernel"
         self.lines = w.lines
         self.signature = f"def {name}({', '.join(args)}):"

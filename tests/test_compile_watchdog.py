@@ -1,0 +1,165 @@
+"""The compile watchdog: a compile that outruns `config.compile_timeout` is reported once,
+calls (waiting ones too) answer with NumPy meanwhile, and the kernel compiles in a
+separate process, which can be stopped, in later runs.
+
+A slow compile is a real compile held back by the test (an event it sets), on a compile
+thread of the test's own, so no stuck state outlives a test.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.compiler.kernel_cache import needs_build
+from fastgrad.runtime import background, slow_kernels
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty cache, background mode and a compile thread of this test's own."""
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fg.config, "compile", "background")
+    monkeypatch.setattr(background, "_WORKER", background._Worker())
+    return tmp_path
+
+
+def kernel_steps(jitted):
+    (traced,) = jitted._cache.values()
+    return [s for s in traced.executable.plan if hasattr(s, "tier")]
+
+
+def wait_for(condition, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_an_overdue_compile_is_reported_and_numpy_keeps_answering(fresh, monkeypatch, capsys):
+    release = threading.Event()
+    compile_kernel = background.compile_kernel
+
+    def slow_compile(*args):
+        release.wait(120)
+        return compile_kernel(*args)
+
+    monkeypatch.setattr(background, "compile_kernel", slow_compile)
+    monkeypatch.setattr(fg.config, "compile_timeout", 0.2)
+    x = np.linspace(-1, 1, 7)
+    f = fg.jit(lambda x: fnp.sum(fnp.sin(x) * 1.75))
+    expected = np.sum(np.sin(x) * 1.75)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-14)  # NumPy, at once
+    (step,) = kernel_steps(f)
+    (job,) = step.tier.jobs
+    wait_for(job.settled.is_set)  # the watchdog fired
+    err = capsys.readouterr().err
+    assert f"{job.label}, " in err and "lines of source, has run for" in err, err
+    assert "(loop over (7,))" in job.label
+    assert slow_kernels.recorded(job.source.source) == slow_kernels.SLOW
+    with pytest.warns(RuntimeWarning, match=r"fastgrad_kernel_\w+ \(loop over \(7,\)\) has not"):
+        np.testing.assert_allclose(f(x), expected, rtol=1e-14)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-14)  # warned once (warnings are errors)
+    # A call told to wait (compile) for a kernel queued behind the overdue one returns.
+    with pytest.warns(RuntimeWarning, match="has not finished within compile_timeout"):
+        g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 2.25)).compile(x)
+    np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 2.25), rtol=1e-14)
+    assert step.kernel is None and kernel_steps(g)[0].kernel is None  # both on NumPy
+    monkeypatch.setattr(fg.config, "compile_timeout", 60.0)  # for the compiles to come
+    release.set()  # the compile ends after all: calls switch to the kernels
+    assert background.wait_idle(timeout=120)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-13)
+    np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 2.25), rtol=1e-13)
+    assert step.kernel is not None and kernel_steps(g)[0].kernel is not None
+    assert "has run for" not in capsys.readouterr().err  # reported once
+
+
+def recorded_kernel(f, x, state):
+    """Record the kernel of f's first call as `state` without compiling it."""
+    held = []
+    background._WORKER.submit, submit = held.append, background._WORKER.submit
+    try:
+        f(x)
+    finally:
+        background._WORKER.submit = submit
+    (job,) = held
+    slow_kernels.record(job.source.source, state, job.label, 61.0)
+    return job.source.source
+
+
+def test_a_kernel_recorded_slow_compiles_in_a_separate_process(fresh):
+    x = np.linspace(0, 2, 9)
+    source = recorded_kernel(fg.jit(lambda x: fnp.sum(fnp.log1p(x) * 0.5)), x, slow_kernels.SLOW)
+    f = fg.jit(lambda x: fnp.sum(fnp.log1p(x) * 0.5)).compile(x)  # waits for the child
+    (step,) = kernel_steps(f)
+    assert step.kernel is not None and not needs_build(source)
+    assert sum(step.kernel.stats.cache_misses.values()) == 0  # loaded here, built there
+    np.testing.assert_allclose(f(x), np.sum(np.log1p(x) * 0.5), rtol=1e-13)
+
+
+def test_a_separate_compile_past_its_bound_is_stopped_and_recorded_hung(fresh, monkeypatch):
+    x = np.linspace(0, 2, 9)
+    source = recorded_kernel(fg.jit(lambda x: fnp.sum(fnp.expm1(x) * 0.5)), x, slow_kernels.SLOW)
+    monkeypatch.setattr(fg.config, "compile_timeout", 0.001)  # no process starts that fast
+    monkeypatch.setattr(slow_kernels, "APART_FACTOR", 1)
+    with pytest.warns(RuntimeWarning, match="ran past .* in a separate process, which was stopped"):
+        f = fg.jit(lambda x: fnp.sum(fnp.expm1(x) * 0.5)).compile(x)
+    assert slow_kernels.recorded(source) == slow_kernels.HUNG
+    np.testing.assert_allclose(f(x), np.sum(np.expm1(x) * 0.5), rtol=1e-14)  # NumPy
+    # A later run does not try again: its loop runs with NumPy, and says so.
+    with pytest.warns(RuntimeWarning, match="hung in an earlier run"):
+        g = fg.jit(lambda x: fnp.sum(fnp.expm1(x) * 0.5)).compile(x)
+    np.testing.assert_allclose(g(x), np.sum(np.expm1(x) * 0.5), rtol=1e-14)
+    assert kernel_steps(g)[0].kernel is None
+    # The stopped child left the cache usable: another kernel compiles and runs.
+    monkeypatch.setattr(fg.config, "compile_timeout", 60.0)
+    h = fg.jit(lambda x: fnp.sum(fnp.expm1(x) * fnp.exp(x))).compile(x)
+    assert kernel_steps(h)[0].kernel is not None
+    np.testing.assert_allclose(h(x), np.sum(np.expm1(x) * np.exp(x)), rtol=1e-13)
+
+
+TWO_PROCESSES = textwrap.dedent(
+    """
+    import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.compiler.kernel_cache import STATS
+
+    x = np.linspace(-1, 1, 40)
+    f = fg.jit(fg.grad(lambda x: fnp.sum(fnp.arctan(x) * fnp.exp(-x * 0.75))))
+    f.compile(x)  # waits for its kernel: built here, or loaded if the other saved it first
+    (traced,) = f._cache.values()
+    assert traced.executable.compiled
+    expected = (1 / (1 + x * x) - 0.75 * np.arctan(x)) * np.exp(-x * 0.75)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-12)
+    print(STATS.numba_compiles(), STATS.numba_cache_hits())
+    """
+)
+
+
+def test_two_processes_compiling_one_kernel_at_once_both_run_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FASTGRAD_COMPILE"}
+    env["FASTGRAD_CACHE_DIR"] = str(tmp_path)
+    run = [sys.executable, "-c", TWO_PROCESSES]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    children = [subprocess.Popen(run, env=env, **pipes) for _ in range(2)]
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+        assert "CacheWarning" not in err
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]  # a third process loads what they saved
+
+
+def test_compile_timeout_setting():
+    with pytest.raises(ValueError, match="compile_timeout takes seconds > 0"):
+        fg.config.update("compile_timeout", 0)
+    with pytest.raises(ValueError, match="compile_timeout"):
+        fg.config.update("compile_timeout", "soon")
+    assert fg.config.compile_timeout == 60.0  # the default (the suite leaves it)
