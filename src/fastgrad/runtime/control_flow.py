@@ -20,6 +20,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Graph, Node
+from fastgrad.runtime.scan_sums import sink_sums
 from fastgrad.transforms.calls import GroupCall
 from fastgrad.transforms.control_flow import (
     SWITCH,
@@ -62,10 +63,16 @@ class LoopStep:
         # (another thread) runs with fresh outputs per iteration.
         self.iterating = threading.Lock()
         self.carried = 0  # how many of the outputs are the final carry, copied out
+        self._loop: Callable[..., list[Any]]
         if isinstance(call, ScanCall):
-            self.bodies = [build(call.body, True)]
             self.carried = call.n_carry
-            self._loop = partial(scan_loop, call)
+            sunk = sink_sums(call)  # carries that add up batch sums: summed after the loop
+            if sunk is None:
+                self.bodies = [build(call.body, True)]
+                self._loop = partial(scan_loop, call)
+            else:
+                self.bodies = [build(sunk.inner.body, True)]
+                self._loop = sunk.run
         elif isinstance(call, WhileCall):
             self.bodies = [build(call.cond, True), build(call.body, True)]
             self.carried = len(call.body.outputs)
