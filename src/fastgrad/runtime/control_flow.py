@@ -20,7 +20,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Graph, Node
-from fastgrad.runtime.scan_sums import sink_sums
+from fastgrad.runtime.loop_hoisting import hoist
 from fastgrad.transforms.calls import GroupCall
 from fastgrad.transforms.control_flow import (
     SWITCH,
@@ -66,13 +66,13 @@ class LoopStep:
         self._loop: Callable[..., list[Any]]
         if isinstance(call, ScanCall):
             self.carried = call.n_carry
-            sunk = sink_sums(call)  # carries that add up batch sums: summed after the loop
-            if sunk is None:
+            hoisted = hoist(call)  # sums after the loop, products before it
+            if hoisted is None:
                 self.bodies = [build(call.body, True)]
                 self._loop = partial(scan_loop, call)
             else:
-                self.bodies = [build(sunk.inner.body, True)]
-                self._loop = sunk.run
+                self.bodies = [build(hoisted.inner.body, True)]
+                self._loop = hoisted.run
         elif isinstance(call, WhileCall):
             self.bodies = [build(call.cond, True), build(call.body, True)]
             self.carried = len(call.body.outputs)

@@ -1,6 +1,7 @@
 """Scan carries that add up batch sums (a weight's gradient in a backward scan) run as
-one product or sum after the loop. Oracles: the unrolled Python loop run by the reference
-interpreter (`fg.jit(f, fuse=False)`), orders 1 and 2, and which carries were summed."""
+one product or sum after the loop, products of stacked inputs by consts before it.
+Oracles: the unrolled Python loop run by the reference interpreter (`fg.jit(f,
+fuse=False)`), orders 1 and 2 and forward mode, and what the compiled body still does."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import scan_sums
+from fastgrad.runtime import loop_hoisting
 from fastgrad.runtime.control_flow import LoopStep
 
 TOL = {np.float32: 1e-4, np.float64: 1e-11}
@@ -63,7 +64,10 @@ def _close(got, want, dtype):
 def test_the_summed_carries_leave_the_loop():
     args = _inputs(np.random.default_rng(0), 4, 3, 5, np.float64)
     (step,) = _loop_steps(fg.jit(_sums), *args)
-    assert len(step.bodies[0].graph.inputs) == len(step.call.body.inputs) - 2
+    body = step.bodies[0].graph
+    # dw and db leave the carries; x_t @ w, computed before the loop, replaces x_t
+    assert len(body.inputs) == len(step.call.body.inputs) - 2
+    assert not any(n.op.name == "matmul" for n in body.nodes)
 
 
 @settings(max_examples=10, deadline=None)
@@ -131,11 +135,14 @@ def test_the_backward_scan_of_a_gradient_sums_its_weights_after_the_loop():
     f = fg.jit(fg.grad(_rnn_loss, argnums=(0, 1, 2)))
     backward = [s for s in _loop_steps(f, w, wx, b, h, xs) if s.call.reverse]
     (step,) = backward
-    assert len(step.bodies[0].graph.inputs) == len(step.call.body.inputs) - 3
+    body = step.bodies[0].graph
+    # the three weights' accumulators leave, and the stacked inputs only they read
+    assert len(body.inputs) == len(step.call.body.inputs) - 5
+    assert sum(n.op.name == "matmul" for n in body.nodes) == 1  # g_t @ w.T
 
 
 def test_a_long_loop_keeps_its_accumulators_in_the_loop(monkeypatch):
-    monkeypatch.setattr(scan_sums, "STACK_BUDGET", 0)
+    monkeypatch.setattr(loop_hoisting, "STACK_BUDGET", 0)
     args = _inputs(np.random.default_rng(2), 3, 2, 3, np.float64)
     (step,) = _loop_steps(fg.jit(_sums), *args)
     assert len(step.bodies[0].graph.inputs) == len(step.call.body.inputs)
@@ -161,5 +168,19 @@ def test_a_carry_read_elsewhere_stays_in_the_loop(dtype):
         return dw, h
 
     (step,) = _loop_steps(fg.jit(reads_dw), *args)
-    assert len(step.bodies[0].graph.inputs) == len(step.call.body.inputs)
+    assert len(step.bodies[0].graph.outputs) == len(step.call.body.outputs)  # dw, h; ys
     _close(fg.jit(reads_dw)(*args), fg.jit(unrolled, fuse=False)(*args), dtype)
+
+
+def test_forward_mode_through_a_hoisted_scan_matches_the_unrolled_loop():
+    w, wx, b, h, xs = _inputs(np.random.default_rng(4), 4, 3, 4, np.float64)
+    tangents = _inputs(np.random.default_rng(5), 4, 3, 4, np.float64)
+
+    def jvp(loss):
+        return lambda *t: fg.jvp(loss, (w, wx, b, h, xs), t)
+
+    _close(
+        fg.jit(jvp(_rnn_loss))(*tangents),
+        fg.jit(jvp(_rnn_unrolled), fuse=False)(*tangents),
+        np.float64,
+    )

@@ -1,13 +1,12 @@
-"""Scan carries that only add up batch sums, summed after the loop rather than per step.
+"""Work of a scan's steps done for all steps at once, outside the compiled loop.
 
-The backward scan of a VJP adds each step's cotangent of a loop-invariant input (a
-weight) into an accumulator carry: `acc + x_t.T @ g_t` for a matmul's weight, `acc +
-sum(g_t, 0)` for a bias. Summed over the steps, that is one product over all of them:
-the compiled loop stacks the operands instead, and after it `acc += X.T @ G`, with X and
-G of shape (T * B, .), runs as one gemm in place of T small ones and T adds (a float32
-(128, 6400) @ (6400, 128) on one thread: 2.9 ms, against 30 us for each of the 200
-(128, 32) @ (32, 128) it replaces). The scan's graph is unchanged (its derivatives too):
-this is how the runtime runs it.
+After it: a carry that only adds up a batch sum, such as a weight's gradient in the
+backward scan of a VJP (`acc + x_t.T @ g_t`, `acc + sum(g_t, 0)`), is summed as one
+product over the stacked operands, `acc += X.T @ G` with X and G of shape (T * B, .):
+one gemm in place of T small ones and T adds (float32 (128, 6400) @ (6400, 128) on one
+thread: 2.9 ms, against 30 us for each of the 200 (128, 32) @ (32, 128) it replaces).
+Before it: a stacked input's slice times a const (`x_t @ w`) is one (T * B, D) @ (D, H).
+The scan's graph is unchanged (its derivatives too): this is how the runtime runs it.
 """
 
 from __future__ import annotations
@@ -52,22 +51,40 @@ class Sum:
         return total
 
 
+@dataclass(frozen=True)
+class Product:
+    """A stacked input of the inner scan computed before the loop: the scan's stacked
+    input `x` (B, D per step) times its const `w` (D, H), as one (T * B, D) @ (D, H)."""
+
+    x: int
+    w: int
+
+    def stack(self, consts: Sequence[Any], xs: Sequence[Any]) -> Any:
+        x = xs[self.x]
+        flat = np.matmul(x.reshape(-1, x.shape[-1]), consts[self.w])
+        return flat.reshape(*x.shape[:-1], flat.shape[-1])
+
+
 @dataclass
-class SunkScan:
-    """`call` run as the scan `inner` (its body without the summed carries, stacking
-    the sums' operands as its last `n_added` outputs), then the sums."""
+class HoistedScan:
+    """`call` run as the scan `inner`: its body without the summed carries, stacking the
+    sums' operands as its last `n_added` outputs, reading the stacked inputs `xs_read`
+    and then the products computed before the loop."""
 
     call: ScanCall
     inner: ScanCall
     sums: list[Sum]
     n_added: int
+    xs_read: list[int]
+    products: list[Product]
 
     def run(self, arrays: Sequence[Any], body: Callable[[list[Any]], list[Any]]) -> list[Any]:
         call, summed = self.call, {s.carry for s in self.sums}
         nc, ncar = call.n_consts, call.n_carry
         kept = [k for k in range(ncar) if k not in summed]
-        xs = arrays[nc + ncar :]
-        outs = scan_loop(self.inner, [*arrays[:nc], *(arrays[nc + k] for k in kept), *xs], body)
+        consts, xs = arrays[:nc], arrays[nc + ncar :]
+        stacked = [*(xs[i] for i in self.xs_read), *(p.stack(consts, xs) for p in self.products)]
+        outs = scan_loop(self.inner, [*consts, *(arrays[nc + k] for k in kept), *stacked], body)
         added = outs[len(outs) - self.n_added :]
         carries: list[Any] = [None] * ncar
         for k, c in zip(kept, outs, strict=False):
@@ -77,9 +94,10 @@ class SunkScan:
         return [*carries, *outs[len(kept) : len(outs) - self.n_added]]
 
 
-def sink_sums(call: ScanCall) -> SunkScan | None:
-    """`call` with its carries that add up a batch sum per step summed after the loop,
-    or None when it has none (or their stacked operands would exceed STACK_BUDGET)."""
+def hoist(call: ScanCall) -> HoistedScan | None:
+    """`call` with its carries that add up a batch sum per step summed after the loop and
+    its products of a stacked input by a const computed before it, or None when it has
+    neither (or their stacks would exceed STACK_BUDGET)."""
     body, nc, ncar = call.body, call.n_consts, call.n_carry
     made = {id(n.out): n for n in body.nodes}
     uses = Counter(id(v) for n in body.nodes for v in n.inputs)
@@ -99,7 +117,7 @@ def sink_sums(call: ScanCall) -> SunkScan | None:
             continue  # a const or a carry: not stacked
         new = [v for v in {id(v): v for v in values}.values() if id(v) not in at]
         new = [v for v in new if all(v is not w for w in added)]
-        cost = sum(call.length * v.aval.dtype.itemsize * int(np.prod(v.aval.shape)) for v in new)
+        cost = sum(_stack_bytes(v, call.length) for v in new)
         if cost > budget:
             continue
         budget -= cost
@@ -108,15 +126,46 @@ def sink_sums(call: ScanCall) -> SunkScan | None:
             at[id(v)] - nc - ncar if id(v) in at else -1 - _index(added, v) for v in values
         )
         sums.append(Sum(k, kind, operands, axes))
-    if not sums:
-        return None
     summed = {s.carry for s in sums}
     outputs = [v for k, v in enumerate(body.outputs[:ncar]) if k not in summed]
     outputs += [*body.outputs[ncar:], *added]
-    inputs = [v for i, v in enumerate(body.inputs) if i - nc not in summed]
-    graph = Graph(inputs, live_nodes(body.nodes, outputs), outputs).verify()
+    products, hoisted = [], set()
+    for node in live_nodes(body.nodes, outputs):
+        found_product = _stacked_product(node, at, nc, ncar)
+        if found_product is not None and _stack_bytes(node.out, call.length) <= budget:
+            budget -= _stack_bytes(node.out, call.length)
+            products.append(found_product)
+            hoisted.add(id(node.out))
+    if not sums and not products:
+        return None
+    nodes = live_nodes([n for n in body.nodes if id(n.out) not in hoisted], outputs)
+    read = {id(v) for n in nodes for v in n.inputs} | {id(v) for v in outputs}
+    xs_read = [
+        i for i in range(len(body.inputs) - nc - ncar) if id(body.inputs[nc + ncar + i]) in read
+    ]
+    inputs = [v for i, v in enumerate(body.inputs[: nc + ncar]) if i - nc not in summed]
+    inputs += [body.inputs[nc + ncar + i] for i in xs_read]
+    inputs += [n.out for n in body.nodes if id(n.out) in hoisted]
+    graph = Graph(inputs, nodes, outputs).verify()
     inner = ScanCall(graph, nc, ncar - len(sums), call.length, call.reverse)
-    return SunkScan(call, inner, sums, len(added))
+    return HoistedScan(call, inner, sums, len(added), xs_read, products)
+
+
+def _stacked_product(node: Node, at: dict[int, int], nc: int, ncar: int) -> Product | None:
+    """`node` as a Product when it is a 2-D stacked input's slice times a 2-D const."""
+    if node.op.name != "matmul":
+        return None
+    x, w = node.inputs
+    i, j = at.get(id(x), -1), at.get(id(w), -1)
+    if i < nc + ncar or not 0 <= j < nc or x.aval.ndim != 2 or w.aval.ndim != 2:
+        return None
+    if np.result_type(x.aval.dtype, w.aval.dtype) != node.out.aval.dtype:
+        return None
+    return Product(i - nc - ncar, j)
+
+
+def _stack_bytes(v: Var, length: int) -> int:
+    return length * v.aval.dtype.itemsize * int(np.prod(v.aval.shape))
 
 
 def _added_term(node: Node | None, carry: Var, uses: Counter[int]) -> Var | None:
