@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.core.ir import Graph, Node, Var, live_nodes
-from fastgrad.runtime import blas
+from fastgrad.core.ir import Aval, Graph, Node, Var, live_nodes
 from fastgrad.transforms.scan import ScanCall, scan_loop
 
 # The operands stacked for the sums may take up to this many bytes; beyond it (a very
@@ -40,15 +39,14 @@ class Sum:
     axes: tuple[int, ...] = ()
 
     def add_total(self, init: np.ndarray, xs: Sequence[Any], added: Sequence[Any]) -> Any:
-        total = np.array(init, copy=True, order="C")
         stacks = [xs[i] if i >= 0 else added[-1 - i] for i in self.operands]
         if self.kind == "matmul":
             p, q = (s.reshape(-1, s.shape[-1]) for s in stacks)
-            blas.accumulate(p.T, q, total)
+            total = np.matmul(p.T, q)  # NumPy finds the operands' addresses faster than ctypes
         else:
-            summed = stacks[0].sum(axis=(0, *(a + 1 for a in self.axes)), dtype=total.dtype)
-            total += summed.reshape(total.shape)
-        return total
+            summed = stacks[0].sum(axis=(0, *(a + 1 for a in self.axes)), dtype=init.dtype)
+            total = summed.reshape(init.shape)
+        return np.add(total, init, dtype=init.dtype)
 
 
 @dataclass(frozen=True)
@@ -78,13 +76,19 @@ class HoistedScan:
     xs_read: list[int]
     products: list[Product]
 
-    def run(self, arrays: Sequence[Any], body: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    def run(
+        self,
+        arrays: Sequence[Any],
+        body: Callable[[list[Any]], list[Any]],
+        empty: Callable[[int, Aval], np.ndarray] | None = None,
+    ) -> list[Any]:
         call, summed = self.call, {s.carry for s in self.sums}
         nc, ncar = call.n_consts, call.n_carry
         kept = [k for k in range(ncar) if k not in summed]
         consts, xs = arrays[:nc], arrays[nc + ncar :]
         stacked = [*(xs[i] for i in self.xs_read), *(p.stack(consts, xs) for p in self.products)]
-        outs = scan_loop(self.inner, [*consts, *(arrays[nc + k] for k in kept), *stacked], body)
+        ins = [*consts, *(arrays[nc + k] for k in kept), *stacked]
+        outs = scan_loop(self.inner, ins, body, empty)
         added = outs[len(outs) - self.n_added :]
         carries: list[Any] = [None] * ncar
         for k, c in zip(kept, outs, strict=False):
