@@ -184,3 +184,26 @@ def test_forward_mode_through_a_hoisted_scan_matches_the_unrolled_loop():
         fg.jit(jvp(_rnn_unrolled), fuse=False)(*tangents),
         np.float64,
     )
+
+
+def _deep_loss(w, wx, b, h, xs, unrolled=False):
+    def cell(h, x):  # w used twice: its gradient adds two products per step
+        a = fnp.tanh(x @ wx + h @ w + b)
+        return fnp.tanh(a @ w + h)
+
+    if unrolled:
+        for t in range(xs.shape[0]):
+            h = cell(h, xs[t])
+    else:
+        h, _ = fg.scan(lambda h, x: (cell(h, x), None), h, xs)
+    return fnp.sum(h * h)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_weight_used_twice_per_step_sums_both_products_after_the_loop(dtype):
+    w, wx, b, h, xs = _inputs(np.random.default_rng(6), 5, 3, 4, dtype)
+    grad = fg.grad(_deep_loss, argnums=(0, 1, 2))
+    (step,) = [s for s in _loop_steps(fg.jit(grad), w, wx, b, h, xs) if s.call.reverse]
+    assert sum(n.op.name == "matmul" for n in step.bodies[0].graph.nodes) == 2  # the cotangents
+    want = fg.jit(fg.grad(lambda *a: _deep_loss(*a, unrolled=True), argnums=(0, 1, 2)), fuse=False)
+    _close(fg.jit(grad)(w, wx, b, h, xs), want(w, wx, b, h, xs), dtype)

@@ -27,26 +27,36 @@ STACK_BUDGET = 64 << 20
 
 
 @dataclass(frozen=True)
-class Sum:
-    """Carry `carry` is its initial value plus, over the steps, P_t.T @ Q_t (`kind`
-    "matmul", `operands` P and Q) or the sum of E_t over `axes` reshaped to the carry's
-    shape (`kind` "sum", operand E). An operand is a stacked input of the scan (its
-    index among them) or, when negative, the added stacked output -1 - index."""
+class Part:
+    """One term of a step's batch sum: P_t.T @ Q_t (`kind` "matmul", `operands` P and Q)
+    or the sum of E_t over `axes` (`kind` "sum", operand E). An operand is a stacked input
+    of the scan (its index among them) or, when negative, the added stacked output
+    -1 - index."""
 
-    carry: int
     kind: str
     operands: tuple[int, ...]
     axes: tuple[int, ...] = ()
 
-    def add_total(self, init: np.ndarray, xs: Sequence[Any], added: Sequence[Any]) -> Any:
+    def total(self, shape: tuple[int, ...], xs: Sequence[Any], added: Sequence[Any]) -> Any:
         stacks = [xs[i] if i >= 0 else added[-1 - i] for i in self.operands]
         if self.kind == "matmul":
             p, q = (s.reshape(-1, s.shape[-1]) for s in stacks)
-            total = np.matmul(p.T, q)  # NumPy finds the operands' addresses faster than ctypes
-        else:
-            summed = stacks[0].sum(axis=(0, *(a + 1 for a in self.axes)), dtype=init.dtype)
-            total = summed.reshape(init.shape)
-        return np.add(total, init, dtype=init.dtype)
+            return np.matmul(p.T, q)  # NumPy finds the operands' addresses faster than ctypes
+        return stacks[0].sum(axis=(0, *(a + 1 for a in self.axes))).reshape(shape)
+
+
+@dataclass(frozen=True)
+class Sum:
+    """Carry `carry` is its initial value plus, over the steps, the sum of `parts`."""
+
+    carry: int
+    parts: tuple[Part, ...]
+
+    def add_total(self, init: np.ndarray, xs: Sequence[Any], added: Sequence[Any]) -> Any:
+        total = init
+        for part in self.parts:
+            total = np.add(total, part.total(init.shape, xs, added), dtype=init.dtype)
+        return np.array(total, copy=True) if total is init else total
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ def hoist(call: ScanCall) -> HoistedScan | None:
         found = _batch_sum(made.get(id(term)) if term is not None else None, made)
         if found is None or not carry_out.aval.is_float:
             continue
-        kind, values, axes = found
+        values = [v for _, part_values, _ in found for v in part_values]
         if any(at.get(id(v), nc + ncar) < nc + ncar for v in values):
             continue  # a const or a carry: not stacked
         new = [v for v in {id(v): v for v in values}.values() if id(v) not in at]
@@ -126,10 +136,11 @@ def hoist(call: ScanCall) -> HoistedScan | None:
             continue
         budget -= cost
         added += new
-        operands = tuple(
-            at[id(v)] - nc - ncar if id(v) in at else -1 - _index(added, v) for v in values
-        )
-        sums.append(Sum(k, kind, operands, axes))
+        parts = [
+            Part(kind, tuple(_operand(v, at, added, nc + ncar) for v in part_values), axes)
+            for kind, part_values, axes in found
+        ]
+        sums.append(Sum(k, tuple(parts)))
     summed = {s.carry for s in sums}
     outputs = [v for k, v in enumerate(body.outputs[:ncar]) if k not in summed]
     outputs += [*body.outputs[ncar:], *added]
@@ -184,27 +195,37 @@ def _added_term(node: Node | None, carry: Var, uses: Counter[int]) -> Var | None
     return term if term.aval.dtype == node.out.aval.dtype else None
 
 
-def _batch_sum(node: Node | None, made: dict[int, Node]) -> Any:
-    """("matmul", (P, Q), ()) when `node` is `P.T @ Q` of 2-D values, ("sum", (E,), axes)
-    when it is a sum of E over `axes` (maybe reshaped); else None."""
+def _batch_sum(node: Node | None, made: dict[int, Node]) -> list[Any] | None:
+    """The terms of `node` as a batch sum, each ("matmul", (P, Q), ()) for `P.T @ Q` of
+    2-D values or ("sum", (E,), axes) for a sum of E over `axes` (maybe reshaped), when it
+    is one term or the sum of such terms (a weight used twice in a step); else None."""
     if node is not None and node.op.name == "reshape":
         node = made.get(id(node.inputs[0]))
     if node is None:
         return None
+    if node.op.name == "add" and all(v.aval.shape == node.out.aval.shape for v in node.inputs):
+        terms = [_batch_sum(made.get(id(v)), made) for v in node.inputs]
+        return None if None in terms else [t for found in terms if found for t in found]
     if node.op.name == "sum":
         e = node.inputs[0]
         axis = node.params.get("axis")
         axes = tuple(range(e.aval.ndim)) if axis is None else tuple(axis)
-        return "sum", (e,), axes
+        return [("sum", (e,), axes)]
     if node.op.name == "matmul":
-        left, q = node.inputs
-        t = made.get(id(left))
+        pt, q = node.inputs
+        t = made.get(id(pt))
         if t is None or t.op.name != "transpose" or tuple(t.params.get("axes", ())) != (1, 0):
             return None
         p = t.inputs[0]
         if p.aval.ndim == 2 and q.aval.ndim == 2 and p.aval.shape[0] == q.aval.shape[0]:
-            return "matmul", (p, q), ()
+            return [("matmul", (p, q), ())]
     return None
+
+
+def _operand(v: Var, at: dict[int, int], added: list[Var], first_stacked: int) -> int:
+    """Where a sum reads `v`: its index among the stacked inputs, or -1 - its index among
+    the added stacked outputs."""
+    return at[id(v)] - first_stacked if id(v) in at else -1 - _index(added, v)
 
 
 def _index(values: list[Var], v: Var) -> int:
