@@ -159,3 +159,23 @@ def test_compile_graph_body_runs_with_fresh_outputs_too():
     c, d = looped.run([w, h, xs[0]]), looped.run([w, h, xs[0]])  # `run` stays fresh
     assert not np.shares_memory(c[0], d[0])
     np.testing.assert_array_equal(c[0], a[0])
+
+
+def test_stacked_outputs_are_reused_only_once_nothing_holds_them():
+    from fastgrad.core.ir import Aval
+    from fastgrad.runtime.control_flow import StackPool
+
+    pool, aval = StackPool(), Aval((3, 2), np.dtype(np.float64))
+    first = pool.empty(0, aval)
+    assert pool.empty(0, aval) is not first  # `first` is held
+    view = first[1]
+    address = first.ctypes.data
+    del first
+    second = pool.empty(0, aval)
+    assert second.ctypes.data != address  # a view of the first is held
+    del view
+    address = second.ctypes.data
+    del second
+    assert pool.empty(0, aval).ctypes.data == address  # nothing holds it: handed out again
+    assert pool.empty(1, aval).ctypes.data != address
+    assert pool.empty(0, Aval((2, 2), np.dtype(np.float64))).shape == (2, 2)

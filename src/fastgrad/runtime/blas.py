@@ -130,6 +130,11 @@ def _set_threads_local() -> Any:
     return function
 
 
+def has_local_threads() -> bool:
+    """Whether NumPy's BLAS can set the thread count of one thread (`OneThread`)."""
+    return _set_threads_local() is not None
+
+
 class OneThread:
     """A context in which this thread's BLAS calls run on one thread, restored on exit:
     two calls into the library (~1 us), where threadpoolctl's limit sets every

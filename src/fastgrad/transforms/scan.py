@@ -84,19 +84,24 @@ class ScanCall(GroupCall):
 
 
 def scan_loop(
-    call: ScanCall, arrays: Sequence[np.ndarray], body: Callable[[list[Any]], list[Any]]
+    call: ScanCall,
+    arrays: Sequence[np.ndarray],
+    body: Callable[[list[Any]], list[Any]],
+    empty: Callable[[int, Aval], np.ndarray] | None = None,
 ) -> list[np.ndarray]:
     """Run `call` on concrete arrays, calling `body(args) -> outputs` once per step.
 
-    Stacked outputs are allocated once and filled in place; slices of stacked inputs are
-    views. The runtime's compiled loop calls this with its compiled body.
+    Stacked outputs are allocated once (`empty(k, aval)` gives the k-th, when given) and
+    filled in place; slices of stacked inputs are views. The runtime's compiled loop calls
+    this with its compiled body.
     """
     nc, ncar = call.n_consts, call.n_carry
     avals = call.input_avals()
     arrays = [np.asarray(a, dtype=av.dtype) for a, av in zip(arrays, avals, strict=True)]
     consts, carry = arrays[:nc], arrays[nc : nc + ncar]
     xs = [np.ascontiguousarray(x) for x in arrays[nc + ncar :]]
-    ys = [np.empty(a.shape, a.dtype) for a in call.output_avals()[ncar:]]
+    stacked = call.output_avals()[ncar:]
+    ys = [empty(k, a) if empty else np.empty(a.shape, a.dtype) for k, a in enumerate(stacked)]
     steps = range(call.length - 1, -1, -1) if call.reverse else range(call.length)
     for t in steps:
         outs = body([*consts, *carry, *(x[t] for x in xs)])
