@@ -6,7 +6,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".yml", ".yaml", ".rst", ".sh"}
-MARKER = re.compile(r"^(<<<<<<< |>>>>>>> |=======$)", re.MULTILINE)
+# "=======" alone is also a reStructuredText title rule: the two outer markers suffice.
+MARKER = re.compile(r"^(<<<<<<<|>>>>>>>) ", re.MULTILINE)
 
 
 def _text_files() -> list[Path]:
