@@ -46,6 +46,8 @@ def _flag(variable: str, default: bool) -> bool:
 
 #: The values of `config.compile`.
 COMPILE_MODES = ("background", "sync")
+#: The values of `config.runtime`.
+RUNTIMES = ("steps", "vm")
 
 
 def _count(variable: str, default: int) -> int:
@@ -78,6 +80,10 @@ class Config:
       jitted function keeps traced and compiled; beyond it the least recently used is
       dropped (and traced again if it comes back). Default 256, or
       `FASTGRAD_TRACE_CACHE_SIZE`.
+    - `runtime`: how a plan runs once its kernels are compiled: "steps" (the default), one
+      Python call per step; "vm", each run of kernels one call into a compiled
+      interpreter (runtime.vm). Plans built after the change use it. Default from
+      `FASTGRAD_RUNTIME`.
 
     >>> import fastgrad as fg
     >>> fg.config.update("log_compiles", True)
@@ -90,12 +96,14 @@ class Config:
     compile_notice: bool
     compile: str
     trace_cache_size: int
+    runtime: str
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
         self.compile_notice = _flag("FASTGRAD_COMPILE_NOTICE", True)
         self.compile = _choice("FASTGRAD_COMPILE", COMPILE_MODES)
         self.trace_cache_size = _count("FASTGRAD_TRACE_CACHE_SIZE", 256)
+        self.runtime = _choice("FASTGRAD_RUNTIME", RUNTIMES)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""
@@ -107,6 +115,9 @@ class Config:
         if name == "compile":
             if value not in COMPILE_MODES:
                 raise ValueError(f"setting compile takes one of {COMPILE_MODES}, got {value!r}")
+        elif name == "runtime":
+            if value not in RUNTIMES:
+                raise ValueError(f"setting runtime takes one of {RUNTIMES}, got {value!r}")
         elif name == "trace_cache_size":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"setting trace_cache_size takes an int >= 1, got {value!r}")
