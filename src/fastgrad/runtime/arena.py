@@ -9,6 +9,7 @@ here (a 2^20-element loop: 45 ms against 8 ms with the buffers staggered by 320 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ def staggered_empty(shape: tuple[int, ...], dtype: np.dtype, k: int) -> np.ndarr
     >>> a.ctypes.data % 64, a.shape
     (0, (1000,))
     """
-    nbytes = int(np.prod(shape)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~4 us, a third of a small call
     if nbytes < PAGE:
         return np.empty(shape, dtype)
     raw = np.empty(nbytes + PAGE + ALIGN, np.uint8)

@@ -17,7 +17,7 @@ import numpy as np
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.compiler.kernel_cache import kernel_key
 from fastgrad.runtime.arena import staggered_empty
-from fastgrad.runtime.vm import KERNEL, compile_adapter, run_steps
+from fastgrad.runtime.vm import KERNEL, compile_adapter, run_segment, run_steps
 
 _ADAPTERS: dict[tuple[Any, ...], Any] = {}  # (kernel key, adapter source) -> C function
 _COMPILING = threading.Lock()
@@ -138,10 +138,14 @@ class Segment:
     def finish(self, arrays: tuple[np.ndarray, ...]) -> None:
         """Take the finished table's arrays (shared by the plan's segments)."""
         self.code, self.starts, self.floats, self.addresses, self.ptrs = arrays
+        self.indices = np.array(
+            [index for _, index, _ in self.reads] + [entry[5] for entry in self.fresh], np.int64
+        )
 
     def __call__(self) -> None:
-        env, ptrs = self.env, self.ptrs
-        for slot, index, dtype in self.reads:
+        env = self.env
+        arrays = []
+        for slot, _, dtype in self.reads:
             value = env[slot]
             if not (
                 isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype == dtype
@@ -149,12 +153,16 @@ class Segment:
                 for call in self.host:
                     call()
                 return
-            ptrs[index] = value.ctypes.data
-        for shape, dtype, k, view, slot, index in self.fresh:
+            arrays.append(value)
+        for shape, dtype, k, view, slot, _ in self.fresh:
             buffer = staggered_empty(shape, dtype, k)
             env[slot] = buffer if view is None else buffer.reshape(view)
-            ptrs[index] = buffer.ctypes.data
-        run_steps(self.code, self.starts, self.first, self.count, ptrs, self.floats, self.addresses)
+            arrays.append(buffer)
+        table = (self.code, self.starts, self.first, self.count, self.ptrs)
+        if arrays:
+            run_segment(*table, self.floats, self.addresses, self.indices, tuple(arrays))
+        else:
+            run_steps(*table, self.floats, self.addresses)
 
 
 def lower(
