@@ -30,7 +30,8 @@ def _adapter_address(step: Any, operands: list[tuple[int, str]]) -> int:
     with _COMPILING:
         adapter = _ADAPTERS.get(key)
         if adapter is None:
-            adapter = _ADAPTERS[key] = compile_adapter(source, step.kernel)
+            tag = kernel_key(key[0] + source)
+            adapter = _ADAPTERS[key] = compile_adapter(source, step.kernel, tag)
     return int(adapter.address)
 
 

@@ -10,12 +10,17 @@ Step table: `code` is flat, step i starts at `starts[i]`.
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, cfunc, literal_unroll, njit, types
+from numba import carray, literal_unroll, njit, types
+from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
+
+from fastgrad.compiler.machine_code import MachineCodeCache
 
 KERNEL = 1
 
@@ -122,8 +127,10 @@ def run_segment(
     run_steps(code, starts, first, count, ptrs, scalars, adapters)
 
 
-def compile_adapter(source: str, kernel: Any) -> Any:
-    """The C function that `source` (compiler.codegen.adapter) defines around `kernel`.
+def compile_adapter(source: str, kernel: Any, tag: str = "") -> Any:
+    """The C function that `source` (compiler.codegen.adapter) defines around `kernel`,
+    its machine code kept in fastgrad's cache under `tag` (which must name the kernel
+    and the source; "": not kept). Compiling one costs about as much as its kernel.
 
     >>> from fastgrad.compiler.codegen.adapter import adapter_source
     >>> from numba import njit
@@ -139,13 +146,17 @@ def compile_adapter(source: str, kernel: Any) -> Any:
     >>> y
     array([0., 2., 4.])
     """
-    namespace: dict[str, Any] = {
-        "np": np,
-        "cfunc": cfunc,
-        "carray": carray,
-        "SIGNATURE": ADAPTER_SIGNATURE,
-        "kernel": kernel,
-        **{f"pointer_{name}": p for name, p in POINTERS.items()},
-    }
+    # A module of its own, found by name when machine code is loaded from the cache.
+    module = ModuleType(f"fastgrad_adapter_{tag or id(source)}")
+    sys.modules[module.__name__] = module
+    namespace = module.__dict__
+    namespace.update(
+        np=np, carray=carray, kernel=kernel, **{f"pointer_{n}": p for n, p in POINTERS.items()}
+    )
     exec(compile(source, "<fastgrad adapter>", "exec"), namespace)
-    return namespace["adapter"]
+    signature = (ADAPTER_SIGNATURE.args, ADAPTER_SIGNATURE.return_type)
+    adapter: Any = CFunc(namespace["adapter"], signature, locals={}, options={"nogil": True})
+    if tag:  # Numba consults `_cache` before it compiles (as for kernels: kernel_cache)
+        adapter._cache = MachineCodeCache(namespace["adapter"], tag, folder="adapters")
+    adapter.compile()
+    return adapter

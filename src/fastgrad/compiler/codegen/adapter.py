@@ -18,11 +18,10 @@ def adapter_source(nsizes: int, scalars: Sequence[str], operands: Sequence[tuple
 
     Row layout: the sizes, the chunk count, one entry per scalar (a float's index into
     the float table, an integer's or a bool's value), then per array its pointer slot
-    and its dims. The namespace it runs in provides `kernel`, `cfunc`, `carray`,
-    `SIGNATURE` and `pointer_<dtype>` (runtime.vm).
+    and its dims. The namespace it runs in provides `kernel`, `np`, `carray` and
+    `pointer_<dtype>`; runtime.vm compiles it as a C function.
 
     >>> print(adapter_source(1, ["float32"], [(2, "float64")]))  # doctest: +NORMALIZE_WHITESPACE
-    @cfunc(SIGNATURE, nogil=True)
     def adapter(row, ptrs, floats):
         kernel(row[0], row[1], np.float32(floats[row[2]]),
                carray(pointer_float64(ptrs[row[3]]), (row[4], row[5])))
@@ -42,8 +41,4 @@ def adapter_source(nsizes: int, scalars: Sequence[str], operands: Sequence[tuple
         shape = f"({dims[0]},)" if ndim == 1 else f"({', '.join(dims)})"
         args.append(f"carray(pointer_{dtype}(ptrs[row[{pos}]]), {shape})")
         pos += 1 + ndim
-    return (
-        "@cfunc(SIGNATURE, nogil=True)\n"
-        "def adapter(row, ptrs, floats):\n"
-        f"    kernel({', '.join(args)})\n"
-    )
+    return f"def adapter(row, ptrs, floats):\n    kernel({', '.join(args)})\n"
