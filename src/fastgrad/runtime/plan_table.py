@@ -17,7 +17,7 @@ import numpy as np
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.compiler.kernel_cache import kernel_key
 from fastgrad.runtime.arena import staggered_empty
-from fastgrad.runtime.vm import KERNEL, compile_adapter, run_segment, run_steps
+from fastgrad.runtime.vm import KERNEL, compile_adapter, run_steps
 
 _ADAPTERS: dict[tuple[Any, ...], Any] = {}  # (kernel key, adapter source) -> C function
 _COMPILING = threading.Lock()
@@ -139,9 +139,8 @@ class Segment:
     def finish(self, arrays: tuple[np.ndarray, ...]) -> None:
         """Take the finished table's arrays (shared by the plan's segments)."""
         self.code, self.starts, self.floats, self.addresses, self.ptrs = arrays
-        self.indices = np.array(
-            [index for _, index, _ in self.reads] + [entry[5] for entry in self.fresh], np.int64
-        )
+        indices = [index for _, index, _ in self.reads] + [entry[5] for entry in self.fresh]
+        self.indices = np.array(indices or [len(self.ptrs) - 1], np.int64)  # or the scratch
 
     def __call__(self) -> None:
         env = self.env
@@ -159,11 +158,19 @@ class Segment:
             buffer = staggered_empty(shape, dtype, k)
             env[slot] = buffer if view is None else buffer.reshape(view)
             arrays.append(buffer)
-        table = (self.code, self.starts, self.first, self.count, self.ptrs)
-        if arrays:
-            run_segment(*table, self.floats, self.addresses, self.indices, tuple(arrays))
-        else:
-            run_steps(*table, self.floats, self.addresses)
+        if not arrays:  # the interpreter takes one tuple kind at least: a scratch address
+            arrays.append(self.ptrs)
+        run_steps(
+            self.code,
+            self.starts,
+            self.first,
+            self.count,
+            self.ptrs,
+            self.floats,
+            self.addresses,
+            self.indices,
+            tuple(arrays),
+        )
 
 
 def lower(
@@ -189,7 +196,7 @@ def lower(
                 continue
         segment = None
         out.append(call)
-    ptrs = np.zeros(max(1, len(table.pointer)), np.int64)
+    ptrs = np.zeros(len(table.pointer) + 1, np.int64)  # the last: a scratch entry
     for index, address in table.fixed.items():
         ptrs[index] = address
     arrays = (

@@ -1,7 +1,8 @@
-"""The plan interpreter: one compiled loop over an int64 step table, compiled once for every
-plan. It never sees a kernel's types: each kernel is called through its adapter, a C
-function of one uniform signature `(int64* row, int64* ptrs, float64* scalars)` that
-rebuilds the kernel's arrays from the pointer table (compiler.codegen.adapter).
+"""The plan interpreter: one compiled loop over an int64 step table, shared by every plan
+(compiled once per kind of argument tuple, not per plan). It never sees a kernel's
+types: each kernel is called through its adapter, a C function of one uniform signature
+`(int64* row, int64* ptrs, float64* scalars)` that rebuilds the kernel's arrays from the
+pointer table (compiler.codegen.adapter).
 
 Step table: `code` is flat, step i starts at `starts[i]`.
   KERNEL: [KERNEL, adapter index, <the adapter's row: sizes, chunks, scalars, operands>]
@@ -16,11 +17,11 @@ from typing import Any
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, literal_unroll, njit, types
+from numba import carray, literal_unroll, types
 from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import MachineCodeCache
+from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
 
 KERNEL = 1
 
@@ -83,30 +84,8 @@ POINTERS = {
 }
 
 
-@njit(cache=True, nogil=True)
+@cached_njit("plan interpreter", nogil=True)
 def run_steps(
-    code: np.ndarray,
-    starts: np.ndarray,
-    first: int,
-    count: int,
-    ptrs: np.ndarray,
-    scalars: np.ndarray,
-    adapters: np.ndarray,
-) -> None:  # pragma: no cover - compiled
-    """Run steps `first` .. `first + count - 1` of a step table."""
-    for i in range(first, first + count):
-        p = starts[i]
-        if code[p] == KERNEL:
-            _call_adapter(
-                adapters[code[p + 1]],
-                _element_pointer(code, p + 2),
-                _element_pointer(ptrs, 0),
-                _element_pointer(scalars, 0),
-            )
-
-
-@njit(cache=True, nogil=True)
-def run_segment(
     code: np.ndarray,
     starts: np.ndarray,
     first: int,
@@ -117,14 +96,23 @@ def run_segment(
     indices: np.ndarray,
     arrays: tuple[np.ndarray, ...],
 ) -> None:  # pragma: no cover - compiled
-    """`run_steps` after setting `ptrs[indices[k]]` to the address of `arrays[k]`: taking
-    addresses here costs a fraction of NumPy's `.ctypes.data` (~5 us each). Compiled once
-    per kind of tuple (its arrays' dtypes and ranks); the steps' loop is shared."""
+    """Run steps `first` .. `first + count - 1` of a step table, after setting
+    `ptrs[indices[k]]` to the address of `arrays[k]` (the call's arguments and fresh
+    outputs): taking addresses here costs a fraction of NumPy's `.ctypes.data` (~5 us
+    each). Compiled once per kind of `arrays` tuple (its arrays' dtypes and ranks)."""
     k = 0
     for array in literal_unroll(arrays):
         ptrs[indices[k]] = array.ctypes.data
         k += 1
-    run_steps(code, starts, first, count, ptrs, scalars, adapters)
+    for i in range(first, first + count):
+        p = starts[i]
+        if code[p] == KERNEL:
+            _call_adapter(
+                adapters[code[p + 1]],
+                _element_pointer(code, p + 2),
+                _element_pointer(ptrs, 0),
+                _element_pointer(scalars, 0),
+            )
 
 
 def compile_adapter(source: str, kernel: Any, tag: str = "") -> Any:
@@ -140,9 +128,9 @@ def compile_adapter(source: str, kernel: Any, tag: str = "") -> Any:
     ...         y[i] = 2 * x[i]
     >>> c = compile_adapter(adapter_source(1, [], [(1, "float64"), (1, "float64")]), double)
     >>> x, y = np.arange(3.0), np.zeros(3)
-    >>> row = np.array([3, 1, 0, 3, 1, 3])
-    >>> run_steps(np.array([KERNEL, 0, *row]), np.array([0]), 0, 1,
-    ...     np.array([x.ctypes.data, y.ctypes.data]), np.zeros(1), np.array([c.address]))
+    >>> row = np.array([3, 1, 0, 3, 1, 3])  # size 3, 1 chunk, x in slot 0, y in slot 1
+    >>> run_steps(np.array([KERNEL, 0, *row]), np.array([0]), 0, 1, np.zeros(2, np.int64),
+    ...     np.zeros(1), np.array([c.address]), np.array([0, 1]), (x, y))
     >>> y
     array([0., 2., 4.])
     """
