@@ -92,6 +92,23 @@ def test_kernels_run_as_segments_and_fall_back_on_strided_arguments(sync: None) 
     _same_bits(steps(x, y), vm(x, y))  # and back
 
 
+def test_segments_between_host_steps(sync: None) -> None:
+    """Kernels around matmuls and views: segments read what host steps wrote, and a
+    kernel reading a transposed buffer (not contiguous) stays a host step."""
+
+    def f(a: Any, w: Any) -> Any:
+        h = fnp.tanh(a @ w)
+        return fnp.sum(fnp.exp(h.T) * fnp.sin(w), axis=1), (h * h) @ w.T
+
+    a, w = np.linspace(-1, 1, 9).reshape(3, 3), np.linspace(0, 1, 9).reshape(3, 3)
+    for dtype in (np.float32, np.float64):
+        steps, vm = _jitted(f, "steps"), _jitted(f, "vm")
+        args = (a.astype(dtype), w.astype(dtype))
+        for _ in range(3):
+            _same_bits(steps(*args), vm(*args))
+        assert _segments(vm, args) >= 1
+
+
 def test_runtime_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="runtime"):
         config.update("runtime", "fast")
