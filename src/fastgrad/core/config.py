@@ -5,8 +5,8 @@
 and changed with `fg.config.update(name, value)`: `log_compiles`
 (`FASTGRAD_LOG_COMPILES=1`), `compile_notice` (`FASTGRAD_COMPILE_NOTICE=0` hides it) and
 `compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns),
-`compile_timeout` (`FASTGRAD_COMPILE_TIMEOUT`) and `trace_cache_size`
-(`FASTGRAD_TRACE_CACHE_SIZE`).
+`compile_timeout` (`FASTGRAD_COMPILE_TIMEOUT`), `runtime` (`FASTGRAD_RUNTIME=vm` runs
+plans through the plan interpreter) and `trace_cache_size` (`FASTGRAD_TRACE_CACHE_SIZE`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def _flag(variable: str, default: bool) -> bool:
 
 #: The values of `config.compile`.
 COMPILE_MODES = ("background", "sync")
+#: The values of `config.runtime`.
+RUNTIMES = ("steps", "vm")
 
 
 def _count(variable: str, default: int) -> int:
@@ -99,6 +101,10 @@ class Config:
       jitted function keeps traced and compiled; beyond it the least recently used is
       dropped (and traced again if it comes back). Default 256, or
       `FASTGRAD_TRACE_CACHE_SIZE`.
+    - `runtime`: how a plan runs once its kernels are compiled: "steps" (the default), one
+      Python call per step; "vm", each run of kernels one call into a compiled
+      interpreter (runtime.vm). Plans built after the change use it. Default from
+      `FASTGRAD_RUNTIME`.
 
     >>> import fastgrad as fg
     >>> fg.config.update("log_compiles", True)
@@ -112,6 +118,7 @@ class Config:
     compile: str
     compile_timeout: float
     trace_cache_size: int
+    runtime: str
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
@@ -119,6 +126,7 @@ class Config:
         self.compile = _choice("FASTGRAD_COMPILE", COMPILE_MODES)
         self.compile_timeout = _seconds("FASTGRAD_COMPILE_TIMEOUT", 60.0)
         self.trace_cache_size = _count("FASTGRAD_TRACE_CACHE_SIZE", 256)
+        self.runtime = _choice("FASTGRAD_RUNTIME", RUNTIMES)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""
@@ -134,6 +142,9 @@ class Config:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"setting compile_timeout takes seconds > 0, got {value!r}")
             value = float(value)
+        elif name == "runtime":
+            if value not in RUNTIMES:
+                raise ValueError(f"setting runtime takes one of {RUNTIMES}, got {value!r}")
         elif name == "trace_cache_size":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"setting trace_cache_size takes an int >= 1, got {value!r}")

@@ -33,7 +33,10 @@ from fastgrad.compiler.passes import simplify
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
 from fastgrad.ops.shape import _as_slices as as_slices
-from fastgrad.runtime import threading_layer  # noqa: F401  (before any parallel kernel)
+from fastgrad.runtime import (
+    plan_table,
+    threading_layer,  # noqa: F401  (before any parallel kernel)
+)
 from fastgrad.runtime.arena import Arena, Buffer, staggered_empty
 from fastgrad.runtime.background import KernelTier
 from fastgrad.runtime.blas import OneThread
@@ -500,7 +503,8 @@ def _arena(
             continue
         steps.append(step)
     _spans(plan, buffers, outputs)
-    return Arena(template, buffers, static_views, steps, outputs, static)
+    lower = plan_table.lower if config.runtime == "vm" else None
+    return Arena(template, buffers, static_views, steps, outputs, static, lower)
 
 
 def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:
