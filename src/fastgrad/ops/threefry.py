@@ -45,8 +45,10 @@ INV_POW2_DOWN = tuple(2.0**-s for s in DOWN)
 GAMMA_STREAM = 4
 GAMMA_TRIALS = 1000  # each trial accepts with probability > 0.95: never reached
 
-# Words are held in uint64 and masked to 32 bits: Numba widens uint32 arithmetic to 64 bits,
-# and NumPy's uint64 arrays then compute exactly what the kernels do.
+# Words are held in uint64 or uint32 and wrapped to 32 bits after every operation: Numba
+# widens uint32 arithmetic to 64 bits, and the wrap lets LLVM keep Threefry in 32-bit vector
+# lanes (8 to an AVX2 register where the rest of the loop allows); NumPy's arrays compute
+# exactly what the kernels do.
 
 
 def build(
@@ -58,18 +60,18 @@ def build(
 
     @jit
     def rotl(x, r):  # type: ignore[no-untyped-def]
-        return ((x << _u(r)) | (x >> _u(32 - r))) & MASK
+        return np.uint32((x << _u(r)) | (x >> _u(32 - r)))
 
     @jit
     def four_rounds(x0, x1, a, b, c, d):  # type: ignore[no-untyped-def]
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, a) ^ x0
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, b) ^ x0
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, c) ^ x0
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, d) ^ x0
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, a) ^ x0)
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, b) ^ x0)
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, c) ^ x0)
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, d) ^ x0)
         return x0, x1
 
     @jit
@@ -77,21 +79,21 @@ def build(
         """Threefry-2x32 with 20 rounds (Salmon et al., SC'11): key (k0, k1), counter
         (c0, c1), 32-bit values held in uint64; gives the two 32-bit output words."""
         k2 = k0 ^ k1 ^ PARITY
-        x0 = (c0 + k0) & MASK
-        x1 = (c1 + k1) & MASK
+        x0 = np.uint32(c0 + k0)
+        x1 = np.uint32(c1 + k1)
         # Rotations (13, 15, 26, 6) and (17, 29, 16, 24) alternate; the key is injected,
         # with the injection count added, after every four rounds.
         x0, x1 = four_rounds(x0, x1, 13, 15, 26, 6)
-        x0, x1 = (x0 + k1) & MASK, (x1 + k2 + _u(1)) & MASK
+        x0, x1 = np.uint32(x0 + k1), np.uint32(x1 + k2 + _u(1))
         x0, x1 = four_rounds(x0, x1, 17, 29, 16, 24)
-        x0, x1 = (x0 + k2) & MASK, (x1 + k0 + _u(2)) & MASK
+        x0, x1 = np.uint32(x0 + k2), np.uint32(x1 + k0 + _u(2))
         x0, x1 = four_rounds(x0, x1, 13, 15, 26, 6)
-        x0, x1 = (x0 + k0) & MASK, (x1 + k1 + _u(3)) & MASK
+        x0, x1 = np.uint32(x0 + k0), np.uint32(x1 + k1 + _u(3))
         x0, x1 = four_rounds(x0, x1, 17, 29, 16, 24)
-        x0, x1 = (x0 + k1) & MASK, (x1 + k2 + _u(4)) & MASK
+        x0, x1 = np.uint32(x0 + k1), np.uint32(x1 + k2 + _u(4))
         x0, x1 = four_rounds(x0, x1, 13, 15, 26, 6)
-        x0, x1 = (x0 + k2) & MASK, (x1 + k0 + _u(5)) & MASK
-        return x0, x1
+        x0, x1 = np.uint32(x0 + k2), np.uint32(x1 + k0 + _u(5))
+        return _u(x0), _u(x1)
 
     @jit
     def bits32(k0, k1, stream, base, i):  # type: ignore[no-untyped-def]
