@@ -13,7 +13,7 @@ from scipy import special, stats
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad import random as fr
-from fastgrad.ops.gamma import _sample_grad
+from fastgrad.ops.gamma import _sample_grad, _second_partial
 
 KEY = fr.key(2024)
 N = 20_000
@@ -200,9 +200,35 @@ def test_expectations_have_the_right_gradients():
     np.testing.assert_allclose(g, [5 / 36, -1 / 36, -1 / 36], atol=4e-3)
 
 
-def test_gamma_second_derivative_is_refused():
-    with pytest.raises(NotImplementedError, match="first derivatives in its shape parameter"):
-        fg.grad(fg.grad(lambda a: fnp.sum(fr.gamma(KEY, a, (3,)))))(2.0)
+def _second_partial_mp(a, z):
+    """(d^2F/da^2) / (dF/dz) with mpmath's regularized incomplete gamma function."""
+    a, z = mpmath.mpf(a), mpmath.mpf(z)
+    d2f_da2 = mpmath.diff(lambda b: mpmath.gammainc(b, 0, z, regularized=True), a, 2)
+    return float(d2f_da2 / (z ** (a - 1) * mpmath.exp(-z) / mpmath.gamma(a)))
+
+
+def test_gamma_second_derivative_follows_the_quantile():
+    points = [(0.01, 1e-40), (0.1, 0.05), (0.5, 0.2), (1.0, 8.0), (2.0, 1e-4), (3.3, 3.0),
+              (50.0, 75.0), (1e4, 1.03e4)]  # fmt: skip
+    with mpmath.workdps(40):
+        expected = [_second_partial_mp(a, z) for a, z in points]
+    a, z = np.array(points).T
+    np.testing.assert_allclose(_second_partial(a, z), expected, rtol=1e-5)
+    # d^2z/da^2 against second differences of SciPy's quantile at the sample's CDF level.
+    a, h = np.array([0.3, 1.0, 2.5, 40.0]), 1e-3
+    z = fr.gamma(KEY, a, (50, 4))
+    hess = fg.hessian(lambda a: fnp.sum(fr.gamma(KEY, a, (50, 4))))(a)
+    level = special.gammainc(a, z)
+    quantile = [special.gammaincinv(a + d, level) for d in (h, 0.0, -h)]
+    fd = np.sum((quantile[0] - 2 * quantile[1] + quantile[2]) / h**2, axis=0)
+    np.testing.assert_allclose(np.diag(hess), fd, rtol=2e-4)
+    assert np.all(hess == np.diag(np.diag(hess)))  # each a moves only its own samples
+    # Forward over reverse gives the same.
+    g = fg.grad(lambda a: fnp.sum(fr.gamma(KEY, a, (50, 4))))
+    _, hvp = fg.jvp(g, (a,), (np.ones(4),))
+    np.testing.assert_allclose(hvp, np.diag(hess), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="a third derivative in it"):
+        fg.grad(fg.grad(fg.grad(lambda a: fnp.sum(fr.gamma(KEY, a, (3,))))))(2.0)
 
 
 def test_gradients_flow_through_permutation_and_choice():

@@ -56,6 +56,7 @@ EXEMPT = {
     # function with points to place; tests/test_random_samplers.py checks it with mpmath.
     "random_gamma": "a sampler of a key and its shape parameter",
     "random_gamma_grad": "the implicit derivative of a gamma sample",
+    "random_gamma_grad2": "a second partial of the implicit derivative",
     # The samplers over a batch of keys (vmap); tests/test_vmap.py checks them against a
     # loop over the keys.
     "random_bits_keys": "a sampler of keys",
