@@ -128,6 +128,20 @@ def test_exponential_and_gamma_statistics(dtype):
     assert np.isnan(bad).all()
 
 
+@pytest.mark.parametrize("a, b", [(0.001, 0.002), (0.02, 0.01)])
+def test_beta_at_tiny_parameters_where_the_gammas_underflow(a, b):
+    # Both gammas underflow for a large share of samples: those are taken in log space.
+    x = fr.beta(fr.key(4), a, b, (N,))
+    assert not np.isnan(x).any()
+    for t in (1e-200, 1e-30, 0.5):
+        p = float(mpmath.betainc(a, b, 0, mpmath.mpf(t), regularized=True))
+        assert abs(np.mean(x < t) - p) < 5 * np.sqrt(p * (1 - p) / N) + 1e-4, t
+    x32 = fr.beta(fr.key(4), np.float32(a), np.float32(b), (1000,))
+    assert x32.dtype == np.float32 and not np.isnan(x32).any()
+    jitted = fg.jit(lambda k: fr.beta(k, a, b, (1000,)))(fr.key(4))
+    np.testing.assert_allclose(jitted, x[:1000], rtol=1e-13, atol=1e-300)  # element i: counter i
+
+
 def test_beta_and_dirichlet_statistics():
     x = fr.beta(fr.key(4), 0.7, 2.5, (N,))
     assert stats.kstest(x, stats.beta(0.7, 2.5).cdf).pvalue > 1e-3

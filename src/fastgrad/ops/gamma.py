@@ -6,6 +6,7 @@ moves with a as the quantile of its CDF level does, dz/da = -(dF/da) / (dF/dz).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -15,9 +16,9 @@ from fastgrad.core.primitive import Primitive, register
 from fastgrad.core.tracing import aval_of, bind
 from fastgrad.ops import threefry
 from fastgrad.ops.base import astype, batch_stacked, broadcast_shapes, broadcast_to, sum
-from fastgrad.ops.elementwise import where
-from fastgrad.ops.math import log
-from fastgrad.ops.sampling import check_key, key_arg, positional, sample_shape, split
+from fastgrad.ops.elementwise import floor, where
+from fastgrad.ops.math import log, sigmoid
+from fastgrad.ops.sampling import check_key, key_arg, positional, random_bits, sample_shape, split
 from fastgrad.ops.special import digamma
 
 __all__: list[str] = []  # fastgrad.random lists the public names
@@ -191,10 +192,33 @@ def gamma(key: Any, a: Any, shape: Any = None, dtype: Any = None) -> Any:
     return bind(RANDOM_GAMMA, key_arg(key), broadcast_to(a, shape), shape=shape, dtype=dtype)
 
 
+def _log_boosted(key: Any, a: Any) -> Any:
+    """ln (float64) of gamma(key, a)'s samples where a < 1, with no underflow: such a
+    sample is G u^(1/a), G the sample of gamma(key, a + 1) (the same trials: the kernel
+    adds 1 to a in float64 too) and u the uniform of block (GAMMA_STREAM, i), so its ln is
+    ln G + ln(u) / a, finite however small a is."""
+    shape = aval_of(a).shape
+    a = astype(a, np.float64)
+    words = astype(random_bits(key, (*shape, 2), stream=threefry.GAMMA_STREAM), np.float64)
+    top = words[..., 0] * 2.0**21 + floor(words[..., 1] * 2.0**-11)  # 53 bits, as the kernel's
+    log_u = log(2.0**53 - top) - 53.0 * math.log(2.0)
+    return log(gamma(key, a + 1.0)) + log_u / a
+
+
+def _log_sample(key: Any, a: Any, x: Any, tiny: Any) -> Any:
+    """ln x for x = gamma(key, a) where `tiny` (else a placeholder): in log space where
+    a < 1 (only there can x underflow)."""
+    boosted = tiny & (a < 1.0)
+    plain = tiny & (a >= 1.0)
+    log_x = log(astype(where(plain, x, 1.0), np.float64))
+    return where(boosted, _log_boosted(key, where(boosted, a, 0.5)), log_x)
+
+
 def beta(key: Any, a: Any, b: Any, shape: Any = None, dtype: Any = None) -> Any:
     """Beta(a, b) floats, x / (x + y) for x, y of Gamma(a) and Gamma(b), broadcast with
     `shape` (by default the broadcast of a's and b's); differentiable in a and b. Where both
-    gammas underflow (a and b below about 0.01) the result is NaN.
+    gamma underflows (a or b below about 0.1) the same samples are taken in log space (the
+    ratio then rounds as it should; eager and jitted may differ in its last bit there).
 
     >>> x = beta(np.array([0, 1], np.uint32), 2.0, 3.0, (10000,))
     >>> bool(abs(x.mean() - 0.4) < 0.02)
@@ -203,15 +227,23 @@ def beta(key: Any, a: Any, b: Any, shape: Any = None, dtype: Any = None) -> Any:
     dtype = _dtype_of(a, b, dtype=dtype)
     if shape is None:
         shape = broadcast_shapes(aval_of(a).shape, aval_of(b).shape, what="a and b")
+    shape = sample_shape(shape)
+    a, b = broadcast_to(astype(a, dtype), shape), broadcast_to(astype(b, dtype), shape)
     ka, kb = split(key)
     x, y = gamma(ka, a, shape, dtype), gamma(kb, b, shape, dtype)
-    return x / (x + y)
+    smallest = np.finfo(dtype).tiny  # below it a sample has lost precision, or is 0
+    tiny = (x < smallest) | (y < smallest)
+    ratio = where(tiny, 1.0, x) / where(tiny, 2.0, x + y)  # 1 / 2 where unused: no 0 / 0
+    logit = _log_sample(ka, a, x, tiny) - _log_sample(kb, b, y, tiny)
+    return where(tiny, astype(sigmoid(logit), dtype), ratio)
 
 
 def dirichlet(key: Any, alpha: Any, shape: Any = None, dtype: Any = None) -> Any:
     """Dirichlet(alpha) vectors (alpha of shape (..., k)): gammas normalized along the last
     axis. `shape` is the batch shape (by default alpha's without its last axis); the result
-    has shape shape + (k,). Differentiable in alpha.
+    has shape shape + (k,). Differentiable in alpha. Where every gamma of a row underflows
+    (all alpha below about 0.01) the row is NaN (beta takes such samples in log space;
+    dirichlet does not yet).
 
     >>> x = dirichlet(np.array([0, 1], np.uint32), np.array([1.0, 2.0, 3.0]), (5,))
     >>> x.shape, bool(np.allclose(x.sum(axis=-1), 1.0))
