@@ -131,12 +131,39 @@ class Fastgrad(System):
         loss = bind(workload, self.ops)
         if workload.transform == "hvp":
             return fg.jit(_hvp(fg.jvp, fg.value_and_grad(loss)))
+        if workload.transform == "per_example":
+            vg = fg.value_and_grad(loss, argnums=workload.argnums)
+            return fg.jit(_per_example(fg.vmap, vg, workload.argnums, self.ops.sum))
         return fg.jit(fg.value_and_grad(loss, argnums=workload.argnums))
 
     def settle(self, fn, args):
         # A first call runs on NumPy while kernels compile in the background; the steady
         # state is that of the compiled kernels.
         self.fg.warmup(fn, *args)
+
+
+class FastgradLoop(Fastgrad):
+    """Per-example gradients the way one writes them without vmap: the jitted gradient
+    of one example, called in a Python loop (V1 only)."""
+
+    name, title, peer = "fastgrad-loop", "fastgrad jit(value_and_grad), a loop per example", False
+
+    def build(self, workload):
+        if workload.transform != "per_example":
+            raise NotApplicable("only per-example workloads")
+        fg, params = self.fg, len(workload.argnums)
+        one = fg.jit(fg.value_and_grad(bind(workload, self.ops), argnums=workload.argnums))
+
+        def loop(*args):
+            outs = [one(*args[:params], *ex) for ex in zip(*args[params:], strict=True)]
+            grads = tuple(np.stack(g) for g in zip(*(g for _, g in outs), strict=True))
+            return sum(float(v) for v, _ in outs), grads
+
+        loop.one, loop.params = one, params
+        return loop
+
+    def settle(self, fn, args):
+        self.fg.warmup(fn.one, *args[: fn.params], *(a[0] for a in args[fn.params :]))
 
 
 class HandNumpy(System):
@@ -233,6 +260,7 @@ class Jax(System):
             exp=jnp.exp,
             stop_gradient=jax.lax.stop_gradient,
             arange=jnp.arange,
+            normal=jax.random.normal,  # the key: JAX's raw uint32[2] form
             scan=jax.lax.scan,
             checkpoint=jax.checkpoint,
             softplus=jax.nn.softplus,
@@ -250,6 +278,9 @@ class Jax(System):
         loss = bind(workload, self.ops)
         if workload.transform == "hvp":
             return jax.jit(_hvp(jax.jvp, jax.value_and_grad(loss)))
+        if workload.transform == "per_example":
+            vg = jax.value_and_grad(loss, argnums=workload.argnums)
+            return jax.jit(_per_example(jax.vmap, vg, workload.argnums, self.ops.sum))
         return jax.jit(jax.value_and_grad(loss, argnums=workload.argnums))
 
     def sync(self, out):
@@ -429,6 +460,7 @@ SYSTEMS: dict[str, System] = {
     s.name: s
     for s in (
         Fastgrad(),
+        FastgradLoop(),
         HandNumpy(),
         HandNumba(),
         Autograd(),
@@ -441,6 +473,18 @@ SYSTEMS: dict[str, System] = {
 }
 # The peers compared by default; the Dask systems run only in the workloads that name them.
 PEERS = tuple(name for name, s in SYSTEMS.items() if s.peer and not isinstance(s, Dask))
+
+
+def _per_example(vmap, value_and_grad, argnums, total):
+    """value_and_grad of one example mapped over the leading axis of the inputs outside
+    `argnums`; the values summed."""
+
+    def per_example(*args):
+        axes = tuple(None if i in argnums else 0 for i in range(len(args)))
+        values, grads = vmap(value_and_grad, in_axes=axes)(*args)
+        return total(values), grads
+
+    return per_example
 
 
 # ---------------------------------------------------------------- availability

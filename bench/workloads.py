@@ -14,6 +14,7 @@ import numpy as np
 
 CLASSES = 1000  # W2/W3: columns of the logits matrix
 MLP_IN, MLP_HIDDEN, MLP_OUT = 784, 512, 10  # W4: an MNIST-shaped two-layer MLP
+PEX_IN, PEX_HIDDEN, PEX_OUT = 64, 64, 10  # V1: the digits MLP of per_example_gradients.py
 INDEX_ITEMSIZE = 8  # labels are int64
 
 
@@ -36,9 +37,10 @@ class Workload:
     # Cross-check tolerance when systems compute different numbers with the same
     # statistics (random samples); None: the dtype's default in report.py.
     check_rtol: float | None = None
-    # What each system computes: "value_and_grad" of the loss over `argnums`, or "hvp":
-    # the value and the Hessian-vector product loss''(x) v, forward over reverse, for
-    # inputs (x, v).
+    # What each system computes: "value_and_grad" of the loss over `argnums`; "hvp": the
+    # value and the Hessian-vector product loss''(x) v, forward over reverse, for inputs
+    # (x, v); or "per_example": the loss of one example and its gradient in `argnums`,
+    # mapped (vmap) over the leading axis of the other inputs (the value is the sum).
     transform: str = "value_and_grad"
 
     def size(self, quick: bool, override: int | None) -> int:
@@ -73,6 +75,12 @@ def mlp_loss(ops, w1, b1, w2, b2, x, labels):
     return softmax_xent(ops, hidden @ w2 + b2, labels)
 
 
+def example_loss(ops, w1, b1, w2, b2, x, y):
+    """V1: one example's softmax cross-entropy (y one-hot) under a two-layer tanh MLP."""
+    logits = ops.tanh(x @ w1 + b1) @ w2 + b2
+    return ops.logsumexp(logits, axis=-1) - ops.sum(logits * y)
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -81,6 +89,16 @@ def normal_sample_loss(ops, scale, key):
     Both are statistics (about sum(scale) and N) that any correct sampler reproduces."""
     z = ops.normal(key, scale.shape, scale.dtype)
     return ops.sum(scale * z * z)
+
+
+def per_example_inputs(batch, dtype, rng):
+    params = _mlp_params(rng, dtype, PEX_IN, PEX_HIDDEN, PEX_OUT)
+    x = _normal(rng, (batch, PEX_IN), dtype)
+    y = np.eye(PEX_OUT, dtype=dtype)[rng.integers(0, PEX_OUT, batch)]
+    return *params, x, y
+
+
+PEX_PARAMS = PEX_IN * PEX_HIDDEN + PEX_HIDDEN + PEX_HIDDEN * PEX_OUT + PEX_OUT
 
 
 def normal_sample_inputs(n, dtype, rng):
@@ -105,11 +123,17 @@ def matrix_inputs(rows, dtype, rng):
     return (_normal(rng, (rows, CLASSES), dtype, scale=3.0),)
 
 
+def _mlp_params(rng, dtype, n_in, hidden, n_out):
+    """w1, b1, w2, b2 of a two-layer MLP, scaled by fan-in."""
+    w1 = _normal(rng, (n_in, hidden), dtype, scale=n_in**-0.5)
+    b1 = _normal(rng, hidden, dtype, scale=0.1)
+    w2 = _normal(rng, (hidden, n_out), dtype, scale=hidden**-0.5)
+    b2 = _normal(rng, n_out, dtype, scale=0.1)
+    return w1, b1, w2, b2
+
+
 def mlp_inputs(batch, dtype, rng):
-    w1 = _normal(rng, (MLP_IN, MLP_HIDDEN), dtype, scale=MLP_IN**-0.5)
-    b1 = _normal(rng, MLP_HIDDEN, dtype, scale=0.1)
-    w2 = _normal(rng, (MLP_HIDDEN, MLP_OUT), dtype, scale=MLP_HIDDEN**-0.5)
-    b2 = _normal(rng, MLP_OUT, dtype, scale=0.1)
+    w1, b1, w2, b2 = _mlp_params(rng, dtype, MLP_IN, MLP_HIDDEN, MLP_OUT)
     x = _normal(rng, (batch, MLP_IN), dtype)
     labels = rng.integers(0, MLP_OUT, size=batch, dtype=np.int64)
     return w1, b1, w2, b2, x, labels
@@ -213,7 +237,7 @@ WORKLOADS: tuple[Workload, ...] = (
         min_bytes=lambda n, isz: 2 * n * isz,
         shape=lambda n: f"scale: ({n:,}), z: ({n:,}) drawn in the loop",
         note="NumPy draws with Generator.standard_normal (ziggurat) into memory first",
-        systems=("fastgrad", "numpy"),
+        systems=("fastgrad", "numpy", "jax"),
         check_rtol=1e-2,  # the statistics' relative spread is ~1.5 / sqrt(N)
     ),
     # ------------------------------------------------------------------------------
@@ -375,7 +399,24 @@ LOOPS: tuple[Workload, ...] = (
                   deep_rnn_checkpoint_loss, 10_000, 100, ("fastgrad", "jax"),
                   note="compare peak mem with S3"),
 )  # fmt: skip
-OPT_IN: tuple[Workload, ...] = (DASK, *LOOPS)
+# V1: per-example gradients (vmap), against a Python loop over the examples (run when named).
+PER_EXAMPLE = Workload(
+    key="V1",
+    name="per-example",
+    title="per-example gradients of a 64-64-10 tanh MLP: jit(vmap(value_and_grad))",
+    size_name="batch",
+    default_size=1024,
+    quick_size=64,
+    argnums=(0, 1, 2, 3),
+    loss=example_loss,
+    make_inputs=per_example_inputs,
+    min_bytes=lambda b, isz: b * (PEX_IN + PEX_OUT + PEX_PARAMS) * isz,
+    shape=lambda b: f"x: ({b:,}, {PEX_IN}), one gradient of {PEX_PARAMS:,} per example",
+    note="fastgrad-loop calls the jitted gradient of one example once per example",
+    systems=("fastgrad", "fastgrad-loop", "jax"),
+    transform="per_example",
+)
+OPT_IN: tuple[Workload, ...] = (DASK, *LOOPS, PER_EXAMPLE)
 
 
 def find(name: str) -> Workload:

@@ -330,3 +330,23 @@ def test_model_gradients_match_finite_differences(workload):
         minus[argnum][index] -= 1e-6
         expected = (value(*plus) - value(*minus)) / 2e-6
         assert grad[index] == pytest.approx(expected, rel=1e-5, abs=1e-8), argnum
+
+
+def test_per_example_gradients_match_a_loop_of_jitted_gradients():
+    # V1 (run when named): fastgrad's jit(vmap(value_and_grad)) against fastgrad-loop.
+    w = workloads.find("per-example")
+    assert w is workloads.PER_EXAMPLE and w not in workloads.WORKLOADS
+    assert "fastgrad-loop" not in systems.PEERS  # runs only where a workload names it
+    outs = {}
+    for name in ("fastgrad", "fastgrad-loop"):
+        system = systems.SYSTEMS[name]
+        system.setup(1)
+        args = system.inputs(w, 5, np.dtype(np.float64))
+        outs[name] = system.to_numpy(system.build(w)(*args))
+    (value, grads), (loop_value, loop_grads) = outs["fastgrad"], outs["fastgrad-loop"]
+    assert value == pytest.approx(loop_value, rel=1e-12)
+    assert [g.shape for g in grads] == [(5, 64, 64), (5, 64), (5, 64, 10), (5, 10)]
+    for g, h in zip(grads, loop_grads, strict=True):
+        np.testing.assert_allclose(g, h, rtol=1e-10, atol=1e-14)
+    with pytest.raises(systems.NotApplicable):
+        systems.SYSTEMS["fastgrad-loop"].build(workloads.find("W1"))

@@ -57,6 +57,17 @@ def test_transforms_match_numpy_math():
     )
     u = np.concatenate([rng.random(5000), np.arange(16) / 16])
     np.testing.assert_allclose(threefry.ARRAY["cos_turns"](u), np.cos(2 * np.pi * u), atol=1e-15)
+    # float32's: ln of odd m < 2^32 times 2^-32 (near 1 too), cos of 24-bit turns.
+    m = np.concatenate([np.arange(1, 4001, 2), 2**32 - 1 - 2 * np.arange(2000)])
+    m = np.concatenate([m, rng.integers(0, 2**31, 5000) * 2 + 1]).astype(np.uint64)
+    log_u = threefry.ARRAY["log_odd_f32"](m)
+    want = np.log(m * 2.0**-32)
+    assert log_u.dtype == np.float32
+    np.testing.assert_allclose(log_u, want, rtol=4e-7)
+    u32 = np.concatenate([rng.integers(0, 2**24, 5000), np.arange(16) * 2**20]) * 2.0**-24
+    cos = threefry.ARRAY["cos_turns_f32"](u32.astype(np.float32))
+    assert cos.dtype == np.float32
+    np.testing.assert_allclose(cos, np.cos(2 * np.pi * u32), atol=2e-7)
 
 
 def _samplers(dtype):

@@ -13,7 +13,7 @@ from scipy import special, stats
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad import random as fr
-from fastgrad.ops.gamma import _sample_grad
+from fastgrad.ops.gamma import _sample_grad, _second_partial
 
 KEY = fr.key(2024)
 N = 20_000
@@ -128,6 +128,20 @@ def test_exponential_and_gamma_statistics(dtype):
     assert np.isnan(bad).all()
 
 
+@pytest.mark.parametrize("a, b", [(0.001, 0.002), (0.02, 0.01)])
+def test_beta_at_tiny_parameters_where_the_gammas_underflow(a, b):
+    # Both gammas underflow for a large share of samples: those are taken in log space.
+    x = fr.beta(fr.key(4), a, b, (N,))
+    assert not np.isnan(x).any()
+    for t in (1e-200, 1e-30, 0.5):
+        p = float(mpmath.betainc(a, b, 0, mpmath.mpf(t), regularized=True))
+        assert abs(np.mean(x < t) - p) < 5 * np.sqrt(p * (1 - p) / N) + 1e-4, t
+    x32 = fr.beta(fr.key(4), np.float32(a), np.float32(b), (1000,))
+    assert x32.dtype == np.float32 and not np.isnan(x32).any()
+    jitted = fg.jit(lambda k: fr.beta(k, a, b, (1000,)))(fr.key(4))
+    np.testing.assert_allclose(jitted, x[:1000], rtol=1e-13, atol=1e-300)  # element i: counter i
+
+
 def test_beta_and_dirichlet_statistics():
     x = fr.beta(fr.key(4), 0.7, 2.5, (N,))
     assert stats.kstest(x, stats.beta(0.7, 2.5).cdf).pvalue > 1e-3
@@ -200,9 +214,35 @@ def test_expectations_have_the_right_gradients():
     np.testing.assert_allclose(g, [5 / 36, -1 / 36, -1 / 36], atol=4e-3)
 
 
-def test_gamma_second_derivative_is_refused():
-    with pytest.raises(NotImplementedError, match="first derivatives in its shape parameter"):
-        fg.grad(fg.grad(lambda a: fnp.sum(fr.gamma(KEY, a, (3,)))))(2.0)
+def _second_partial_mp(a, z):
+    """(d^2F/da^2) / (dF/dz) with mpmath's regularized incomplete gamma function."""
+    a, z = mpmath.mpf(a), mpmath.mpf(z)
+    d2f_da2 = mpmath.diff(lambda b: mpmath.gammainc(b, 0, z, regularized=True), a, 2)
+    return float(d2f_da2 / (z ** (a - 1) * mpmath.exp(-z) / mpmath.gamma(a)))
+
+
+def test_gamma_second_derivative_follows_the_quantile():
+    points = [(0.01, 1e-40), (0.1, 0.05), (0.5, 0.2), (1.0, 8.0), (2.0, 1e-4), (3.3, 3.0),
+              (50.0, 75.0), (1e4, 1.03e4)]  # fmt: skip
+    with mpmath.workdps(40):
+        expected = [_second_partial_mp(a, z) for a, z in points]
+    a, z = np.array(points).T
+    np.testing.assert_allclose(_second_partial(a, z), expected, rtol=1e-5)
+    # d^2z/da^2 against second differences of SciPy's quantile at the sample's CDF level.
+    a, h = np.array([0.3, 1.0, 2.5, 40.0]), 1e-3
+    z = fr.gamma(KEY, a, (50, 4))
+    hess = fg.hessian(lambda a: fnp.sum(fr.gamma(KEY, a, (50, 4))))(a)
+    level = special.gammainc(a, z)
+    quantile = [special.gammaincinv(a + d, level) for d in (h, 0.0, -h)]
+    fd = np.sum((quantile[0] - 2 * quantile[1] + quantile[2]) / h**2, axis=0)
+    np.testing.assert_allclose(np.diag(hess), fd, rtol=2e-4)
+    assert np.all(hess == np.diag(np.diag(hess)))  # each a moves only its own samples
+    # Forward over reverse gives the same.
+    g = fg.grad(lambda a: fnp.sum(fr.gamma(KEY, a, (50, 4))))
+    _, hvp = fg.jvp(g, (a,), (np.ones(4),))
+    np.testing.assert_allclose(hvp, np.diag(hess), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="a third derivative in it"):
+        fg.grad(fg.grad(fg.grad(lambda a: fnp.sum(fr.gamma(KEY, a, (3,))))))(2.0)
 
 
 def test_gradients_flow_through_permutation_and_choice():

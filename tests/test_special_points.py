@@ -56,6 +56,14 @@ EXEMPT = {
     # function with points to place; tests/test_random_samplers.py checks it with mpmath.
     "random_gamma": "a sampler of a key and its shape parameter",
     "random_gamma_grad": "the implicit derivative of a gamma sample",
+    "random_gamma_grad2": "a second partial of the implicit derivative",
+    # The samplers over a batch of keys (vmap); tests/test_vmap.py checks them against a
+    # loop over the keys.
+    "random_bits_keys": "a sampler of keys",
+    "random_exponential_keys": "a sampler of keys",
+    "random_normal_keys": "a sampler of keys",
+    "random_uniform_keys": "a sampler of keys",
+    "random_gamma_keys": "a sampler of keys and its shape parameter",
 }
 # Ops and functions that came with numpy.linalg, scipy.special, x.at[...] and complex
 # numbers before this audit covered them: each still needs special points and an oracle.

@@ -216,6 +216,7 @@ def test_every_primitive_has_a_batching_rule_and_a_case():
     missing = [n for n, p in REGISTRY.items() if p.batch is None and n not in EXEMPT]
     assert missing == []
     covered = set(ELEMENTWISE) | set(SPECIAL) | {"debug_print"} | set(SAMPLERS)
+    covered |= {f"{n}_keys" for n in SAMPLERS if not n.startswith("random_gamma_grad")}
     for f, shapes in CASES.values():
         covered |= ops_in(f, shapes)
     assert set(REGISTRY) - EXEMPT - covered == set()
@@ -534,6 +535,7 @@ SAMPLERS = {
     "random_exponential": lambda k: fg.random.exponential(k, (2,)),
     "random_gamma": lambda k: fg.random.gamma(k, np.array([0.5, 3.0])),
     "random_gamma_grad": lambda k: fg.grad(lambda a: fnp.sum(fg.random.gamma(k, a, (2,))))(1.5),
+    "random_gamma_grad2": lambda k: fg.hessian(lambda a: fnp.sum(fg.random.gamma(k, a, (2,))))(1.5),
 }
 
 
@@ -545,4 +547,27 @@ def test_samplers_vmapped_over_keys_match_a_loop(name, jit):
     assert name in {node.op.name for node in fg.make_graph(f)(keys[0]).nodes}
     batched = fg.vmap(f)
     got = (fg.jit(batched) if jit else batched)(keys)
-    np.testing.assert_array_equal(got, np.stack([np.asarray(f(k)) for k in keys]))
+    want = np.stack([np.asarray(f(k)) for k in keys])
+    if name.startswith("random_gamma_grad"):  # derivatives: sums of products, reordered
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+        return
+    np.testing.assert_array_equal(got, want)
+    ops = [node.op.name for node in fg.make_graph(batched)(keys).nodes]  # one sampling node
+    assert [o for o in ops if o.startswith("random_")] == [f"{name}_keys"]
+
+
+def test_samplers_vmapped_over_data_and_twice_match_loops():
+    # fold_in over a batch of data (the key unbatched), and vmap of vmap over keys.
+    fold = fg.jit(fg.vmap(lambda d: fg.random.fold_in(fg.random.key(3), d)))
+    data = np.arange(4, dtype=np.uint32)
+    want = np.stack([fg.random.fold_in(fg.random.key(3), d) for d in data])
+    np.testing.assert_array_equal(fold(data), want)
+    keys = fg.random.split(fg.random.key(1), 6).reshape(2, 3, 2)
+    f = lambda k: fg.random.uniform(k, (4,))  # noqa: E731
+    want = np.stack([[f(k) for k in row] for row in keys])
+    np.testing.assert_array_equal(fg.jit(fg.vmap(fg.vmap(f)))(keys), want)
+    a = np.array([[0.5, 2.0], [1.5, 3.0], [4.0, 0.7]])
+    per_key = fg.grad(lambda k, a: fnp.sum(fg.random.gamma(k, a)), argnums=1)
+    got = fg.vmap(per_key)(keys[0], a)
+    want = np.stack([per_key(k, x) for k, x in zip(keys[0], a, strict=True)])
+    np.testing.assert_array_equal(got, want)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+import string
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,17 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.tracing import Tracer, aval_of, bind, current_trace, static_error
 from fastgrad.ops import threefry
-from fastgrad.ops.base import astype, batch_size, lift, shape_tuple
+from fastgrad.ops.base import (
+    astype,
+    batch_size,
+    broadcast_to,
+    lift,
+    reshape,
+    shape_tuple,
+    with_batch,
+)
 from fastgrad.ops.elementwise import floor, less, maximum, minimum, where
-from fastgrad.ops.shape import stack
+from fastgrad.ops.shape import slice_array
 
 __all__: list[str] = []  # fastgrad.random lists the public names
 
@@ -56,28 +65,142 @@ def _format(args: list[str], params: dict[str, Any]) -> str:
 
 
 def _batch_by_key(name: str) -> Any:
-    """The batching rule of a sampler (vmap over keys): one sample per example's key,
-    stacked. Each example is its own node, so the graph grows with the batch: correct for
-    any batch, and fast for the small batches of keys that split() gives; a sampler whose
-    counter also runs over the batch would make it one loop."""
+    """The batching rule of a sampler (vmap over keys, or over its other operands): one
+    node of its keyed twin, whose loop runs over the whole batch."""
 
-    def rule(batched: Any, *args: Any, **params: Any) -> Any:
-        size = batch_size(batched, args)
-        examples = [
-            bind(REGISTRY[name], *(a[i] if b else a for a, b in zip(args, batched, strict=True)),
-                 **params)
-            for i in range(size)
-        ]  # fmt: skip
-        return stack(examples)
+    def rule(batched: Any, key: Any, *operands: Any, **params: Any) -> Any:
+        size = batch_size(batched, (key, *operands))
+        keys = key if batched[0] else with_batch(key, size)
+        full = (size, *params["shape"])
+        rest = []
+        for x, b in zip(operands, batched[1:], strict=True):
+            if not b:  # a scalar stays one; an elementwise operand is the same per example
+                rest.append(x if aval_of(x).shape == () else with_batch(x, size))
+            elif aval_of(x).shape == (size,):  # a scalar per example
+                rest.append(broadcast_to(reshape(x, (size,) + (1,) * (len(full) - 1)), full))
+            else:
+                rest.append(x)
+        return keyed_sample(REGISTRY[f"{name}_keys"], keys, rest, **params)
 
     return rule
 
 
-def positional(name: str, impl: Any, loop: str, names: tuple[str, ...], **fields: Any) -> Primitive:
+def keyed_sample(twin: Primitive, keys: Any, operands: list[Any], **params: Any) -> Any:
+    """A sample per key of `keys` (B, 2) in one node: element (b, j) is element j of the
+    sampler on key b. The loop reads each element's key words and the offset b * size of
+    its example from operands broadcast over the batch (small loops before the sampling
+    loop write them: fusion reads a sampler's operands from outside its loop).
+    `operands` are scalars or have the output's shape (B, *shape)."""
+    size, shape = aval_of(keys).shape[0], params["shape"]
+    full = (size, *shape)
+
+    def per_example(x: Any) -> Any:  # (B,) -> (B, *shape)
+        return broadcast_to(reshape(x, (size,) + (1,) * len(shape)), full)
+
+    words = [per_example(reshape(slice_array(keys, ((0, size, 1), (w, w + 1, 1))), (size,)))
+             for w in (0, 1)]  # fmt: skip
+    offset = np.arange(size, dtype=np.uint64) * np.uint64(math.prod(shape))
+    offset = per_example(lift(offset) if current_trace() is not None else offset)
+    return bind(twin, keys, *operands, *words, offset, **params)
+
+
+class _Kept(dict[str, str]):
+    """Format fields: the given ones replaced, any other kept as a field."""
+
+    def __missing__(self, name: str) -> str:
+        return f"{{{name}}}"
+
+
+def _example(x: np.ndarray, b: int, scalar: bool) -> np.ndarray:
+    """Example b's operand: a scalar operand is the same at every element of its example."""
+    if np.ndim(x) == 0:
+        return x
+    return x[b].reshape(-1)[0] if scalar else x[b]
+
+
+def _keyed_twin(base: Primitive) -> Primitive:
+    """`base` (a sampler of one key) over a batch of keys: inputs keys (B, 2), base's
+    operands batched (or scalars), the key's two words and the example's offset per
+    element; output (B, *shape)."""
+    assert base.loop is not None
+    fields = [f for _, f, _, _ in string.Formatter().parse(base.loop) if f]
+    n = max((int(f) for f in fields if f.isdigit()), default=0)  # base's operands after the key
+    scalar = base.extra["scalar_operands"] or (False,) * n
+    kept = _Kept(K0=f"np.uint64({{{n + 1}}})", K1=f"np.uint64({{{n + 2}}})")
+    kept["I"] = f"({{I}} - {{{n + 3}}})"
+    loop = string.Formatter().vformat(base.loop, [f"{{{j}}}" for j in range(n + 1)], kept)
+
+    def unbatched(x: Aval) -> Aval:
+        return x if x.shape == () else Aval(x.shape[1:], x.dtype, x.weak)
+
+    def abstract_eval(keys: Aval, *rest: Aval, **params: Any) -> Aval:
+        if len(keys.shape) != 2 or keys.shape[1:] != (2,) or keys.dtype != np.uint32:
+            raise TypeError(f"keys must be a uint32 array of shape (B, 2), got {keys}")
+        one = base.abstract_eval(Aval((2,), keys.dtype), *map(unbatched, rest[:n]), **params)
+        return Aval((keys.shape[0], *one.shape), one.dtype)
+
+    def impl(keys: np.ndarray, *rest: np.ndarray, **params: Any) -> np.ndarray:
+        examples = [
+            base.impl(
+                k, *(_example(x, b, s) for x, s in zip(rest[:n], scalar, strict=True)), **params
+            )
+            for b, k in enumerate(keys)
+        ]
+        return np.stack(examples).reshape(len(keys), *params["shape"])
+
+    def vjp(g: Any, out: Any, keys: Any, *rest: Any, **params: Any) -> Any:
+        assert base.vjp is not None
+        return (*base.vjp(g, out, keys, *rest[:n], **params), None, None, None)
+
+    def jvp(tangents: Any, out: Any, keys: Any, *rest: Any, **params: Any) -> Any:
+        assert base.jvp is not None
+        return base.jvp(tangents[: n + 1], out, keys, *rest[:n], **params)
+
+    def batch(batched: Any, keys: Any, *rest: Any, **params: Any) -> Any:
+        # vmap of vmap: the two batch axes become one.
+        outer = batch_size(batched, (keys, *rest))
+        keys = keys if batched[0] else with_batch(keys, outer)
+        inner = aval_of(keys).shape[1]
+        flat = reshape(keys, (outer * inner, 2))
+        ops = [x if aval_of(x).shape == () else
+               reshape(x if b else with_batch(x, outer), (outer * inner, *params["shape"]))
+               for x, b in zip(rest[:n], batched[1 : n + 1], strict=True)]  # fmt: skip
+        out = keyed_sample(twin, flat, ops, **params)
+        return reshape(out, (outer, inner, *params["shape"]))
+
+    name = f"{base.name}_keys"
+    twin = register(
+        Primitive(
+            name,
+            impl=impl,
+            abstract_eval=abstract_eval,
+            vjp=vjp if base.vjp is not None else None,
+            jvp=jvp if base.jvp is not None else None,
+            batch=batch,
+            kind="elementwise",
+            domain=(*base.domain, "key", "key", "key"),
+            format=lambda args, params: f"{name}({_format(args, params)})",
+            loop=loop,
+            extra=base.extra,
+        )
+    )
+    return twin
+
+
+def positional(
+    name: str,
+    impl: Any,
+    loop: str,
+    names: tuple[str, ...],
+    scalar_operands: tuple[bool, ...] = (),
+    **fields: Any,
+) -> Primitive:
     """A sampler's record. `loop` is formatted with K0, K1 (the key's words as uint64), I
     (the element's flat index as uint64), T (the output's scalar type), {1}, {2}, ... (the
     operands after the key, read at the element) and the node's params; codegen imports
-    `names` from fastgrad.ops.threefry. `fields` override the record's defaults."""
+    `names` from fastgrad.ops.threefry. `scalar_operands` flags the operands that are one
+    scalar per sample (the rest have the sample's shape). `fields` override the record's
+    defaults. Registers the record's keyed twin too (`name` + "_keys": vmap over keys)."""
     record: dict[str, Any] = {
         "abstract_eval": _sample_eval,
         "vjp": None,  # integers, or floats that depend on the key alone: no gradient
@@ -86,9 +209,15 @@ def positional(name: str, impl: Any, loop: str, names: tuple[str, ...], **fields
         "domain": ("key",),
         "format": lambda args, params: f"{name}({_format(args, params)})",
         "loop": loop,
-        "extra": {"positional": True, "imports": ("fastgrad.ops.threefry", names)},
+        "extra": {
+            "positional": True,
+            "imports": ("fastgrad.ops.threefry", names),
+            "scalar_operands": scalar_operands,
+        },
     }
-    return register(Primitive(name, impl=impl, **(record | fields)))
+    base = register(Primitive(name, impl=impl, **(record | fields)))
+    _keyed_twin(base)
+    return base
 
 
 RANDOM_BITS = positional(
@@ -96,6 +225,7 @@ RANDOM_BITS = positional(
     lambda key, base, *, shape, dtype, stream: threefry.bits_array(key, base, shape, stream),
     "bits32({K0}, {K1}, np.uint64({stream}), np.uint64({1}), {I})",
     ("bits32",),
+    scalar_operands=(True,),  # the counter's base: one per sample
 )
 
 

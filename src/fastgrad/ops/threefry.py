@@ -20,7 +20,6 @@ _u = np.uint64
 MASK = _u(0xFFFFFFFF)
 PARITY = _u(0x1BD11BDA)  # Threefry's key-schedule constant
 TWO_M53 = 2.0**-53
-TWO_M32 = 2.0**-32
 TWO_M24 = 2.0**-24
 LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k * LN2_HI is exact for small k
 LN2_LO = 1.90821492927058770002e-10
@@ -45,8 +44,24 @@ INV_POW2_DOWN = tuple(2.0**-s for s in DOWN)
 GAMMA_STREAM = 4
 GAMMA_TRIALS = 1000  # each trial accepts with probability > 0.95: never reached
 
-# Words are held in uint64 and masked to 32 bits: Numba widens uint32 arithmetic to 64 bits,
-# and NumPy's uint64 arrays then compute exactly what the kernels do.
+# float32 normals compute in float32 (8 lanes to an AVX2 register): constants typed so that
+# neither Numba nor NumPy widens them. LN2_HI_F32 has 17 significant bits: k LN2_HI_F32 is
+# exact for |k| <= 64.
+_f = np.float32
+LN2_HI_F32 = _f(0.693145751953125)
+LN2_LO_F32 = _f(0.693147180559945309 - 0.693145751953125)
+ATANH_F32 = tuple(_f(1.0 / c) for c in range(9, 2, -2))
+COS_F32 = tuple(_f(1.0 / (k * (k - 1))) for k in range(12, 0, -2))
+SIN_F32 = tuple(_f(1.0 / (k * (k + 1))) for k in range(12, 0, -2))
+HALF_PI_F32 = _f(HALF_PI)
+SQRT2_M1_F32 = _f(SQRT2 - 1.0)
+LOG_STEPS = (16, 8, 4, 2, 1)
+INV_POW2_F32 = tuple(_f(2.0**-s) for s in LOG_STEPS)
+
+# Words are held in uint64 or uint32 and wrapped to 32 bits after every operation: Numba
+# widens uint32 arithmetic to 64 bits, and the wrap lets LLVM keep Threefry in 32-bit vector
+# lanes (8 to an AVX2 register where the rest of the loop allows); NumPy's arrays compute
+# exactly what the kernels do.
 
 
 def build(
@@ -58,18 +73,18 @@ def build(
 
     @jit
     def rotl(x, r):  # type: ignore[no-untyped-def]
-        return ((x << _u(r)) | (x >> _u(32 - r))) & MASK
+        return np.uint32((x << _u(r)) | (x >> _u(32 - r)))
 
     @jit
     def four_rounds(x0, x1, a, b, c, d):  # type: ignore[no-untyped-def]
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, a) ^ x0
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, b) ^ x0
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, c) ^ x0
-        x0 = (x0 + x1) & MASK
-        x1 = rotl(x1, d) ^ x0
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, a) ^ x0)
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, b) ^ x0)
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, c) ^ x0)
+        x0 = np.uint32(x0 + x1)
+        x1 = np.uint32(rotl(x1, d) ^ x0)
         return x0, x1
 
     @jit
@@ -77,21 +92,21 @@ def build(
         """Threefry-2x32 with 20 rounds (Salmon et al., SC'11): key (k0, k1), counter
         (c0, c1), 32-bit values held in uint64; gives the two 32-bit output words."""
         k2 = k0 ^ k1 ^ PARITY
-        x0 = (c0 + k0) & MASK
-        x1 = (c1 + k1) & MASK
+        x0 = np.uint32(c0 + k0)
+        x1 = np.uint32(c1 + k1)
         # Rotations (13, 15, 26, 6) and (17, 29, 16, 24) alternate; the key is injected,
         # with the injection count added, after every four rounds.
         x0, x1 = four_rounds(x0, x1, 13, 15, 26, 6)
-        x0, x1 = (x0 + k1) & MASK, (x1 + k2 + _u(1)) & MASK
+        x0, x1 = np.uint32(x0 + k1), np.uint32(x1 + k2 + _u(1))
         x0, x1 = four_rounds(x0, x1, 17, 29, 16, 24)
-        x0, x1 = (x0 + k2) & MASK, (x1 + k0 + _u(2)) & MASK
+        x0, x1 = np.uint32(x0 + k2), np.uint32(x1 + k0 + _u(2))
         x0, x1 = four_rounds(x0, x1, 13, 15, 26, 6)
-        x0, x1 = (x0 + k0) & MASK, (x1 + k1 + _u(3)) & MASK
+        x0, x1 = np.uint32(x0 + k0), np.uint32(x1 + k1 + _u(3))
         x0, x1 = four_rounds(x0, x1, 17, 29, 16, 24)
-        x0, x1 = (x0 + k1) & MASK, (x1 + k2 + _u(4)) & MASK
+        x0, x1 = np.uint32(x0 + k1), np.uint32(x1 + k2 + _u(4))
         x0, x1 = four_rounds(x0, x1, 13, 15, 26, 6)
-        x0, x1 = (x0 + k2) & MASK, (x1 + k0 + _u(5)) & MASK
-        return x0, x1
+        x0, x1 = np.uint32(x0 + k2), np.uint32(x1 + k0 + _u(5))
+        return _u(x0), _u(x1)
 
     @jit
     def bits32(k0, k1, stream, base, i):  # type: ignore[no-untyped-def]
@@ -223,11 +238,62 @@ def build(
         return normal_at(k0, k1, _u(0), i)
 
     @jit
+    def log_odd_f32(m):  # type: ignore[no-untyped-def]
+        """ln(m 2^-32) in float32 for an odd integer m < 2^32, with no cancellation near
+        m = 2^32: m = 2^k (1 + t), t from an exact integer difference, ln(1 + t) =
+        2 atanh(t / (2 + t)) for t in [sqrt(1/2) - 1, sqrt(2) - 1]. Words in uint32."""
+        m = np.uint32(m)
+        e = np.uint32(0)
+        scale = _f(1.0)  # 2^-e
+        t = m
+        for j in range(len(LOG_STEPS)):  # e = floor(log2 m), branch-free
+            up = np.uint32(t >> np.uint32(LOG_STEPS[j])) != np.uint32(0)
+            t = select(up, np.uint32(t >> np.uint32(LOG_STEPS[j])), t)
+            e = select(up, np.uint32(e + np.uint32(LOG_STEPS[j])), e)
+            scale = select(up, scale * INV_POW2_F32[j], scale)
+        top = np.uint32(np.uint32(1) << e)  # 2^e
+        d = np.uint32(m - top)  # m - 2^e, below 2^31
+        low = _f(np.int32(d)) * scale  # in [0, 1)
+        big = low > SQRT2_M1_F32
+        high = _f(np.int32(np.uint32(d - top))) * (scale * _f(0.5))  # m - 2^(e+1) < 0
+        t = select(big, high, low)
+        k = _f(np.int32(e)) + select(big, _f(1.0), _f(0.0)) - _f(32.0)
+        s = t / (_f(2.0) + t)
+        z = s * s
+        p = _f(0.0) * z
+        for c in ATANH_F32:
+            p = p * z + c
+        return k * LN2_HI_F32 + (k * LN2_LO_F32 + _f(2.0) * s * (_f(1.0) + z * p))
+
+    @jit
+    def cos_turns_f32(u):  # type: ignore[no-untyped-def]
+        """cos(2 pi u) in float32 for u in [0, 1), reduced exactly by quarter turns."""
+        t = _f(4.0) * u
+        q = np.floor(t)
+        r = t - q
+        near = r <= _f(0.5)
+        x = HALF_PI_F32 * select(near, r, _f(1.0) - r)
+        z = x * x
+        c = _f(1.0) + _f(0.0) * z
+        s = c
+        for j in range(len(COS_F32)):
+            c = _f(1.0) - c * z * COS_F32[j]
+            s = _f(1.0) - s * z * SIN_F32[j]
+        s = s * x
+        cos_r = select(near, c, s)
+        sin_r = select(near, s, c)
+        upper = select(q == _f(1.0), _f(0.0) - sin_r, select(q == _f(2.0), _f(0.0) - cos_r, sin_r))
+        return select(q == _f(0.0), cos_r, upper)
+
+    @jit
     def normal_f32(k0, k1, i):  # type: ignore[no-untyped-def]
-        """A standard normal float32 from block (0, i): 32 bits per uniform."""
+        """A standard normal float32 from block (0, i), Box-Muller in float32: the radius
+        from 31 bits of the first word (u = (2n + 1) 2^-32), the angle from 24 of the
+        second."""
         x0, x1 = threefry2x32(k0, k1, _u(0), i)
-        n = (_u(1) << _u(32)) - x0
-        return np.float32(box_muller(n, 32.0, np.float64(x1) * TWO_M32))
+        log_u = log_odd_f32(((x0 >> _u(1)) << _u(1)) | _u(1))
+        u = _f(np.int32(x1 >> _u(8))) * _f(TWO_M24)
+        return np.sqrt(_f(-2.0) * log_u) * cos_turns_f32(u)
 
     @jit
     def log_uniform(k0, k1, stream, i):  # type: ignore[no-untyped-def]
@@ -291,6 +357,8 @@ def build(
         "normal_f32": normal_f32,
         "log_int": log_int,
         "cos_turns": cos_turns,
+        "log_odd_f32": log_odd_f32,
+        "cos_turns_f32": cos_turns_f32,
     }
 
 
