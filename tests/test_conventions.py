@@ -326,6 +326,28 @@ def test_prod_with_zeros():
     np.testing.assert_array_equal(h, [[0, 3, 0], [3, 0, 0], [0, 0, 0]])
 
 
+def test_det_at_singular_matrices():
+    # Rank 2 of 3 (row 3 = row 1 + row 2), distinct singular values: the gradient is the
+    # cofactor matrix, and the higher derivatives are exact.
+    a = np.array([[1.0, 2.0, 3.0], [2.0, -1.0, 0.5], [3.0, 1.0, 3.5]])
+    cofactors = [[-4.0, -5.5, 5.0], [-4.0, -5.5, 5.0], [4.0, 5.5, -5.0]]
+    np.testing.assert_allclose(fg.grad(fnp.linalg.det)(a), cofactors, atol=1e-12)
+    e, f = np.outer(np.eye(3)[0], np.eye(3)[1]), np.eye(3)
+    # d/dt det(a + t e) = cofactor[0, 1]; second and third derivatives from the polynomial
+    # det(a + s I) = det(a) + s tr(adj a) + s^2 tr(a) + s^3.
+    assert_orders(fnp.linalg.det, (a,), [-5.5], dirs=[(e,)], u=1.0, dtypes=[np.float64])
+    assert_orders(
+        fnp.linalg.det, (a,), [np.trace(cofactors), 2 * np.trace(a), 6.0], dirs=[(f,)] * 3, u=1.0,
+        dtypes=[np.float64],
+    )  # fmt: skip
+    # Rank 0 of 2: the gradient is 0 (every cofactor is a 1 x 1 minor of 0).
+    np.testing.assert_array_equal(fg.grad(fnp.linalg.det)(np.zeros((2, 2))), np.zeros((2, 2)))
+    sign, logdet = fnp.linalg.slogdet(a[:2, :2] * 0)
+    assert sign == 0 and logdet == -inf
+    with pytest.raises(np.linalg.LinAlgError):
+        fg.grad(lambda m: fnp.linalg.slogdet(m).logabsdet)(np.zeros((2, 2)))
+
+
 # ---------------------------------------------------------------- the table itself
 
 ROW = re.compile(r"^\|\s*`([a-z0-9-]+)`\s*\|", re.MULTILINE)

@@ -11,6 +11,7 @@ from fastgrad.ops.decompositions import (
     EighResult,
     QRResult,
     SVDResult,
+    det,
     eigh,
     eigvalsh,
     pinv,
@@ -21,7 +22,6 @@ from fastgrad.ops.decompositions import (
 from fastgrad.ops.linalg import (
     SlogdetResult,
     cholesky,
-    det,
     inv,
     matrix_transpose,
     slogdet,
