@@ -326,6 +326,32 @@ def test_prod_with_zeros():
     np.testing.assert_array_equal(h, [[0, 3, 0], [3, 0, 0], [0, 0, 0]])
 
 
+def test_decomposition_signs():
+    la = fnp.linalg
+    a = np.array([[2.0, 0.5, -1.0], [0.25, 3.0, 0.5], [-0.5, 1.0, 1.5]])
+    s = a + a.T
+    # NumPy's signs (LAPACK's), traced or not.
+    for ours, numpy_parts in (
+        (fg.jit(la.eigh)(s), np.linalg.eigh(s)),
+        (la.svd(a, full_matrices=False), np.linalg.svd(a, full_matrices=False)),
+        (fg.jit(la.qr)(a[:, :2]), np.linalg.qr(a[:, :2])),
+    ):
+        for got, want in zip(ours, numpy_parts, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-12)
+    # The branch through them: each vector's tangent is orthogonal to it.
+    t = np.array([[0.3, -0.2, 0.1], [0.4, 0.5, -0.6], [0.0, 0.7, 0.2]])
+    v, dv = fg.jvp(lambda m: la.eigh(m).eigenvectors, (s,), (t + t.T,))
+    np.testing.assert_allclose(np.sum(v * dv, axis=0), 0.0, atol=1e-12)
+    # Repeated eigenvalues (and singular values): the vectors have no derivative; the
+    # first derivative of the values does not depend on the choice and stays exact.
+    eye = np.eye(2)
+    assert not np.isfinite(fg.grad(lambda m: la.eigh(m).eigenvectors[0, 0])(eye)).all()
+    assert not np.isfinite(fg.grad(lambda m: la.svd(m).U[0, 0])(eye)).all()
+    np.testing.assert_allclose(fg.grad(lambda m: fnp.sum(la.eigvalsh(m) ** 2))(eye), 2 * eye)
+    np.testing.assert_allclose(fg.grad(lambda m: fnp.sum(la.svdvals(m) ** 2))(eye), 2 * eye)
+    assert not np.isfinite(fg.hessian(lambda m: fnp.sum(la.eigvalsh(m) ** 2))(eye)).all()
+
+
 def test_det_at_singular_matrices():
     # Rank 2 of 3 (row 3 = row 1 + row 2), distinct singular values: the gradient is the
     # cofactor matrix, and the higher derivatives are exact.

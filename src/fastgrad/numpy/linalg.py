@@ -11,7 +11,6 @@ from fastgrad.ops.decompositions import (
     EighResult,
     QRResult,
     SVDResult,
-    det,
     eigh,
     eigvalsh,
     pinv,
@@ -19,6 +18,7 @@ from fastgrad.ops.decompositions import (
     svd,
     svdvals,
 )
+from fastgrad.ops.determinant import det
 from fastgrad.ops.linalg import (
     SlogdetResult,
     cholesky,

@@ -1,12 +1,11 @@
-"""Matrix decompositions: eigh, svd, qr, the pseudo-inverse, and det: records and functions.
+"""Matrix decompositions: eigh, svd, qr, and the pseudo-inverse: records and functions.
 
 LAPACK (through NumPy) computes each decomposition once; its results are packed into one
 array (linalg.pack_arrays) and the functions unpack them, so a graph node keeps one
 output. Derivatives follow the usual perturbation formulas, written with matmul, solves
 and masks: they hold for distinct eigenvalues (eigh) and distinct nonzero singular values
 (svd); at repeated ones the eigenvector or singular-vector derivatives are inf or nan,
-never a finite wrong value, while those of the values alone stay exact. det is here because
-its gradient at a singular matrix (the cofactor matrix, finite there) comes from the SVD.
+never a finite wrong value, while those of the values alone stay exact.
 """
 
 from __future__ import annotations
@@ -20,12 +19,9 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import aval_of, bind
 from fastgrad.ops.base import batch_stacked, reshape, sum
-from fastgrad.ops.elementwise import logical_not, logical_or, stop_gradient, where
+from fastgrad.ops.elementwise import logical_not, logical_or, where
 from fastgrad.ops.linalg import (
     _tri_solve as tri_solve,
-)
-from fastgrad.ops.linalg import (
-    _unary_square_eval as square_eval,
 )
 from fastgrad.ops.linalg import (
     as_float_arrays,
@@ -33,19 +29,15 @@ from fastgrad.ops.linalg import (
     check_square,
     diag_embed,
     diagonal_of,
-    expand_last2,
     from_triangle,
-    inv,
     mT,
     pack,
     pack_arrays,
-    slogdet,
     symmetrize,
     triangle,
     unpack,
 )
 from fastgrad.ops.products import matmul
-from fastgrad.ops.reduction import _prod_others as prod_others
 from fastgrad.ops.shape import concatenate, slice_array
 
 __all__: list[str] = []  # public under fastgrad.numpy.linalg
@@ -165,9 +157,18 @@ def _eigh_jvp(t: Any, out: Any, a: Any, *, vectors: bool) -> Any:
 
 # The input is symmetric (the functions make it so from one triangle, as LAPACK reads it);
 # the rules are those of eigh((A + A^T) / 2).
+# Special points (here and below): distinct eigen- or singular values (at repeated ones the
+# vectors have no derivative), square, tall and wide, 1 x 1, a stack. The vectors' signs
+# are LAPACK's (see docs/conventions.md, decomposition-signs).
+_A = np.array([[2.0, 0.5, -1.0], [0.25, 3.0, 0.5], [-0.5, 1.0, 1.5]])
+_SYM = _A + _A.T
 EIGH = register(
-    Primitive("eigh", _eigh_eval, _eigh_impl, _eigh_vjp, _eigh_jvp, batch=batch_stacked("eigh"))
-)
+    Primitive(
+        "eigh", _eigh_eval, _eigh_impl, _eigh_vjp, _eigh_jvp, batch=batch_stacked("eigh"),
+        special_points=(at(_SYM, vectors=True), at(_SYM, vectors=False),
+                        at(np.stack([_SYM[:2, :2], -_SYM[1:, 1:]]), vectors=True)),
+    )
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- svd
@@ -254,78 +255,13 @@ def _svd_jvp(t: Any, out: Any, a: Any, *, compute_uv: bool) -> Any:
 
 
 SVD = register(
-    Primitive("svd", _svd_eval, _svd_impl, _svd_vjp, _svd_jvp, batch=batch_stacked("svd"))
-)
-
-
-# ---------------------------------------------------------------- det
-
-
-def _cofactor(a: Any, d: Any) -> Any:
-    """The cofactor matrix of each square `a` whose determinant is `d`: det's gradient.
-
-    Where `a` is well conditioned it is d inv(a)^T. Near a singular matrix that loses
-    every digit (and inv fails at one) while the cofactor stays finite: there, from the
-    SVD a = U S V^T, it is det(U V^T) U diag(the products of the other singular values)
-    V^T, built without division, so exact at any rank. Each branch runs on a safe matrix
-    where the other is selected (the identity; singular values 1..n), so that neither
-    leaks inf or nan into the other's derivatives. Orders above 1 in the SVD branch go
-    through the SVD's derivative: exact where the singular values are distinct.
-    """
-    n, dtype = aval_of(a).shape[-1], aval_of(a).dtype
-    if n == 0:
-        return a
-    values = bind(SVD, a, compute_uv=False)  # only compared: never differentiated
-    tol = float(np.sqrt(np.finfo(dtype).eps))
-    near_singular = expand_last2(values[..., -1] <= values[..., 0] * tol)
-    eye = np.eye(n, dtype=dtype)
-    by_inverse = expand_last2(d) * mT(inv(where(near_singular, eye, a)))
-    spread = np.diag(np.arange(1, n + 1)).astype(dtype)
-    u, s, vh = _svd_parts(bind(SVD, where(near_singular, a, spread), compute_uv=True), a)
-    sign = stop_gradient(slogdet(matmul(u, vh)).sign)  # +-1, piecewise constant
-    others = prod_others(s, (aval_of(s).ndim - 1,))
-    by_svd = expand_last2(sign) * matmul(u * reshape(others, aval_of(s).shape[:-1] + (1, n)), vh)
-    return where(near_singular, by_svd, by_inverse)
-
-
-# Special points: those of inv, and singular matrices of rank n - 1 (3 x 3 with distinct
-# singular values, and 1 x 1).
-_A = np.array([[2.0, 0.5, -1.0], [0.25, 3.0, 0.5], [-0.5, 1.0, 1.5]])
-_NEG = np.array([[0.5, 2.0], [1.5, -1.0]])
-_RANK2 = np.array([[1.0, 2.0, 3.0], [2.0, -1.0, 0.5], [3.0, 1.0, 3.5]])
-DET = register(
     Primitive(
-        "det",
-        square_eval("det", lambda s, n: s[:-2]),
-        np.linalg.det,
-        lambda g, out, a: (expand_last2(g) * _cofactor(a, out),),
-        lambda t, out, a: sum(_cofactor(a, out) * t[0], axis=(-2, -1)),
-        batch=batch_stacked("det"),
-        special_points=(
-            at(_A),
-            at(_NEG),
-            at(np.array([[2.5]])),
-            at(np.stack([_NEG, _NEG.T * 2])),
-            at(_RANK2),
-            at(np.array([[0.0]])),
-        ),
+        "svd", _svd_eval, _svd_impl, _svd_vjp, _svd_jvp, batch=batch_stacked("svd"),
+        special_points=(at(_A, compute_uv=True), at(_A[:, :2], compute_uv=True),
+                        at(_A[:2], compute_uv=True), at(_A, compute_uv=False),
+                        at(np.array([[-2.5]]), compute_uv=True)),
     )
-)
-
-
-def det(a: Any) -> Any:
-    """The determinant of each square matrix in `a`; its gradient is the cofactor matrix
-    (det(a) inv(a)^T where a is invertible, and finite at singular matrices too).
-
-    >>> round(float(det(np.array([[2.0, 1.0], [1.0, 3.0]]))), 12)
-    5.0
-    >>> fg.grad(det)(np.array([[1.0, 2.0], [2.0, 4.0]]))  # singular: the cofactors
-    array([[ 4., -2.],
-           [-2.,  1.]])
-    """
-    (a,) = as_float_arrays(a, fn="det")
-    check_square(aval_of(a), "det")
-    return bind(DET, a)
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- qr
@@ -403,7 +339,12 @@ def _qr_jvp(t: Any, out: Any, a: Any) -> Any:
     return pack([tq, concatenate([tu, tv], axis=-1)], batch)
 
 
-QR = register(Primitive("qr", _qr_eval, _qr_impl, _qr_vjp, _qr_jvp, batch=batch_stacked("qr")))
+QR = register(
+    Primitive(
+        "qr", _qr_eval, _qr_impl, _qr_vjp, _qr_jvp, batch=batch_stacked("qr"),
+        special_points=(at(_A), at(_A[:, :2]), at(_A[:2]), at(np.stack([_A, -_A.T]))),
+    )
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- pinv
@@ -443,8 +384,12 @@ def _pinv_vjp(g: Any, out: Any, a: Any, *, rcond: float | None) -> tuple[Any]:
 
 
 PINV = register(
-    Primitive("pinv", _pinv_eval, _pinv_impl, _pinv_vjp, _pinv_jvp, batch=batch_stacked("pinv"))
-)
+    Primitive(
+        "pinv", _pinv_eval, _pinv_impl, _pinv_vjp, _pinv_jvp, batch=batch_stacked("pinv"),
+        # Full rank: the derivative holds where the rank does not change.
+        special_points=(at(_A, rcond=None), at(_A[:, :2], rcond=None), at(_A[:2], rcond=None)),
+    )
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- functions

@@ -2,8 +2,8 @@
 
 Records and functions; forward by LAPACK (NumPy, SciPy), batched over leading axes as in
 NumPy. VJP and JVP rules are written with these functions and matmul, so derivatives of
-any order are again LAPACK calls and products. Decompositions (eigh, svd, qr, pinv) and det
-(whose derivative needs the SVD at singular matrices) are in fastgrad.ops.decompositions,
+any order are again LAPACK calls and products. Decompositions (eigh, svd, qr, pinv) are in
+fastgrad.ops.decompositions, det (whose derivative needs the SVD) fastgrad.ops.determinant,
 norms and compositions in fastgrad.ops.matrix_functions; the public names are gathered by
 fastgrad.numpy.linalg and fastgrad.scipy.linalg.
 """

@@ -4,8 +4,9 @@ functions live with their primitives in fastgrad.ops.linalg and .decompositions.
 
 from numpy.linalg import LinAlgError
 
-from fastgrad.ops.decompositions import det, svd
 from fastgrad.ops.decompositions import scipy_eigh as eigh
+from fastgrad.ops.decompositions import svd
+from fastgrad.ops.determinant import det
 from fastgrad.ops.linalg import cho_factor, cho_solve, inv, solve, solve_triangular
 from fastgrad.ops.linalg import scipy_cholesky as cholesky
 from fastgrad.ops.matrix_calculus import expm, lu, lu_factor, lu_solve, solve_sylvester, sqrtm
