@@ -274,7 +274,8 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "gamma": mpmath.gamma,
     "gammaln": _gammaln,
     "digamma": mpmath.digamma,
-    "polygamma": lambda n, x: mpmath.polygamma(int(n), x),
+    # The order is an integer: a perturbation of it by the differences changes nothing.
+    "polygamma": lambda n, x: mpmath.polygamma(int(mpmath.nint(n)), x),
     "beta": mpmath.beta,
     "betaln": lambda a, b: mpmath.log(abs(mpmath.beta(a, b))),
     "i0e": _scaled_bessel(0),

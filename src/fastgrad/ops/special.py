@@ -238,8 +238,11 @@ special(
     _polygamma_vjp,
     lambda t, out, n, x: None if t[1] is None else t[1] * polygamma(n + 1, x),
     ("order", "positive"),
-    (),
-)
+    # Orders 0 to 3 (the order has no derivative: as a piecewise constant, 0), negative
+    # non-integers, poles at 0 and the negative integers, a large x, inf and nan.
+    points((0.0, 0.5), (1.0, 1.0), (2.0, -0.5), (3.0, 25.0), (2.0, -1.5), (1.0, 0.0),
+           (2.0, -2.0), (1.0, 1e10), (1.0, inf), (0.0, inf), (1.0, nan)),
+)  # fmt: skip
 
 
 def _beta_partials(a: Any, b: Any) -> tuple[Any, Any]:
