@@ -120,6 +120,10 @@ def test_sort_ties():
     u = np.array([1.0, 2.0, 4.0, 8.0])  # outputs 0, 1, 2 are the ties at 1.0
     v = np.array([0.5, -1.0, 0.25, 2.0])
     assert_orders(fnp.sort, (x,), [v[[0, 2, 3, 1]] @ u, 0.0, 0.0], dirs=[(v,)] * 3, u=u)
+    # Order statistics built on sort follow it: the 0.3 quantile of (1, 2, 1) is 0.4 of
+    # the first tied entry plus 0.6 of the second.
+    for fun in (fnp.quantile, fnp.nanquantile):
+        np.testing.assert_allclose(fg.grad(fun)(np.array([1.0, 2.0, 1.0]), 0.3), [0.4, 0.0, 0.6])
 
 
 def test_clip_at_bounds():
