@@ -330,6 +330,13 @@ def test_prod_with_zeros():
     np.testing.assert_array_equal(h, [[0, 3, 0], [3, 0, 0], [0, 0, 0]])
 
 
+def test_interp_at_knots():
+    xp, fp = np.array([0.0, 1.0, 3.0]), np.array([0.0, 2.0, 3.0])
+    assert_orders(lambda x: fnp.interp(x, xp, fp), ([1.0],), [[0.5], [0.0], [0.0]])
+    # In fp: the right segment's weights, (1, 0) on fp[1], fp[2] at the knot.
+    np.testing.assert_allclose(fg.grad(lambda f: fnp.interp(1.0, xp, f))(fp), [0.0, 1.0, 0.0])
+
+
 def test_decomposition_signs():
     la = fnp.linalg
     a = np.array([[2.0, 0.5, -1.0], [0.25, 3.0, 0.5], [-0.5, 1.0, 1.5]])

@@ -77,20 +77,20 @@ PENDING = set(
     # fastgrad.numpy functions composed of other ops, added with the NumPy breadth
     " all allclose any argwhere array_equal array_equiv"
     " bincount block broadcast_arrays"
-    " corrcoef count_nonzero cov"
+    "  count_nonzero "
     " diag_indices_from"
     " digitize divmod einsum_path empty_like"
-    " flatnonzero geomspace gradient histogram"
-    " interp isclose iscomplex iscomplexobj isin isneginf isposinf"
-    " isreal isrealobj isscalar logspace "
-    " meshgrid modf nan_to_num nanargmax nanargmin"
+    " flatnonzero   histogram"
+    "  isclose iscomplex iscomplexobj isin isneginf isposinf"
+    " isreal isrealobj isscalar  "
+    " meshgrid modf  nanargmax nanargmin"
     " ndim"
     " nonzero partition "
     " put_along_axis "
     " ravel_multi_index result_type select"
     " shape signbit size"
     " tril_indices_from triu_indices_from unique unravel_index"
-    " arange full linspace".split()
+    " arange full ".split()
 )
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 
@@ -573,6 +573,76 @@ COMPOSITES["i1"] = Composite(
     elementwise=True,
     fg=lambda x: fss.i1(x),
 )
+COMPOSITES["nan_to_num"] = Composite(
+    # (Not at inf: what replaces it is the tested dtype's largest number.)
+    _scalar(lambda x: mpmath.mpf(0) if oracle.is_nan(x) else x),
+    (*(at(x) for x in (1.5, -0.0, -1e30)), at(nan, convention="nan-inputs")),
+    elementwise=True,
+)
+
+
+def _mp_gradient(f: Any, axis: int = -1) -> Any:
+    """Central differences inside, one-sided ones at the two ends (unit spacing)."""
+    f = np.moveaxis(np.asarray(f, dtype=object), axis, -1)
+    out = np.empty(f.shape, dtype=object)
+    out[..., 1:-1] = (f[..., 2:] - f[..., :-2]) / 2
+    out[..., 0], out[..., -1] = f[..., 1] - f[..., 0], f[..., -1] - f[..., -2]
+    return oracle._mp_array(np.moveaxis(out, -1, axis))
+
+
+def _mp_cov(m: Any) -> Any:
+    c = np.asarray(m, dtype=object)
+    c = c - np.sum(c, axis=1, keepdims=True) / c.shape[1]
+    return oracle._mp_array((c @ c.T) / (c.shape[1] - 1))
+
+
+def _mp_corrcoef(m: Any) -> Any:
+    c = _mp_cov(m)
+    scale = np.vectorize(mpmath.sqrt, otypes=[object])(np.diagonal(c).copy())
+    return oracle._mp_array(c / np.outer(scale, scale))
+
+
+def _mp_linspace(start: Any, stop: Any, num: int) -> Any:
+    return oracle._mp_array(np.array([start + (stop - start) * i / (num - 1)
+                                      for i in range(num)], dtype=object))  # fmt: skip
+
+
+_STATS = np.array([[1.0, 2.0, 4.0, -0.5], [0.5, -1.0, 2.0, 1.5], [3.0, 0.25, -2.0, 1.0]])
+COMPOSITES["gradient"] = Composite(_mp_gradient, (at(_V, axis=1), at(_ROW)))
+COMPOSITES["cov"] = Composite(_mp_cov, (at(_STATS),))
+COMPOSITES["corrcoef"] = Composite(_mp_corrcoef, (at(_STATS),))
+COMPOSITES["linspace"] = Composite(_mp_linspace, (at(0.5, 2.0, 4), at(-1.0, 3.0, 2)))
+COMPOSITES["geomspace"] = Composite(
+    lambda a, b, num: oracle._mp_array(np.array(
+        [a * (b / a) ** (mpmath.mpf(i) / (num - 1)) for i in range(num)], dtype=object)),
+    (at(0.5, 2.0, 3), at(-1.0, -8.0, 4)),
+)  # fmt: skip
+COMPOSITES["logspace"] = Composite(
+    lambda a, b, num: oracle._mp_array(np.array(
+        [mpmath.power(10, x) for x in _mp_linspace(a, b, num)], dtype=object)),
+    (at(0.5, 2.0, 3),),
+)  # fmt: skip
+# Piecewise linear: at a knot the slope is the right segment's (the interp-at-knots row).
+_KNOTS, _HEIGHTS = np.array([0.0, 1.0, 3.0]), np.array([0.0, 2.0, 3.0])
+
+
+def _mp_interp(x: Any, xp: Any, fp: Any) -> Any:
+    """Linear between the knots around each x (the right segment at a knot), clamped."""
+
+    def one(v: Any) -> Any:
+        if v <= xp[0] or v >= xp[-1]:
+            return fp[0] if v <= xp[0] else fp[-1]
+        i = max(j for j in range(len(xp)) if xp[j] <= v)
+        return fp[i] + (v - xp[i]) * (fp[i + 1] - fp[i]) / (xp[i + 1] - xp[i])
+
+    return oracle._mp_array(np.array([one(v) for v in np.asarray(x, dtype=object)], dtype=object))
+
+
+COMPOSITES["interp"] = Composite(
+    _mp_interp,
+    (at(np.array([0.5, 2.0]), _KNOTS, _HEIGHTS),
+     at(np.array([1.0]), _KNOTS, _HEIGHTS, convention="interp-at-knots")),
+)  # fmt: skip
 COMPOSITES["ldexp"] = Composite(
     _scalar(lambda x, n: x * mpmath.mpf(2) ** int(n)),
     tuple(at(x, n) for x, n in ((1.5, 3), (-0.75, -2), (0.0, 5), (inf, 1), (nan, 2))),
