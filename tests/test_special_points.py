@@ -531,7 +531,7 @@ def _mp_nan_order(fn: Any) -> Any:
     return f
 
 
-def _mp_var(x: Any, ddof: int = 0) -> Any:
+def _mp_slice_var(x: Any, ddof: int = 0) -> Any:
     return np.sum((x - np.mean(x)) ** 2) / (len(x) - ddof)
 
 
@@ -546,7 +546,7 @@ for _name, _q in (("median", ()), ("quantile", (0.3,)), ("percentile", (30.0,)))
         (at(_V, *_q, axis=1), at(_NANS, *_q, axis=1, **_nan_entries),
          at(_TIES3, *_q, axis=1, convention="sort-ties")),
     )  # fmt: skip
-for _name, _fn in (("nanvar", _mp_var), ("nanstd", lambda x: mpmath.sqrt(_mp_var(x)))):
+for _name, _fn in (("nanvar", _mp_slice_var), ("nanstd", lambda x: mpmath.sqrt(_mp_slice_var(x)))):
     COMPOSITES[_name] = Composite(
         _mp_nan_order(_fn), (at(_V, axis=1), at(_NANS, axis=1, **_nan_entries))
     )
