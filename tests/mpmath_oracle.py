@@ -274,7 +274,8 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "gamma": mpmath.gamma,
     "gammaln": _gammaln,
     "digamma": mpmath.digamma,
-    "polygamma": lambda n, x: mpmath.polygamma(int(n), x),
+    # The order is an integer: a perturbation of it by the differences changes nothing.
+    "polygamma": lambda n, x: mpmath.polygamma(int(mpmath.nint(n)), x),
     "beta": mpmath.beta,
     "betaln": lambda a, b: mpmath.log(abs(mpmath.beta(a, b))),
     "i0e": _scaled_bessel(0),
@@ -406,6 +407,78 @@ def _triangular_solve(a: Any, b: Any, lower: bool, transpose: bool, unit_diagona
     return mpmath.inverse(t.T if transpose else t) * b
 
 
+# Decompositions. Their vectors are unique up to sign only (and eigenvectors at repeated
+# eigenvalues, or singular vectors at repeated singular values, not at all: points there
+# are not used). fastgrad returns LAPACK's signs, as NumPy does, and differentiates the
+# continuous branch through them; the oracle flips each of mpmath's vectors to point the
+# way NumPy's does at the float64 input (a perturbation by the finite differences, far
+# below float64's resolution, leaves that reference as it is).
+
+
+def _floats(a: Any) -> np.ndarray:
+    return np.array([[float(a[r, c]) for c in range(a.cols)] for r in range(a.rows)])
+
+
+def _columns(q: Any, order: Sequence[int]) -> list[list[Any]]:
+    return [[q[r, j] for r in range(q.rows)] for j in order]
+
+
+def _aligned(columns: list[list[Any]], reference: np.ndarray) -> list[int]:
+    """+1 or -1 per column: the sign that makes it agree with `reference`'s column."""
+    return [1 if sum(x * float(r) for x, r in zip(c, reference[:, j], strict=True)) >= 0 else -1
+            for j, c in enumerate(columns)]  # fmt: skip
+
+
+def _rows_of(columns: list[list[Any]], signs: Sequence[int]) -> list[Any]:
+    """The matrix whose columns are `columns` (times `signs`), flattened row by row."""
+    return [columns[j][r] * signs[j] for r in range(len(columns[0])) for j in range(len(columns))]
+
+
+def _eigh(a: Any, vectors: bool) -> list[Any]:
+    s = (a + a.T) / 2  # the rule reads the symmetric part
+    w, q = mpmath.eigsy(s)
+    order = sorted(range(s.rows), key=lambda i: w[i])
+    values = [w[i] for i in order]
+    if not vectors:
+        return values
+    columns = _columns(q, order)
+    signs = _aligned(columns, np.linalg.eigh(_floats(s))[1])
+    return values + _rows_of(columns, signs)
+
+
+def _svd(a: Any, compute_uv: bool) -> list[Any]:
+    u, s, v = mpmath.svd_r(a, full_matrices=False, compute_uv=True)  # a = u diag(s) v
+    order = sorted(range(len(s)), key=lambda i: -s[i])
+    values = [s[i] for i in order]
+    if not compute_uv:
+        return values
+    left = _columns(u, order)
+    signs = _aligned(left, np.linalg.svd(_floats(a), full_matrices=False)[0])
+    right = _columns(v.T, order)
+    return _rows_of(left, signs) + values + [x * signs[i] for i in range(len(order))
+                                             for x in right[i]]  # fmt: skip
+
+
+def _qr(a: Any) -> list[Any]:
+    k = min(a.rows, a.cols)
+    # A wide matrix: Q R1 is the QR of its first k columns, and R's rest is Q^T times theirs.
+    q, r = mpmath.qr(a[:, :k] if a.rows < a.cols else a, mode="skinny")
+    if a.rows < a.cols:
+        r = mpmath.matrix([[r[i, j] for j in range(k)] + list((q.T * a[:, k:])[i, :])
+                           for i in range(k)])  # fmt: skip
+    numpy_r = np.linalg.qr(_floats(a), mode="reduced")[1]
+    signs = [1 if (r[j, j] >= 0) == (numpy_r[j, j] >= 0) else -1 for j in range(k)]
+    q_part = [q[i, j] * signs[j] for i in range(a.rows) for j in range(k)]
+    return q_part + [r[i, j] * signs[i] for i in range(k) for j in range(a.cols)]
+
+
+def _pinv(a: Any, rcond: Any) -> Any:
+    """The pseudo-inverse of a matrix of full rank (the points have full rank)."""
+    if a.rows >= a.cols:
+        return mpmath.inverse(a.T * a) * a.T
+    return a.T * mpmath.inverse(a * a.T)
+
+
 def _matmul(a: Any, b: Any) -> Any:
     return _mp_array(np.matmul(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))
 
@@ -451,6 +524,10 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "slogdet": _per_matrix(lambda a: [mpmath.sign(_det(a)), mpmath.log(abs(_det(a)))]),
     "solve": _per_matrix(lambda a, b: mpmath.inverse(a) * b),
     "cholesky": _per_matrix(_cholesky),
+    "eigh": _per_matrix(_eigh),
+    "svd": _per_matrix(_svd),
+    "qr": _per_matrix(_qr),
+    "pinv": _per_matrix(_pinv),
     "triangular_solve": _per_matrix(_triangular_solve),
     "scatter": _scatter(None),
     "scatter_multiply": _scatter(lambda a, b: a * b),

@@ -120,6 +120,10 @@ def test_sort_ties():
     u = np.array([1.0, 2.0, 4.0, 8.0])  # outputs 0, 1, 2 are the ties at 1.0
     v = np.array([0.5, -1.0, 0.25, 2.0])
     assert_orders(fnp.sort, (x,), [v[[0, 2, 3, 1]] @ u, 0.0, 0.0], dirs=[(v,)] * 3, u=u)
+    # Order statistics built on sort follow it: the 0.3 quantile of (1, 2, 1) is 0.4 of
+    # the first tied entry plus 0.6 of the second.
+    for fun in (fnp.quantile, fnp.nanquantile):
+        np.testing.assert_allclose(fg.grad(fun)(np.array([1.0, 2.0, 1.0]), 0.3), [0.4, 0.0, 0.6])
 
 
 def test_clip_at_bounds():
@@ -324,6 +328,61 @@ def test_prod_with_zeros():
     np.testing.assert_array_equal(g, [[0.0, 0.0, 0.0], [0.0, 0.0, 2.0]])
     h = fg.hessian(lambda v: fnp.prod(v))(two[0])
     np.testing.assert_array_equal(h, [[0, 3, 0], [3, 0, 0], [0, 0, 0]])
+
+
+def test_interp_at_knots():
+    xp, fp = np.array([0.0, 1.0, 3.0]), np.array([0.0, 2.0, 3.0])
+    assert_orders(lambda x: fnp.interp(x, xp, fp), ([1.0],), [[0.5], [0.0], [0.0]])
+    # In fp: the right segment's weights, (1, 0) on fp[1], fp[2] at the knot.
+    np.testing.assert_allclose(fg.grad(lambda f: fnp.interp(1.0, xp, f))(fp), [0.0, 1.0, 0.0])
+
+
+def test_decomposition_signs():
+    la = fnp.linalg
+    a = np.array([[2.0, 0.5, -1.0], [0.25, 3.0, 0.5], [-0.5, 1.0, 1.5]])
+    s = a + a.T
+    # NumPy's signs (LAPACK's), traced or not.
+    for ours, numpy_parts in (
+        (fg.jit(la.eigh)(s), np.linalg.eigh(s)),
+        (la.svd(a, full_matrices=False), np.linalg.svd(a, full_matrices=False)),
+        (fg.jit(la.qr)(a[:, :2]), np.linalg.qr(a[:, :2])),
+    ):
+        for got, want in zip(ours, numpy_parts, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-12)
+    # The branch through them: each vector's tangent is orthogonal to it.
+    t = np.array([[0.3, -0.2, 0.1], [0.4, 0.5, -0.6], [0.0, 0.7, 0.2]])
+    v, dv = fg.jvp(lambda m: la.eigh(m).eigenvectors, (s,), (t + t.T,))
+    np.testing.assert_allclose(np.sum(v * dv, axis=0), 0.0, atol=1e-12)
+    # Repeated eigenvalues (and singular values): the vectors have no derivative; the
+    # first derivative of the values does not depend on the choice and stays exact.
+    eye = np.eye(2)
+    assert not np.isfinite(fg.grad(lambda m: la.eigh(m).eigenvectors[0, 0])(eye)).all()
+    assert not np.isfinite(fg.grad(lambda m: la.svd(m).U[0, 0])(eye)).all()
+    np.testing.assert_allclose(fg.grad(lambda m: fnp.sum(la.eigvalsh(m) ** 2))(eye), 2 * eye)
+    np.testing.assert_allclose(fg.grad(lambda m: fnp.sum(la.svdvals(m) ** 2))(eye), 2 * eye)
+    assert not np.isfinite(fg.hessian(lambda m: fnp.sum(la.eigvalsh(m) ** 2))(eye)).all()
+
+
+def test_det_at_singular_matrices():
+    # Rank 2 of 3 (row 3 = row 1 + row 2), distinct singular values: the gradient is the
+    # cofactor matrix, and the higher derivatives are exact.
+    a = np.array([[1.0, 2.0, 3.0], [2.0, -1.0, 0.5], [3.0, 1.0, 3.5]])
+    cofactors = [[-4.0, -5.5, 5.0], [-4.0, -5.5, 5.0], [4.0, 5.5, -5.0]]
+    np.testing.assert_allclose(fg.grad(fnp.linalg.det)(a), cofactors, atol=1e-12)
+    e, f = np.outer(np.eye(3)[0], np.eye(3)[1]), np.eye(3)
+    # d/dt det(a + t e) = cofactor[0, 1]; second and third derivatives from the polynomial
+    # det(a + s I) = det(a) + s tr(adj a) + s^2 tr(a) + s^3.
+    assert_orders(fnp.linalg.det, (a,), [-5.5], dirs=[(e,)], u=1.0, dtypes=[np.float64])
+    assert_orders(
+        fnp.linalg.det, (a,), [np.trace(cofactors), 2 * np.trace(a), 6.0], dirs=[(f,)] * 3, u=1.0,
+        dtypes=[np.float64],
+    )  # fmt: skip
+    # Rank 0 of 2: the gradient is 0 (every cofactor is a 1 x 1 minor of 0).
+    np.testing.assert_array_equal(fg.grad(fnp.linalg.det)(np.zeros((2, 2))), np.zeros((2, 2)))
+    sign, logdet = fnp.linalg.slogdet(a[:2, :2] * 0)
+    assert sign == 0 and logdet == -inf
+    with pytest.raises(np.linalg.LinAlgError):
+        fg.grad(lambda m: fnp.linalg.slogdet(m).logabsdet)(np.zeros((2, 2)))
 
 
 # ---------------------------------------------------------------- the table itself

@@ -118,14 +118,9 @@ def test_multiply_at_repeated_indices_and_zeros_is_exact():
     check_grads(f, (np.array([5.0, 7.0]), np.array([2.0, 0.5, 3.0, -1.0, 1.5])), order=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: scatter_multiply's rule gives a constant 0 "
-    "for the other factors of a nonzero update where another update is 0",
-)
 def test_multiply_second_derivative_at_one_zero_update():
-    # f = x0 * v0 * v1 at v1 == 0: d2f / dv0 dv1 = x0. (Why scatter_multiply is PENDING in
-    # tests/test_special_points.py.)
+    # f = x0 * v0 * v1 at v1 == 0: d2f / dv0 dv1 = x0 (the rule once divided by the
+    # updates and gave a constant 0 here).
     idx = np.array([0, 0])
     h = fg.hessian(lambda v: fnp.sum(fnp.at(np.array([5.0]))[idx].multiply(v)))(
         np.array([2.0, 0.0])

@@ -18,10 +18,10 @@ from fastgrad.ops.decompositions import (
     svd,
     svdvals,
 )
+from fastgrad.ops.determinant import det
 from fastgrad.ops.linalg import (
     SlogdetResult,
     cholesky,
-    det,
     inv,
     matrix_transpose,
     slogdet,

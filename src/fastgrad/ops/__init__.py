@@ -22,6 +22,7 @@ from fastgrad.ops import (
     cumulative,
     debug,
     decompositions,
+    determinant,
     einsum,
     elementwise,
     index_tools,
@@ -54,7 +55,7 @@ FAMILIES = (
     elementwise, math, piecewise, shape, reduction, indexing, scatter, manipulation,
     selection, products, einsum, sorting, cumulative, construction, statistics,
     nan_reductions, numerical, index_tools, integer_ops, debug, complex_numbers, linalg,
-    decompositions, matrix_functions, matrix_calculus, numpy_extras, special,
+    decompositions, determinant, matrix_functions, matrix_calculus, numpy_extras, special,
     special_incomplete, bessel, stats, sampling, array_api,
 )  # fmt: skip
 

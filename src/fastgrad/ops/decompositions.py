@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import aval_of, bind
 from fastgrad.ops.base import batch_stacked, reshape, sum
 from fastgrad.ops.elementwise import logical_not, logical_or, where
@@ -157,9 +157,18 @@ def _eigh_jvp(t: Any, out: Any, a: Any, *, vectors: bool) -> Any:
 
 # The input is symmetric (the functions make it so from one triangle, as LAPACK reads it);
 # the rules are those of eigh((A + A^T) / 2).
+# Special points (here and below): distinct eigen- or singular values (at repeated ones the
+# vectors have no derivative), square, tall and wide, 1 x 1, a stack. The vectors' signs
+# are LAPACK's (see docs/conventions.md, decomposition-signs).
+_A = np.array([[2.0, 0.5, -1.0], [0.25, 3.0, 0.5], [-0.5, 1.0, 1.5]])
+_SYM = _A + _A.T
 EIGH = register(
-    Primitive("eigh", _eigh_eval, _eigh_impl, _eigh_vjp, _eigh_jvp, batch=batch_stacked("eigh"))
-)
+    Primitive(
+        "eigh", _eigh_eval, _eigh_impl, _eigh_vjp, _eigh_jvp, batch=batch_stacked("eigh"),
+        special_points=(at(_SYM, vectors=True), at(_SYM, vectors=False),
+                        at(np.stack([_SYM[:2, :2], -_SYM[1:, 1:]]), vectors=True)),
+    )
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- svd
@@ -207,10 +216,16 @@ def _svd_vjp(g: Any, out: Any, a: Any, *, compute_uv: bool) -> tuple[Any]:
     # The transpose of _svd_jvp: the cotangent of P = U^T dA V, mapped back through U, V,
     # plus the parts of gU, gV outside the column spaces of U and V.
     gp = diag_embed(gs) + (j + mT(j)) * s_row + mT(s_row) * (h + mT(h))
+    # Those parts are 0 for a square U or V (its columns span the space): skipped, they
+    # would be 0 / 0 at a zero singular value.
+    m, n = aval_of(a).shape[-2:]
     inv_s = _guarded_inverse(s_row, used)
-    gu_out = (gu - matmul(u, matmul(mT(u), gu))) * inv_s
-    gv_out = (gv - matmul(v, matmul(mT(v), gv))) * inv_s
-    return (matmul(matmul(u, gp), vh) + matmul(gu_out, vh) + matmul(u, mT(gv_out)),)
+    ga = matmul(matmul(u, gp), vh)
+    if m > k:
+        ga = ga + matmul((gu - matmul(u, matmul(mT(u), gu))) * inv_s, vh)
+    if n > k:
+        ga = ga + matmul(u, mT((gv - matmul(v, matmul(mT(v), gv))) * inv_s))
+    return (ga,)
 
 
 def _svd_jvp(t: Any, out: Any, a: Any, *, compute_uv: bool) -> Any:
@@ -228,15 +243,25 @@ def _svd_jvp(t: Any, out: Any, a: Any, *, compute_uv: bool) -> Any:
     s_col = reshape(s, batch + (k, 1))
     ps = p * s_row  # P S
     sp = s_col * p  # S P
-    inv_s = 1.0 / s_row
-    tu = matmul(u, f * (ps + mT(ps))) + (matmul(ta, v) - matmul(u, p)) * inv_s
-    tv = matmul(v, f * (sp + mT(sp))) + (matmul(mT(ta), u) - matmul(v, mT(p))) * inv_s
+    m, n = aval_of(a).shape[-2:]
+    tu = matmul(u, f * (ps + mT(ps)))
+    tv = matmul(v, f * (sp + mT(sp)))
+    # The parts outside the column spaces of U and V: 0 for a square factor (as in the VJP).
+    if m > k:
+        tu = tu + (matmul(ta, v) - matmul(u, p)) / s_row
+    if n > k:
+        tv = tv + (matmul(mT(ta), u) - matmul(v, mT(p))) / s_row
     return pack([tu, ts, mT(tv)], batch)
 
 
 SVD = register(
-    Primitive("svd", _svd_eval, _svd_impl, _svd_vjp, _svd_jvp, batch=batch_stacked("svd"))
-)
+    Primitive(
+        "svd", _svd_eval, _svd_impl, _svd_vjp, _svd_jvp, batch=batch_stacked("svd"),
+        special_points=(at(_A, compute_uv=True), at(_A[:, :2], compute_uv=True),
+                        at(_A[:2], compute_uv=True), at(_A, compute_uv=False),
+                        at(np.array([[-2.5]]), compute_uv=True)),
+    )
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- qr
@@ -314,7 +339,12 @@ def _qr_jvp(t: Any, out: Any, a: Any) -> Any:
     return pack([tq, concatenate([tu, tv], axis=-1)], batch)
 
 
-QR = register(Primitive("qr", _qr_eval, _qr_impl, _qr_vjp, _qr_jvp, batch=batch_stacked("qr")))
+QR = register(
+    Primitive(
+        "qr", _qr_eval, _qr_impl, _qr_vjp, _qr_jvp, batch=batch_stacked("qr"),
+        special_points=(at(_A), at(_A[:, :2]), at(_A[:2]), at(np.stack([_A, -_A.T]))),
+    )
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- pinv
@@ -354,8 +384,12 @@ def _pinv_vjp(g: Any, out: Any, a: Any, *, rcond: float | None) -> tuple[Any]:
 
 
 PINV = register(
-    Primitive("pinv", _pinv_eval, _pinv_impl, _pinv_vjp, _pinv_jvp, batch=batch_stacked("pinv"))
-)
+    Primitive(
+        "pinv", _pinv_eval, _pinv_impl, _pinv_vjp, _pinv_jvp, batch=batch_stacked("pinv"),
+        # Full rank: the derivative holds where the rank does not change.
+        special_points=(at(_A, rcond=None), at(_A[:, :2], rcond=None), at(_A[:2], rcond=None)),
+    )
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- functions

@@ -1,10 +1,11 @@
-"""Linear solves and determinants: solve, inv, det, slogdet, cholesky, triangular solves.
+"""Linear solves and determinants: solve, inv, slogdet, cholesky, triangular solves.
 
 Records and functions; forward by LAPACK (NumPy, SciPy), batched over leading axes as in
 NumPy. VJP and JVP rules are written with these functions and matmul, so derivatives of
 any order are again LAPACK calls and products. Decompositions (eigh, svd, qr, pinv) are in
-fastgrad.ops.decompositions, norms and compositions in fastgrad.ops.matrix_functions; the
-public names are gathered by fastgrad.numpy.linalg and fastgrad.scipy.linalg.
+fastgrad.ops.decompositions, det (whose derivative needs the SVD) fastgrad.ops.determinant,
+norms and compositions in fastgrad.ops.matrix_functions; the public names are gathered by
+fastgrad.numpy.linalg and fastgrad.scipy.linalg.
 """
 
 from __future__ import annotations
@@ -235,20 +236,6 @@ INV = register(
     )
 )
 
-# d det(A) = det(A) tr(A^-1 dA): the gradient is det(A) A^-T. At a singular matrix inv
-# raises NumPy's LinAlgError rather than giving a wrong value.
-DET = register(
-    Primitive(
-        "det",
-        _unary_square_eval("det", lambda s, n: s[:-2]),
-        np.linalg.det,
-        lambda g, out, a: (expand_last2(g * out) * mT(inv(a)),),
-        lambda t, out, a: out * sum(mT(inv(a)) * t[0], axis=(-2, -1)),
-        batch=batch_stacked("det"),
-        special_points=_SQUARES,
-    )
-)
-
 
 def _slogdet_impl(a: np.ndarray) -> np.ndarray:
     sign, logabsdet = np.linalg.slogdet(a)
@@ -462,17 +449,6 @@ def inv(a: Any) -> Any:
     (a,) = as_float_arrays(a, fn="inv")
     check_square(aval_of(a), "inv")
     return bind(INV, a)
-
-
-def det(a: Any) -> Any:
-    """The determinant of each square matrix in `a`; its gradient is det(a) inv(a)^T.
-
-    >>> round(float(det(np.array([[2.0, 1.0], [1.0, 3.0]]))), 12)
-    5.0
-    """
-    (a,) = as_float_arrays(a, fn="det")
-    check_square(aval_of(a), "det")
-    return bind(DET, a)
 
 
 def slogdet(a: Any) -> Any:

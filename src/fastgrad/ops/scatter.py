@@ -11,7 +11,8 @@ primitives below. Derivatives, in both `x` and `v`, at repeated indices and at t
   its gradient, the others none; an overwritten element of `x` gets none (as in JAX).
 - add: every update gets its element's gradient; repeated indices accumulate.
 - multiply: exact, repeated indices too (where JAX raises): an update's derivative is the
-  product of `x` and the other updates to its element, zeros handled as in `prod`.
+  product of `x` and the other updates to its element, built without division so that
+  every order is exact where updates are 0.
 - min/max: the element of `x` and the updates equal to the result share its gradient
   equally (as in JAX, and as max/min reductions do).
 """
@@ -27,7 +28,14 @@ from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import REGISTRY, Primitive, register
 from fastgrad.core.primitive import at as point  # `at` is x.at below
 from fastgrad.core.tracing import Tracer, aval_of, bind
-from fastgrad.ops.base import astype, batch_size, broadcast_to, tangent_sum, with_batch
+from fastgrad.ops.base import (
+    astype,
+    batch_size,
+    broadcast_to,
+    reshape,
+    tangent_sum,
+    with_batch,
+)
 from fastgrad.ops.elementwise import add, maximum, minimum, multiply, where
 from fastgrad.ops.indexing import (
     batch_index,
@@ -94,19 +102,48 @@ def _set_jvp(t: Any, out: Any, x: Any, v: Any, *idx: Any, index: Any) -> Any:
     return scatter_set(tx, tv, idx, index)
 
 
+def _exclusive_products(w: Any, seg: np.ndarray | Any, step: int) -> Any:
+    """Per entry of the 1-D `w`, sorted so that equal `seg` ids are contiguous, the product
+    of the entries before it (step -1) or after it (step +1) in its segment. A segmented
+    scan by doubling: products only, so every derivative of it is exact at zeros too."""
+    n = aval_of(w).shape[0]
+    places = np.arange(n)
+
+    def shifted(a: Any, d: int) -> tuple[Any, Any]:
+        source = places + step * d
+        inside = (source >= 0) & (source < n)
+        source = np.clip(source, 0, n - 1)
+        return _take(a, source), inside & (_take(seg, source) == seg)
+
+    neighbour, same = shifted(w, 1)
+    products = where(same, neighbour, 1.0)
+    d = 1
+    while d < n:
+        neighbour, same = shifted(products, d)
+        products = where(same, products * neighbour, products)
+        d *= 2
+    return products
+
+
+def _take(a: Any, positions: Any) -> Any:
+    return gather(a, (positions,), (("array", 0),))
+
+
 def _others(v: Any, idx: Sequence[Any], x: Any, index: Any) -> Any:
-    """Per update, the product of the other updates to its element. v_k's own factor is
-    divided out where no update to the element is zero; at the only zero it is the product
-    of the nonzeros; with two zeros or more it is 0 (exact, like prod's rule)."""
-    zero = v == 0
-    safe = where(zero, 1.0, v)
-    zeros_here = gather(scatter_add(astype(zero, v.dtype), idx, x.shape, index), idx, index)
-    nonzero_product = gather(scatter_multiply(ones_like(x), safe, idx, index), idx, index)
-    return where(
-        zeros_here == 0,
-        nonzero_product / safe,
-        where(zero & (zeros_here == 1), nonzero_product, 0.0),
-    )
+    """Per update, the product of the other updates to its element, without dividing (so
+    exact at every order where some updates are 0): sort the updates by element, then the
+    products before and after each one in its element's run."""
+    shape, n = aval_of(v).shape, aval_of(v).size
+    if n == 0:
+        return ones_like(v)
+    elements = np.arange(aval_of(x).size).reshape(aval_of(x).shape)
+    seg = reshape(gather(elements, idx, index), (n,))
+    # argsort's record lives in ops.sorting, which builds on this module: found by name.
+    order = bind(REGISTRY["argsort"], seg, axis=0, kind="stable")
+    seg_sorted, w = _take(seg, order), _take(reshape(v, (n,)), order)
+    sorted_others = _exclusive_products(w, seg_sorted, -1) * _exclusive_products(w, seg_sorted, 1)
+    rank = scatter_set(zeros_like(order), np.arange(n), (order,), (("array", 0),))
+    return reshape(_take(sorted_others, rank), shape)
 
 
 def _multiply_vjp(g: Any, out: Any, x: Any, v: Any, *idx: Any, index: Any) -> tuple[Any, ...]:
@@ -184,8 +221,13 @@ _SPECIAL_POINTS = {
     "scatter": _COMMON
     + (point(np.array([[np.nan, np.inf, 1.0], [2.0, 3.0, 4.0]]), np.array([5.0, 6.0, 7.0]),
           np.array([0, 0, 0]), np.array([0, 1, 0]), index=_BOTH),),
-    # scatter_multiply has none yet: its second derivative is wrong where one of several
-    # updates to an element is 0 (tests/test_index_update.py, the xfail test).
+    # One zero among the updates to an element, then two (x is 0 at (1, 1) in both).
+    "scatter_multiply": _COMMON
+    + (
+        point(_X, np.array([0.0, -0.5, 3.0]), _I, _J, index=_BOTH),
+        point(_X, np.array([0.0, 2.0, 0.0, 1.5]), np.array([0, 1, 0, 0]),
+              np.array([1, 1, 1, 1]), index=_BOTH),
+    ),
     **{
         name: _COMMON
         + (

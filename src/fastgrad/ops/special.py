@@ -144,13 +144,19 @@ _BESSEL = points(at(0.0, convention="scaled-bessel-at-zero"),
                  1.0, -2.0, 1e-30, -1e-30, 30.0, -700.0, 1e300, *_NONFINITE)  # fmt: skip
 
 
+def _bessel_series(order: int, size: int) -> list[float]:
+    """Coefficients of I_order(x) by powers of x, the first `size`."""
+    bessel = [0.0] * size
+    for m in range((size - order) // 2):
+        k = 2 * m + order
+        bessel[k] = 1 / (2**k * math.factorial(m) * math.factorial(m + order))
+    return bessel
+
+
 def _near_zero_series(order: int, odd: bool, degree: int = 18) -> tuple[float, ...]:
     """Coefficients, by powers of x, of d/dx [h(x) I_order(x)] with h = sinh if `odd`
     else cosh (exp(-abs(x)) I_order(x) is cosh(x) I_order(x) - sign(x) sinh(x) I_order(x))."""
-    bessel = [0.0] * (degree + 2)
-    for m in range((degree + 2 - order) // 2):
-        k = 2 * m + order
-        bessel[k] = 1 / (2**k * math.factorial(m) * math.factorial(m + order))
+    bessel = _bessel_series(order, degree + 2)
     hyper = [1 / math.factorial(k) if k % 2 == odd else 0.0 for k in range(degree + 2)]
     product = [math.fsum(hyper[i] * bessel[k - i] for i in range(k + 1)) for k in range(degree + 2)]
     return tuple((k + 1) * product[k + 1] for k in range(degree + 1))
@@ -238,8 +244,11 @@ special(
     _polygamma_vjp,
     lambda t, out, n, x: None if t[1] is None else t[1] * polygamma(n + 1, x),
     ("order", "positive"),
-    (),
-)
+    # Orders 0 to 3 (the order has no derivative: as a piecewise constant, 0), negative
+    # non-integers, poles at 0 and the negative integers, a large x, inf and nan.
+    points((0.0, 0.5), (1.0, 1.0), (2.0, -0.5), (3.0, 25.0), (2.0, -1.5), (1.0, 0.0),
+           (2.0, -2.0), (1.0, 1e10), (1.0, inf), (0.0, inf), (1.0, nan)),
+)  # fmt: skip
 
 
 def _beta_partials(a: Any, b: Any) -> tuple[Any, Any]:
@@ -448,6 +457,17 @@ def quiet(fn: F) -> F:
     return quiet_fn  # type: ignore[return-value]
 
 
+def _unscaled_bessel(order: int, scaled: Callable[[Any], Any], x: Any) -> Any:
+    """I_order(x) = exp(abs(x)) times its scaled version, except below 1/4 in magnitude:
+    there the two factors' kinks at 0 would meet in the derivatives (each at its own
+    convention, their product's second derivative is not I_order's), so the analytic power
+    series (its first 18 powers: exact in float64 there) gives it instead."""
+    small = abs(x) < 0.25
+    xs, away = where(small, x, 0.0), where(small, 1.0, x)
+    series = _polynomial(tuple(_bessel_series(order, 18)), xs)
+    return where(small, series, exp(abs(away)) * scaled(away))
+
+
 @quiet
 def i0(x: Any) -> Any:
     """The modified Bessel function of order 0, exp(abs(x)) i0e(x).
@@ -455,7 +475,7 @@ def i0(x: Any) -> Any:
     >>> i0(np.array([0.0, 1.0])), fg.grad(i0)(1.0)  # i0' = i1
     (array([1.        , 1.26606588]), array(0.5651591))
     """
-    return exp(abs(x)) * i0e(x)
+    return _unscaled_bessel(0, i0e, x)
 
 
 @quiet
@@ -465,7 +485,7 @@ def i1(x: Any) -> Any:
     >>> i1(np.array([0.0, 1.0])), fg.grad(i1)(0.0)
     (array([0.       , 0.5651591]), array(0.5))
     """
-    return exp(abs(x)) * i1e(x)
+    return _unscaled_bessel(1, i1e, x)
 
 
 @quiet

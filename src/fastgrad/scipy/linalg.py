@@ -6,7 +6,8 @@ from numpy.linalg import LinAlgError
 
 from fastgrad.ops.decompositions import scipy_eigh as eigh
 from fastgrad.ops.decompositions import svd
-from fastgrad.ops.linalg import cho_factor, cho_solve, det, inv, solve, solve_triangular
+from fastgrad.ops.determinant import det
+from fastgrad.ops.linalg import cho_factor, cho_solve, inv, solve, solve_triangular
 from fastgrad.ops.linalg import scipy_cholesky as cholesky
 from fastgrad.ops.matrix_calculus import expm, lu, lu_factor, lu_solve, solve_sylvester, sqrtm
 
