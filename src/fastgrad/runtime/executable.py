@@ -33,10 +33,7 @@ from fastgrad.compiler.passes import simplify
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
 from fastgrad.ops.shape import _as_slices as as_slices
-from fastgrad.runtime import (
-    plan_table,
-    threading_layer,  # noqa: F401  (before any parallel kernel)
-)
+from fastgrad.runtime import threading_layer  # noqa: F401  (before any parallel kernel)
 from fastgrad.runtime.arena import Arena, Buffer, staggered_empty
 from fastgrad.runtime.background import KernelTier
 from fastgrad.runtime.blas import OneThread
@@ -503,7 +500,10 @@ def _arena(
             continue
         steps.append(step)
     _spans(plan, buffers, outputs)
-    lower = plan_table.lower if config.runtime == "vm" else None
+    if config.runtime != "vm":
+        return Arena(template, buffers, static_views, steps, outputs, static)
+    from fastgrad.runtime.plan_table import lower  # here: the interpreter imports Numba
+
     return Arena(template, buffers, static_views, steps, outputs, static, lower)
 
 
