@@ -21,5 +21,5 @@ def test_info_prints_versions_threads_and_cache(capsys, tmp_path, monkeypatch):
 def test_ci_runs_the_readme_test_command():
     text = (ROOT / "README.md").read_text()
     block = re.search(r"<!-- test-command.*?```bash\n(.*?)\n```", text, re.S).group(1)
-    assert block == 'pip install -e ".[test]" && python -m pytest -q'
+    assert block == 'pip install -e ".[test]" && python -m pytest -q -n 2'
     assert "test-command" in (ROOT / ".ci" / "run").read_text()
