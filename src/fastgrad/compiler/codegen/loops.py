@@ -12,6 +12,7 @@ the parallel loop, so results do not depend on the thread count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 
 import numpy as np
@@ -143,6 +144,8 @@ class _Generator:
         # Where a full reduction accumulates: one scalar per chunk (column kernels: one
         # per kept position).
         self.scalar_acc = lambda k: f"s{k}"
+        # Column kernels over raveled operands (codegen.columns) address them themselves.
+        self.flat_columns: Callable[[Var, str], str] | None = None
 
     # ---- addressing
     def _row_map(self, shape: tuple[int, ...]) -> list[int]:
@@ -155,6 +158,8 @@ class _Generator:
         value of shape `target` at `level` (NumPy broadcasting from v's shape)."""
         name = self.in_name.get(id(v)) or self.out_name[id(v)]
         shape = v.aval.shape
+        if self.flat_columns is not None and level != "scalar":
+            return self.flat_columns(v, level)
         if shape == () or level == "scalar":
             return f"{name}[0]"
         if self.flat:
