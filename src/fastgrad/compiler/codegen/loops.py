@@ -208,6 +208,15 @@ class _Generator:
         if op.extra.get("positional"):
             return self.positional(node)
         args = [self.value(v, node, level) for v in node.inputs]
+        if op.name == "power" and (op.name, out_dtype.name) in self.vector_math:
+            # Any other float exponent: vecmath's power (a scalar pow call would keep the
+            # whole loop from vectorizing).
+            t = scalar_type(out_dtype)
+            x, y = (
+                a if v.aval.dtype == out_dtype else f"{t}({a})"
+                for a, v in zip(args, node.inputs, strict=True)
+            )
+            return f"{self.function(op.name, out_dtype)}({x}, {y})"
         if op.name in _COMMUTATIVE:  # one spelling for a*b and b*a: computed once
             args.sort()
         if template.startswith("call:"):
