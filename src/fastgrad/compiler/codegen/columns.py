@@ -77,14 +77,7 @@ def column_run(
         w.indent()
     _kept_loops(w, o, rest)
     sums = [n for n in scalar_reductions if g._elem_input(n, level)]
-    elem_outputs = [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs]
-    needed = closure(elem_outputs + rows + sums, nodes, level)
-    for n in nodes:
-        if id(n.out) in needed:
-            k = g.index[id(n.out)]
-            g.assign(w, f"v{k}", g.expression(n, "elem"))
-            if id(n.out) in outputs:
-                w(f"{g.address(n.out, g.loop.shape, 'elem')} = v{k}")
+    _element_values(g, w, nodes, level, outputs, rows + sums)
     for n in rows + sums:
         if id(n.out) in reduce_phase:
             k = g.index[id(n.out)]
@@ -119,6 +112,26 @@ def column_run(
         w(f"for j in range(qf{k}.size):")
         w(f"    {acc} = {combine(n.op.name, acc, settle(n, f'qf{k}[j]', f'qf{k}n[j]'))}")
     return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
+
+
+def _element_values(
+    g: _Generator,
+    w: Writer,
+    nodes: list[Node],
+    level: dict[int, str],
+    outputs: set[int],
+    reducers: list[Node],
+) -> None:
+    """The elem values the loop's elementwise outputs and `reducers` need, at the current
+    element; the outputs stored."""
+    elem_outputs = [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs]
+    needed = closure(elem_outputs + reducers, nodes, level)
+    for n in nodes:
+        if id(n.out) in needed:
+            k = g.index[id(n.out)]
+            g.assign(w, f"v{k}", g.expression(n, "elem"))
+            if id(n.out) in outputs:
+                w(f"{g.address(n.out, g.loop.shape, 'elem')} = v{k}")
 
 
 def _kept_loops(w: Writer, o: int, rest: list[int]) -> None:
@@ -233,14 +246,7 @@ def _flat_run(
     w("for p in range(plo, min(phi, NK - base)):")
     w.indent()
     w("e = base + p")
-    elem_outputs = [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs]
-    needed = closure(elem_outputs + rows + elem_sums, nodes, level)
-    for n in nodes:
-        if id(n.out) in needed:
-            k = g.index[id(n.out)]
-            g.assign(w, f"v{k}", g.expression(n, "elem"))
-            if id(n.out) in outputs:
-                w(f"{address(n.out, 'elem')} = v{k}")
+    _element_values(g, w, nodes, level, outputs, rows + elem_sums)
     for name, n in partials:
         for line in accumulate(n, f"{name}b[p]", g.reduced(n), f"{name}nb[p]"):
             w(line)
