@@ -164,3 +164,26 @@ def test_broadcast_over_some_kept_axes_keeps_the_nested_form():
 
     np.testing.assert_allclose(fg.jit(f)(x, y), (x * y).sum(axis=0), rtol=1e-12)
     assert not _raveled(f, x, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_several_blocks_of_rows(dtype):
+    # 210,003 elements: rows of 21 loop rows, 3 blocks of them, the last row partial; a NaN
+    # in the middle block and a maximum in the last row.
+    x = rng.standard_normal((70001, 3)).astype(dtype)
+    x[40000, 0], x[70000, 2] = np.nan, 100
+
+    def f(x):
+        return fnp.max(x, axis=0), fnp.sum(x * 0.5, axis=0), fnp.min(x, axis=0)
+
+    fused, reference = fg.jit(f)(x), fg.jit(f, fuse=False)(x)
+    np.testing.assert_array_equal(fused[0], reference[0])  # maxima and minima are exact
+    np.testing.assert_array_equal(fused[2], reference[2])
+    assert np.isnan(fused[0][0]) and fused[0][2] == 100 and np.isnan(fused[2][0])
+    # Sums in another order: against the float64 sum, within float32's rounding of 70,001
+    # terms (the reference's sequential sum is no closer).
+    exact = (x.astype(np.float64) * 0.5).sum(axis=0)
+    tol = 2e-2 if dtype == np.float32 else 1e-9
+    np.testing.assert_allclose(fused[1][1:], exact[1:], atol=tol)
+    assert np.isnan(fused[1][0])
+    assert _raveled(f, x)

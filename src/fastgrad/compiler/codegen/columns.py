@@ -147,9 +147,10 @@ def _kept_loops(w: Writer, o: int, rest: list[int]) -> None:
 _ROW_WIDTH = 64
 # Positions per tile: a tile's partials (16 KiB in float64) stay in the L1 cache.
 _TILE = 2048
-# At most this many blocks of rows, each at least this many rows: enough chunks for the
-# threads, while the partials stay a small fraction of the array.
-_BLOCKS, _BLOCK_ROWS = 16, 16
+# At most this many blocks of rows, each at least this many rows and elements: enough
+# chunks for the threads, while the partials and their fold stay a small fraction of the
+# work (a small array is one block).
+_BLOCKS, _BLOCK_ROWS, _BLOCK_ELEMENTS = 16, 16, 1 << 16
 _UNFLATTENABLE = ("gather", "scatter_add")
 
 
@@ -216,7 +217,8 @@ def _flat_run(
     w("L = m * K")
     w("NK = N * K")
     w(f"R = (N + m - {u}(1)) // m  # rows of L; the last may be partial")
-    w(f"nb = max({u}(1), min({u}({_BLOCKS}), R // {u}({_BLOCK_ROWS})))")
+    w(f"nb = min({u}({_BLOCKS}), R // {u}({_BLOCK_ROWS}), NK // {u}({_BLOCK_ELEMENTS}))")
+    w(f"nb = max({u}(1), nb)")
     w(f"nt = (L + {u}({_TILE - 1})) // {u}({_TILE})")
     elem_sums = [n for n in scalar_reductions if g._elem_input(n, level)]
     rows = [n for n in nodes if id(n.out) in reduce_phase]
