@@ -93,3 +93,97 @@ def test_leading_axes_reduced_at_any_shape(shape, lead, op, dtype, data):
     np.testing.assert_allclose(total, z.sum(), rtol=tol, atol=tol * z.size)
     plan = fg.jit(f).lower(x).executable.plan
     assert any(s.source.column for s in plan if isinstance(s, _KernelStep))
+
+
+def _raveled(f, *args):
+    """Whether `f`'s column kernel runs over raveled operands (not the nested form)."""
+    plan = fg.jit(f).lower(*args).executable.plan
+    column = [s.source.source for s in plan if isinstance(s, _KernelStep) and s.source.column]
+    assert column
+    return all("e = base + p" in source for source in column)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    lead=st.sampled_from([(1,), (3,), (37,), (1100,), (4, 70)]),
+    kept=st.sampled_from([(1,), (2,), (3,), (8, 2), (16,), (70,), (2100,)]),
+    op=st.sampled_from(["sum", "max", "min", "prod"]),
+    bias=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_raveled_columns_match_reference(lead, kept, op, bias, dtype, seed):
+    """Reduced over its leading axes with rows of one or many (m) loop rows, a partial last
+    row, several blocks of rows and several tiles of positions (2100 > one tile); a
+    kept-shaped operand, an elementwise output and a full sum in the same loop.
+    Oracle: the reference interpreter."""
+    shape = lead + kept
+    if np.prod(shape) > 80000:  # keep the examples small
+        shape = (3, *kept)
+    draw = np.random.default_rng(seed)  # large arrays: too slow to draw element-wise
+    x = draw.uniform(-2, 2, shape).astype(dtype)
+    b = draw.uniform(-2, 2, kept).astype(dtype)
+    axes = tuple(range(len(shape) - len(kept)))
+    reduce = getattr(fnp, op)
+
+    def f(x, b):
+        z = fnp.tanh(x + b) if bias else x * 0.5 + 0.25
+        return reduce(z, axis=axes), fnp.sum(z * z), z * 3
+
+    fused = fg.jit(f)(x, b)
+    reference = fg.jit(f, fuse=False)(x, b)
+    tol = 2e-4 if dtype == np.float32 else 1e-11
+    for u, r in zip(fused, reference, strict=True):
+        assert u.dtype == r.dtype and u.shape == r.shape
+        np.testing.assert_allclose(u, r, rtol=tol, atol=tol * max(1, x.size**0.5))
+    assert _raveled(f, x, b)
+
+
+def test_raveled_columns_read_strided_inputs():
+    # A transposed input is not C-contiguous: the kernel ravels a copy of it.
+    x = rng.standard_normal((8, 300))
+    out = fg.jit(lambda x: fnp.max(x * 2, axis=0))(x.T)
+    np.testing.assert_array_equal(out, (x.T * 2).max(axis=0))
+    assert _raveled(lambda x: fnp.max(x * 2, axis=0), x.T)
+
+
+def test_nan_in_the_partial_last_row():
+    x = rng.standard_normal((101, 3))  # rows of 21 loop rows: the last one partial
+    x[100, 1] = np.nan
+    col = fg.jit(lambda x: fnp.max(x, axis=0))(x)
+    np.testing.assert_array_equal(np.isnan(col), [False, True, False])
+    np.testing.assert_array_equal(col[[0, 2]], x.max(axis=0)[[0, 2]])
+
+
+def test_broadcast_over_some_kept_axes_keeps_the_nested_form():
+    # (5, 8, 1) broadcast against (5, 8, 2): its index is not the raveled position.
+    x, y = rng.standard_normal((5, 8, 2)), rng.standard_normal((5, 8, 1))
+
+    def f(x, y):
+        return fnp.sum(x * y, axis=0)
+
+    np.testing.assert_allclose(fg.jit(f)(x, y), (x * y).sum(axis=0), rtol=1e-12)
+    assert not _raveled(f, x, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_several_blocks_of_rows(dtype):
+    # 210,003 elements: rows of 21 loop rows, 3 blocks of them, the last row partial; a NaN
+    # in the middle block and a maximum in the last row.
+    x = rng.standard_normal((70001, 3)).astype(dtype)
+    x[40000, 0], x[70000, 2] = np.nan, 100
+
+    def f(x):
+        return fnp.max(x, axis=0), fnp.sum(x * 0.5, axis=0), fnp.min(x, axis=0)
+
+    fused, reference = fg.jit(f)(x), fg.jit(f, fuse=False)(x)
+    np.testing.assert_array_equal(fused[0], reference[0])  # maxima and minima are exact
+    np.testing.assert_array_equal(fused[2], reference[2])
+    assert np.isnan(fused[0][0]) and fused[0][2] == 100 and np.isnan(fused[2][0])
+    # Sums in another order: against the float64 sum, within float32's rounding of 70,001
+    # terms (the reference's sequential sum is no closer).
+    exact = (x.astype(np.float64) * 0.5).sum(axis=0)
+    tol = 2e-2 if dtype == np.float32 else 1e-9
+    np.testing.assert_allclose(fused[1][1:], exact[1:], atol=tol)
+    assert np.isnan(fused[1][0])
+    assert _raveled(f, x)

@@ -1,11 +1,13 @@
 """Column kernels: loops whose reduced axes all come before the kept ones (a bias gradient
 summed over the batch, an (N, 8, 2) array summed over N).
 
-Rows are walked in memory order, each element added into one accumulator per kept
-position, so the inner loop runs along contiguous memory and vectorizes. The kept
-positions are split into chunks (one per thread is enough); full reductions also keep one
-accumulator per kept position, combined in order at the end, so no result depends on the
-chunk count.
+Where every operand is whole, kept-shaped or one element, the arrays are raveled and the
+kept axes seen as one of K positions. The array is read in memory order as rows of L = m*K
+elements (m rows at once when K is small, so the inner loop is long enough to vectorize),
+split into blocks of rows and tiles of positions that depend on the sizes only: each block
+keeps its own partial per position, folded in order afterwards, so no result depends on
+the thread count. Other column loops keep the nested form: one accumulator per kept
+position, the kept positions split into chunks.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from fastgrad.compiler.codegen.source import (
     settle,
     tracks_nan,
 )
-from fastgrad.core.ir import Node
+from fastgrad.core.ir import Node, Var
 
 if TYPE_CHECKING:
     from fastgrad.compiler.codegen.loops import _Generator
@@ -40,6 +42,8 @@ def column_run(
     scalar_reductions: list[Node],
 ) -> KernelSource:
     """The loop nest with the reduced (leading) axes outside the kept ones."""
+    if _flattenable(g, nodes):
+        return _flat_run(g, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
     o, rest = g.outer[0], g.outer[1:]
     kept = ", ".join(f"n{a}" for a in g.outer)
     position = ", ".join(f"i{a}" for a in g.outer)
@@ -73,14 +77,7 @@ def column_run(
         w.indent()
     _kept_loops(w, o, rest)
     sums = [n for n in scalar_reductions if g._elem_input(n, level)]
-    elem_outputs = [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs]
-    needed = closure(elem_outputs + rows + sums, nodes, level)
-    for n in nodes:
-        if id(n.out) in needed:
-            k = g.index[id(n.out)]
-            g.assign(w, f"v{k}", g.expression(n, "elem"))
-            if id(n.out) in outputs:
-                w(f"{g.address(n.out, g.loop.shape, 'elem')} = v{k}")
+    _element_values(g, w, nodes, level, outputs, rows + sums)
     for n in rows + sums:
         if id(n.out) in reduce_phase:
             k = g.index[id(n.out)]
@@ -117,9 +114,188 @@ def column_run(
     return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
 
 
+def _element_values(
+    g: _Generator,
+    w: Writer,
+    nodes: list[Node],
+    level: dict[int, str],
+    outputs: set[int],
+    reducers: list[Node],
+) -> None:
+    """The elem values the loop's elementwise outputs and `reducers` need, at the current
+    element; the outputs stored."""
+    elem_outputs = [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs]
+    needed = closure(elem_outputs + reducers, nodes, level)
+    for n in nodes:
+        if id(n.out) in needed:
+            k = g.index[id(n.out)]
+            g.assign(w, f"v{k}", g.expression(n, "elem"))
+            if id(n.out) in outputs:
+                w(f"{g.address(n.out, g.loop.shape, 'elem')} = v{k}")
+
+
 def _kept_loops(w: Writer, o: int, rest: list[int]) -> None:
     w(f"for i{o} in range(lo, hi):")
     w.indent()
     for a in rest:
         w(f"for i{a} in range(np.uint64(n{a})):")
         w.indent()
+
+
+# Positions per row of the raveled loop: at least this many (m rows at once when K is
+# smaller), so the inner loop vectorizes however few the kept positions are.
+_ROW_WIDTH = 64
+# Positions per tile: a tile's partials (16 KiB in float64) stay in the L1 cache.
+_TILE = 2048
+# At most this many blocks of rows, each at least this many rows and elements: enough
+# chunks for the threads, while the partials and their fold stay a small fraction of the
+# work (a small array is one block).
+_BLOCKS, _BLOCK_ROWS, _BLOCK_ELEMENTS = 16, 16, 1 << 16
+_UNFLATTENABLE = ("gather", "scatter_add")
+
+
+def _operand_kind(shape: tuple[int, ...], loop_shape: tuple[int, ...], n_reduced: int) -> str:
+    """An operand's kind: "whole" (the loop's shape), "kept" (the kept axes' shape, after
+    leading ones), "one" (a single element), or "" (another broadcast: the nested form
+    handles it)."""
+
+    def strip(s: tuple[int, ...]) -> tuple[int, ...]:
+        return s[next((k for k, d in enumerate(s) if d != 1), len(s)) :]
+
+    if shape == loop_shape:
+        return "whole"
+    if strip(shape) == ():
+        return "one"
+    if strip(shape) == strip(loop_shape[n_reduced:]):
+        return "kept"
+    return ""
+
+
+def _flattenable(g: _Generator, nodes: list[Node]) -> bool:
+    """Whether the loop can run raveled: every array it reads or writes is whole,
+    kept-shaped or one element (random samples and row picks index by axis)."""
+    if any(n.op.name in _UNFLATTENABLE or n.op.extra.get("positional") for n in nodes):
+        return False
+    operands = [*g.arrays, *g.loop.outputs]
+    return all(_operand_kind(v.aval.shape, g.loop.shape, len(g.inner)) for v in operands)
+
+
+def _flat_run(
+    g: _Generator,
+    w: Writer,
+    args: list[str],
+    nodes: list[Node],
+    level: dict[int, str],
+    outputs: set[int],
+    reduce_phase: dict[int, int],
+    scalar_reductions: list[Node],
+) -> KernelSource:
+    """The raveled column loop: blocks of rows x tiles of positions in parallel, then the
+    partials folded and the row values computed per kept position."""
+    shape, n_red = g.loop.shape, len(g.inner)
+    kinds = {id(v): _operand_kind(v.aval.shape, shape, n_red) for v in [*g.arrays, *g.loop.outputs]}
+    # A kept-shaped operand read per element needs its position's kept index: with one
+    # row per loop row (m = 1) that is the position itself.
+    kept_per_elem = any(
+        kinds.get(id(v)) == "kept" for n in nodes if level[id(n.out)] == "elem" for v in n.inputs
+    )
+    names = {**g.in_name, **g.out_name}
+
+    def address(v: Var, at: str) -> str:
+        kind = kinds[id(v)]
+        index = "0" if kind == "one" else "e" if kind == "whole" else "p" if at == "elem" else "j"
+        return f"{names[id(v)]}f[{index}]"
+
+    g.flat_columns = address
+    g.imports.add("fastgrad.compiler.codegen.support:flat")
+    for v in [*g.arrays, *g.loop.outputs]:
+        w(f"{names[id(v)]}f = flat({names[id(v)]})")
+    u = "np.uint64"
+    w(f"N = {' * '.join(f'{u}(n{a})' for a in g.inner)}")
+    w(f"K = {' * '.join(f'{u}(n{a})' for a in g.outer)}")
+    w(f"m = {u}(1)" if kept_per_elem else f"m = max({u}(1), {u}({_ROW_WIDTH}) // max(K, {u}(1)))")
+    w("L = m * K")
+    w("NK = N * K")
+    w(f"R = (N + m - {u}(1)) // m  # rows of L; the last may be partial")
+    w(f"nb = min({u}({_BLOCKS}), R // {u}({_BLOCK_ROWS}), NK // {u}({_BLOCK_ELEMENTS}))")
+    w(f"nb = max({u}(1), nb)")
+    w(f"nt = (L + {u}({_TILE - 1})) // {u}({_TILE})")
+    elem_sums = [n for n in scalar_reductions if g._elem_input(n, level)]
+    rows = [n for n in nodes if id(n.out) in reduce_phase]
+    partials = [(f"r{g.index[id(n.out)]}", n) for n in rows]
+    partials += [(f"q{k}", n) for k, n in enumerate(scalar_reductions) if n in elem_sums]
+    for name, n in partials:
+        w(f"{name} = np.empty((nb, L), {scalar_type(n.out.aval.dtype)})")
+        if tracks_nan(n):
+            w(f"{name}n = np.empty((nb, L), np.bool_)")
+    w(f"for c in {'prange' if g.parallel else 'range'}(nb * nt):")
+    w.indent()
+    g.in_chunk = True
+    body_begin, g.body_depth = len(w.lines), w.depth
+    w(f"b = {u}(c) // nt")
+    w(f"plo = ({u}(c) % nt) * {u}({_TILE})")
+    w(f"phi = min(L, plo + {u}({_TILE}))")
+    # Reset here, not before the chunk loop: a chunk that reruns (bounded trig) starts over.
+    for name, n in partials:
+        w(f"{name}b = {name}[b]")
+        w(f"{name}b[plo:phi] = {reduction_init(n.op.name, n.out.aval.dtype)}")
+        if tracks_nan(n):
+            w(f"{name}nb = {name}n[b]")
+            w(f"{name}nb[plo:phi] = False")
+    w(f"for s in range((b * R) // nb, ((b + {u}(1)) * R) // nb):")
+    w.indent()
+    w("base = s * L")
+    w("for p in range(plo, min(phi, NK - base)):")
+    w.indent()
+    w("e = base + p")
+    _element_values(g, w, nodes, level, outputs, rows + elem_sums)
+    for name, n in partials:
+        for line in accumulate(n, f"{name}b[p]", g.reduced(n), f"{name}nb[p]"):
+            w(line)
+    w.dedent(2)
+    g.body = (body_begin, len(w.lines))
+    g.in_chunk = False
+    w.dedent()
+    # Per kept position: fold its partials (blocks, then the m rows of a row of L), then
+    # the row values. Full reductions of row values accumulate here, in order.
+    scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
+    for k, n in enumerate(scalar_reductions):
+        if n not in elem_sums:
+            w(f"s{k} = {reduction_init(n.op.name, n.out.aval.dtype)}")
+    g.scalar_acc = lambda k: f"s{k}"
+    w("for j in range(K):")
+    w.indent()
+    for n in rows:
+        k = g.index[id(n.out)]
+        _fold(w, n, f"r{k}", f"{g.index[id(n.out)]}", "for t in range(m):", "t * K + j")
+    for n in nodes:
+        if level[id(n.out)] != "row":
+            continue
+        k = g.index[id(n.out)]
+        expr = settle(n, f"f{k}", f"f{k}n") if id(n.out) in reduce_phase else g.expression(n, "row")
+        g.assign(w, f"v{k}", expr)
+        g.after_value(w, n, "row", outputs, scalar_index)
+    w.dedent()
+    for k, n in enumerate(scalar_reductions):
+        acc = f"v{g.index[id(n.out)]}"
+        if n in elem_sums:
+            _fold(w, n, f"q{k}", f"q{k}", "for p in range(L):", "p")
+            w(f"{acc} = {settle(n, f'fq{k}', f'fq{k}n')}")
+        else:
+            w(f"{acc} = s{k}")
+    g.flat_columns = None
+    return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
+
+
+def _fold(w: Writer, n: Node, partial: str, tag: str, positions: str, at: str) -> None:
+    """`f{tag}` (and its NaN flag `f{tag}n`) = the partials of `partial` at the positions
+    `positions` walks, block after block, combined in order."""
+    acc, flag = f"f{tag}", f"f{tag}n"
+    w(f"{acc} = {reduction_init(n.op.name, n.out.aval.dtype)}")
+    if tracks_nan(n):
+        w(f"{flag} = False")
+    w("for b in range(nb):")
+    w(f"    {positions}")
+    w(f"        {acc} = {combine(n.op.name, acc, f'{partial}[b, {at}]')}")
+    if tracks_nan(n):
+        w(f"        {flag} = {flag} | {partial}n[b, {at}]")

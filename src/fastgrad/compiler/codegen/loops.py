@@ -12,6 +12,7 @@ the parallel loop, so results do not depend on the thread count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 
 import numpy as np
@@ -146,6 +147,8 @@ class _Generator:
         # Where a full reduction accumulates: one scalar per chunk (column kernels: one
         # per kept position).
         self.scalar_acc = lambda k: f"s{k}"
+        # Column kernels over raveled operands (codegen.columns) address them themselves.
+        self.flat_columns: Callable[[Var, str], str] | None = None
 
     # ---- addressing
     def _row_map(self, shape: tuple[int, ...]) -> list[int]:
@@ -158,6 +161,8 @@ class _Generator:
         value of shape `target` at `level` (NumPy broadcasting from v's shape)."""
         name = self.in_name.get(id(v)) or self.out_name[id(v)]
         shape = v.aval.shape
+        if self.flat_columns is not None and level != "scalar":
+            return self.flat_columns(v, level)
         if shape == () or level == "scalar":
             if id(v) in self.in_name and v.aval.size == 1:
                 self.preloads[f"{name}_0"] = f"{name}[0]"
@@ -209,6 +214,15 @@ class _Generator:
         if op.extra.get("positional"):
             return self.positional(node)
         args = [self.value(v, node, level) for v in node.inputs]
+        if op.name == "power" and (op.name, out_dtype.name) in self.vector_math:
+            # Any other float exponent: vecmath's power (a scalar pow call would keep the
+            # whole loop from vectorizing).
+            t = scalar_type(out_dtype)
+            x, y = (
+                a if v.aval.dtype == out_dtype else f"{t}({a})"
+                for a, v in zip(args, node.inputs, strict=True)
+            )
+            return f"{self.function(op.name, out_dtype)}({x}, {y})"
         if op.name in _COMMUTATIVE:  # one spelling for a*b and b*a: computed once
             args.sort()
         if template.startswith("call:"):

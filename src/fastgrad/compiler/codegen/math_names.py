@@ -21,10 +21,11 @@ NAMES = (
     "arctan",
     "sigmoid",
 )
+BINARY_NAMES = ("power",)  # two arguments
 BOUNDED_NAMES = ("sin", "cos", "tan")
 DTYPES = {"float64": "f64", "float32": "f32"}  # dtype name -> suffix of the helper's name
 
 #: Every (function, dtype name) with a helper, e.g. ("exp", "float32").
-VECTOR_MATH = frozenset((name, dtype) for name in NAMES for dtype in DTYPES)
+VECTOR_MATH = frozenset((name, dtype) for name in NAMES + BINARY_NAMES for dtype in DTYPES)
 #: The pairs with a faster variant exact only for |x| < 2**30 (vecmath.BOUNDED_TRIG).
 BOUNDED_TRIG = frozenset((name, dtype) for name in BOUNDED_NAMES for dtype in DTYPES)

@@ -14,7 +14,7 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 f32 = np.float32
 f64 = np.float64
@@ -64,6 +64,19 @@ def _ordered(llvm_name: str):  # type: ignore[no-untyped-def]
 
 rmax = _ordered("llvm.maxnum")
 rmin = _ordered("llvm.minnum")
+
+
+def flat(a):  # type: ignore[no-untyped-def]
+    """`a` as a 1-D C-order array: a view when `a` is C-contiguous (outputs always are:
+    writes through it land in `a`), else a copy (inputs only)."""
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+@overload(flat, inline="always")
+def _flat(a):  # type: ignore[no-untyped-def]
+    if isinstance(a, types.Array) and a.layout == "C":
+        return lambda a: a.reshape(-1)
+    return lambda a: np.ascontiguousarray(a).reshape(-1)
 
 
 @_inline

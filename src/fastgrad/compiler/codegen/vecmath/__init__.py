@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 from fastgrad.compiler.codegen import math_names
-from fastgrad.compiler.codegen.vecmath import exp_log, trig
+from fastgrad.compiler.codegen.vecmath import exp_log, power, trig
 from fastgrad.compiler.codegen.vecmath.tables import TRIG_BOUNDED_LIMIT
 
 _SUFFIXES = tuple(math_names.DTYPES.values())
@@ -24,19 +24,23 @@ __all__ = [
     "TRIG_BOUNDED_LIMIT",
     *(f"{name}_{suffix}" for name in math_names.NAMES for suffix in _SUFFIXES),
     *(f"{name}_bounded_{suffix}" for name in math_names.BOUNDED_NAMES for suffix in _SUFFIXES),
+    *(f"{name}_{suffix}" for name in math_names.BINARY_NAMES for suffix in _SUFFIXES),
 ]
+_HELPERS = ("div2", "int_to_float", "exp_reduce", "scale2")
 
 
-def _build(F: type) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(functions, bounded trig variants) for float type F, by NumPy name."""
+def _build(F: type) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(functions, bounded trig variants, helpers) for float type F, by NumPy name."""
     shared = exp_log.build(F)
     functions, bounded = trig.build(F, shared)
-    shared.pop("div2")
-    return shared | functions, bounded
+    helpers = {name: shared.pop(name) for name in _HELPERS}
+    return shared | functions, bounded, helpers
 
 
-_F64, _F64_BOUNDED = _build(np.float64)
-_F32, _F32_BOUNDED = _build(np.float32)
+_F64, _F64_BOUNDED, _F64_HELPERS = _build(np.float64)
+_F32, _F32_BOUNDED, _ = _build(np.float32)
+# float32 power is float64's rounded once, so both come from the float64 helpers.
+_F64["power"], _F32["power"] = power.build(_F64 | _F64_HELPERS)
 
 exp_f64 = _F64["exp"]
 exp_f32 = _F32["exp"]
@@ -62,6 +66,8 @@ arctan_f64 = _F64["arctan"]
 arctan_f32 = _F32["arctan"]
 sigmoid_f64 = _F64["sigmoid"]
 sigmoid_f32 = _F32["sigmoid"]
+power_f64 = _F64["power"]
+power_f32 = _F32["power"]
 sin_bounded_f64 = _F64_BOUNDED["sin"]
 sin_bounded_f32 = _F32_BOUNDED["sin"]
 cos_bounded_f64 = _F64_BOUNDED["cos"]
@@ -71,7 +77,8 @@ tan_bounded_f32 = _F32_BOUNDED["tan"]
 
 #: (numpy function name, dtype name) -> Numba dispatcher, e.g. ("exp", "float32").
 #: Every entry is accurate over the whole domain of its dtype.
-#: "sigmoid" is the logistic function 1 / (1 + exp(-x)) (scipy.special.expit).
+#: "sigmoid" is the logistic function 1 / (1 + exp(-x)) (scipy.special.expit); "power" takes
+#: two arguments (np.power).
 FUNCTIONS: dict[tuple[str, str], numba.core.registry.CPUDispatcher] = {
     (name, dtype): table[name]
     for dtype, table in (("float64", _F64), ("float32", _F32))

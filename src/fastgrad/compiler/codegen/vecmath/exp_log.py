@@ -325,5 +325,7 @@ def build(F: Any) -> dict[str, Any]:  # noqa: C901 - one closure scope keeps con
 
     return {
         "exp": exp, "expm1": expm1, "log": log, "log1p": log1p, "tanh": tanh,
-        "sinh": sinh, "cosh": cosh, "sigmoid": sigmoid, "div2": div2,
+        "sinh": sinh, "cosh": cosh, "sigmoid": sigmoid,
+        # helpers (vecmath removes them from its tables)
+        "div2": div2, "int_to_float": int_to_float, "exp_reduce": exp_reduce, "scale2": scale2,
     }  # fmt: skip
