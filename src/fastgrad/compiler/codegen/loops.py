@@ -214,9 +214,14 @@ class _Generator:
         if op.extra.get("positional"):
             return self.positional(node)
         args = [self.value(v, node, level) for v in node.inputs]
-        if op.name == "power" and (op.name, out_dtype.name) in self.vector_math:
-            # Any other float exponent: vecmath's power (a scalar pow call would keep the
-            # whole loop from vectorizing).
+        if (
+            op.name == "power"
+            and out_dtype.name == "float64"
+            and (op.name, "float64") in (self.vector_math)
+        ):
+            # Any other float64 exponent: vecmath's power (a scalar pow call would keep the
+            # whole loop from vectorizing). Not float32: its power works in float64 and was
+            # measured 1.37x slower than the C library's powf, which is cheap.
             t = scalar_type(out_dtype)
             x, y = (
                 a if v.aval.dtype == out_dtype else f"{t}({a})"
