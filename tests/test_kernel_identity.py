@@ -1,7 +1,10 @@
 """Kernel identity: a Python loop unrolled T times asks for the same few kernels at any T,
 counted from the generated sources (nothing is compiled)."""
 
+from functools import partial
+
 import numpy as np
+from fastgrad_bench.workloads import rnn_inputs, rnn_unrolled_loss
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
@@ -9,32 +12,14 @@ from fastgrad.compiler.fusion import partition
 from fastgrad.compiler.passes import simplify
 from fastgrad.runtime.executable import Executable
 
-BATCH, HIDDEN, INPUT = 4, 8, 3
-
-
-def rnn_loss(wx, wh, b, xs, h0):
-    h, total = h0, 0.0
-    for t in range(xs.shape[0]):
-        h = fnp.tanh(xs[t] @ wx + h @ wh + b)
-        total = total + fnp.sum(h * h)
-    return total / (xs.shape[0] * BATCH * HIDDEN)
-
-
-def arguments(steps):
-    rng = np.random.default_rng(0)
-    return (
-        rng.standard_normal((INPUT, HIDDEN)).astype(np.float32),
-        rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) * 0.3,
-        rng.standard_normal(HIDDEN).astype(np.float32),
-        rng.standard_normal((steps, BATCH, INPUT)).astype(np.float32),
-        rng.standard_normal((BATCH, HIDDEN)).astype(np.float32),
-    )
-
 
 def kernel_sources(steps):
-    """The source of every kernel step of the plan of `jit(value_and_grad(rnn_loss))`."""
-    f = fg.jit(fg.value_and_grad(rnn_loss, argnums=(0, 1, 2)))
-    graph = simplify(f.graph(*arguments(steps)))
+    """The source of every kernel step in the plan of the benchmark's unrolled RNN (M1:
+    batch 32, hidden 128, float32) under `jit(value_and_grad)`."""
+    loss = partial(rnn_unrolled_loss, fnp)
+    f = fg.jit(fg.value_and_grad(loss, argnums=(0, 1, 2)))
+    args = rnn_inputs(steps, np.float32, np.random.default_rng(0))
+    graph = simplify(f.graph(*args))
     return [k.source for k in Executable(graph, partition(graph)).kernels]
 
 
