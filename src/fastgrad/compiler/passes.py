@@ -1,6 +1,7 @@
 """Graph passes run before fusion: inline calls, erase stop_gradient, fold a broadcast of
 a broadcast (or a reshape of a reshape) into one, merge duplicates (and scans another scan
-repeats), drop dead nodes.
+repeats), drop dead nodes, and give each elementwise reader of a broadcast constant or
+argument a copy of its own (so it fuses where its reader does).
 
 Differentiation is over by the time these run, so stop_gradient has done its work and is
 the identity, and a custom_vjp call is just its forward graph. Common-subexpression
@@ -62,7 +63,8 @@ _CHAINED = ("broadcast_to", "reshape")
 
 def simplify(graph: Graph) -> Graph:
     """Inline calls, erase stop_gradient, fold chained broadcasts and reshapes, merge
-    structurally equal nodes, prune dead ones."""
+    structurally equal nodes, prune dead ones, copy broadcast constants and arguments per
+    elementwise reader."""
     graph = inline_calls(graph)
     rename: dict[int, Var] = {}
     seen: dict[Any, Var] = {}
@@ -98,4 +100,34 @@ def simplify(graph: Graph) -> Graph:
         nodes.append(Node(node.op, inputs, node.params, node.out))
         made_by[id(node.out)] = nodes[-1]
     outputs = [rename.get(id(v), v) for v in graph.outputs]
-    return Graph(graph.inputs, live_nodes(merge_extended(nodes), outputs), outputs)
+    nodes = live_nodes(merge_extended(nodes), outputs)
+    return Graph(graph.inputs, broadcast_per_use(nodes, graph.inputs, outputs), outputs)
+
+
+def broadcast_per_use(nodes: list[Node], inputs: list[Var], outputs: list[Var]) -> list[Node]:
+    """Give each elementwise reader of a broadcast constant or argument its own copy of the
+    broadcast, just before it. Merged into one, the broadcast lands in the loop of its
+    first reader, and the loops of all its other readers must then run after that one (the
+    convexity rule of compiler.fusion): in a long unrolled program one loop gathered a
+    term of every step's backward pass, so its source, and its compile time, grew with
+    the trip count. A copy costs a load in its reader's loop."""
+    free = {id(v) for v in inputs} | {id(n.out) for n in nodes if n.op.name == "const"}
+    shared = {
+        id(n.out): n for n in nodes if n.op.name == "broadcast_to" and id(n.inputs[0]) in free
+    }
+    if not shared:
+        return nodes
+    out: list[Node] = []
+    for node in nodes:
+        if node.op.kind != "elementwise" or not any(id(v) in shared for v in node.inputs):
+            out.append(node)
+            continue
+        copies: dict[int, Var] = {}  # `x * x` of a broadcast x reads one copy
+        for v in node.inputs:
+            made = shared.get(id(v))
+            if made is not None and id(v) not in copies:
+                copies[id(v)] = Var(v.aval, v.hint)
+                out.append(Node(made.op, made.inputs, made.params, copies[id(v)]))
+        reads = [copies.get(id(v), v) for v in node.inputs]
+        out.append(Node(node.op, reads, node.params, node.out))
+    return live_nodes(out, outputs)  # a broadcast that every reader copied is dead
