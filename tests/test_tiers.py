@@ -90,6 +90,29 @@ def test_a_first_call_runs_on_numpy_then_switches(held, monkeypatch, tmp_path, c
         np.testing.assert_allclose(g, e, **TOL)
 
 
+def test_the_notices_count_each_distinct_kernel_once(held, monkeypatch, tmp_path, capsys):
+    # An unrolled loop: every step's kernel has the same source (the steps of a long
+    # Python loop once made the notice claim dozens of kernels where a few were built).
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    w = np.linspace(-0.5, 0.5, 16).reshape(4, 4)
+
+    def unrolled(x):
+        for _ in range(6):
+            x = fnp.tanh(x @ w) * 1.25 + x
+        return fnp.sum(x)
+
+    f = fg.jit(unrolled)
+    x = np.linspace(-1, 1, 12).reshape(3, 4)
+    f(x)
+    sources = f.lower(x).kernels
+    distinct = len(set(sources))
+    assert len(held.jobs) == len(kernel_steps(f)) > distinct
+    assert f"{distinct} kernel{'s' * (distinct > 1)} in the background" in capsys.readouterr().err
+    held.release()
+    done = f"in the background: {distinct} kernel{'s' * (distinct > 1)} ({distinct} built, 0 "
+    assert done in capsys.readouterr().err
+
+
 def test_large_loops_get_the_serial_kernel_first(held):
     n = PARALLEL_THRESHOLD
     x = np.linspace(-1, 1, n)

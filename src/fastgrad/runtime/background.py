@@ -50,7 +50,7 @@ class Batch:
     def __init__(self, what: str):
         self.what = what
         self.jobs: list[Job] = []
-        self.to_build = 0  # jobs whose machine code is not on disk
+        self.to_build: set[str] = set()  # kernel sources whose machine code is not on disk
         self.start = time.perf_counter()
         self.lock = threading.Lock()
         self.finished = 0
@@ -77,10 +77,18 @@ class Batch:
             self.open = True  # report once
         if any(job.state == DROPPED for job in self.jobs):
             return  # the process is exiting: nothing will run compiled, nothing failed
-        built = sum(job.built for job in self.jobs)
-        failed = sum(job.state == FAILED for job in self.jobs)
+        # The steps of an unrolled loop submit the same kernel many times: say each once.
+        kernels: dict[tuple[str, str], tuple[bool, bool]] = {}
+        for job in self.jobs:
+            built, failed = kernels.get((job.source.source, job.label), (False, False))
+            kernels[job.source.source, job.label] = (
+                built or job.built,
+                failed or job.state == FAILED,
+            )
+        built_count = sum(built for built, _ in kernels.values())
+        failed_count = sum(failed for _, failed in kernels.values())
         seconds = time.perf_counter() - self.start
-        compile_log.background_done(self.what, len(self.jobs), built, failed, seconds)
+        compile_log.background_done(self.what, len(kernels), built_count, failed_count, seconds)
 
 
 class Job:
@@ -253,7 +261,7 @@ def first_run(what: str) -> Iterator[Batch]:
         yield batch
     finally:
         _batches.open.remove(batch)
-        compile_log.background_started(what, batch.to_build)
+        compile_log.background_started(what, len(batch.to_build))
         batch.close()
 
 
@@ -356,7 +364,7 @@ class KernelTier:
             label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
             job = Job(source, label, args, batch)
             if needs_build(source.source):
-                batch.to_build += 1
+                batch.to_build.add(source.source)
             batch.add(job)
             jobs.append(job)
             _WORKER.submit(job)
