@@ -20,7 +20,10 @@ from fastgrad.ops import sampling, threefry
 
 COVERED = {"random_bits", "random_uniform", "random_normal"}
 # tests/test_random_samplers.py tests these.
-COVERED |= {"random_exponential", "random_gamma", "random_gamma_grad"}
+COVERED |= {"random_exponential", "random_gamma", "random_gamma_grad", "random_gamma_grad2"}
+# tests/test_vmap.py tests the samplers of a batch of keys against a loop over the keys.
+COVERED |= {f"{name}_keys" for name in ("random_bits", "random_uniform", "random_normal")}
+COVERED |= {"random_exponential_keys", "random_gamma_keys"}
 
 KEY = fr.key(1234)
 
