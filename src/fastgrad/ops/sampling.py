@@ -77,7 +77,7 @@ def _batch_by_key(name: str) -> Any:
             if not b:  # a scalar stays one; an elementwise operand is the same per example
                 rest.append(x if aval_of(x).shape == () else with_batch(x, size))
             elif aval_of(x).shape == (size,):  # a scalar per example
-                rest.append(broadcast_to(reshape(x, (size,) + (1,) * (len(full) - 1)), full))
+                rest.append(_per_example(x, full))
             else:
                 rest.append(x)
         return keyed_sample(REGISTRY[f"{name}_keys"], keys, rest, **params)
@@ -93,15 +93,16 @@ def keyed_sample(twin: Primitive, keys: Any, operands: list[Any], **params: Any)
     `operands` are scalars or have the output's shape (B, *shape)."""
     size, shape = aval_of(keys).shape[0], params["shape"]
     full = (size, *shape)
-
-    def per_example(x: Any) -> Any:  # (B,) -> (B, *shape)
-        return broadcast_to(reshape(x, (size,) + (1,) * len(shape)), full)
-
-    words = [per_example(reshape(slice_array(keys, ((0, size, 1), (w, w + 1, 1))), (size,)))
+    words = [_per_example(reshape(slice_array(keys, ((0, size, 1), (w, w + 1, 1))), (size,)), full)
              for w in (0, 1)]  # fmt: skip
     offset = np.arange(size, dtype=np.uint64) * np.uint64(math.prod(shape))
-    offset = per_example(lift(offset) if current_trace() is not None else offset)
+    offset = _per_example(lift(offset) if current_trace() is not None else offset, full)
     return bind(twin, keys, *operands, *words, offset, **params)
+
+
+def _per_example(x: Any, full: tuple[int, ...]) -> Any:
+    """A value per example, (B,), at every element of its example: (B, *shape) = full."""
+    return broadcast_to(reshape(x, (full[0],) + (1,) * (len(full) - 1)), full)
 
 
 class _Kept(dict[str, str]):
