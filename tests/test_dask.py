@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import warnings
 
 import cloudpickle
 import numpy as np
@@ -25,6 +26,8 @@ dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 fgd = pytest.importorskip("fastgrad.dask")
+fgd_gradients = pytest.importorskip("fastgrad.dask.gradients")
+FutureCancelledError = distributed.client.FutureCancelledError
 
 # Workers cannot import this test module: send its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -188,11 +191,38 @@ def test_a_worker_killed_during_a_call(client, tmp_path):
     distributed.wait([xs, ys])
     x, y = client.compute([xs, ys], sync=True)
     params = {"w": np.array([0.5, -1.0, 2.0]), "b": np.asarray(0.1)}
-    got = fgd.value_and_grad(dies_once)(params, xs, ys)
+    with warnings.catch_warnings():
+        # Dask usually recomputes what the dead worker held; when it gives up instead, the
+        # call runs again, saying so (test_a_call_that_loses_its_work_runs_again).
+        warnings.filterwarnings("ignore", "fastgrad.dask.*lost work", RuntimeWarning)
+        got = fgd.value_and_grad(dies_once)(params, xs, ys)
     assert os.path.exists(marker)  # a worker did die
     want = fg.jit(fg.value_and_grad(logistic))(params, x, y)
     assert_tree_close(got, want, 1e-12)
     client.wait_for_workers(2, timeout=120)
+
+
+def test_a_call_that_loses_its_work_runs_again(client, monkeypatch):
+    params, x, y = make_data(60, 2, np.float64, seed=3)
+    xs, ys = da.from_array(x, chunks=(20, 2)), da.from_array(y, chunks=20)
+    vg = fgd.value_and_grad(logistic)
+    real, losses = vg._sum_chunks, [fgd_gradients._ATTEMPTS - 1]  # calls still to fail
+
+    def loses_work(*args):
+        if losses[0] > 0:
+            losses[0] -= 1
+            raise FutureCancelledError("combine-1", reason="already forgotten")
+        return real(*args)
+
+    monkeypatch.setattr(vg, "_sum_chunks", loses_work)
+    with pytest.warns(RuntimeWarning, match="lost work") as caught:
+        got = vg(params, xs, ys)
+    assert len(caught) == fgd_gradients._ATTEMPTS - 1
+    assert_tree_close(got, fg.jit(fg.value_and_grad(logistic))(params, x, y), 1e-12)
+    losses[0] = 1
+    monkeypatch.setattr(fgd_gradients, "_ATTEMPTS", 1)  # out of attempts: the error stands
+    with pytest.raises(FutureCancelledError):
+        vg(params, xs, ys)
 
 
 def test_workers_restarted_on_an_empty_cache(client, cache_dir):

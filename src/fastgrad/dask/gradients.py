@@ -8,12 +8,14 @@ results up in a tree of `combine` tasks, and brings back one value and one gradi
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from dask import delayed
 from distributed import Client, get_client
+from distributed.client import FutureCancelledError
 
 import fastgrad as fg
 from fastgrad.api.grad import check_argnums
@@ -23,6 +25,10 @@ from fastgrad.dask.chunks import Chunked, is_data, split_data
 from fastgrad.dask.tasks import Partial, Step, combine, evaluate_chunk
 
 REDUCTIONS = ("mean", "sum")
+
+# How many times one call runs when the cluster loses its work (a worker dying with the
+# only copy of something the call needs): each attempt scatters and computes afresh.
+_ATTEMPTS = 3
 
 
 class DataParallel:
@@ -107,6 +113,25 @@ class DataParallel:
 
     def __call__(self, *args: Any) -> Any:
         client = self._client()
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                total, grad_tree = self._sum_chunks(args, client)
+                break
+            except FutureCancelledError as exc:
+                # The scheduler gives up on work whose inputs died with a worker (the
+                # scattered step, say) instead of recomputing it: scatter and run again.
+                if attempt == _ATTEMPTS:
+                    raise
+                warnings.warn(
+                    f"fastgrad.dask.value_and_grad({name_of(self.fun)}): the cluster lost "
+                    f"work during the call ({exc}); running it again "
+                    f"(attempt {attempt + 1} of {_ATTEMPTS})",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        return self._finish(total, grad_tree)
+
+    def _sum_chunks(self, args: tuple[Any, ...], client: Client) -> tuple[Partial, Any]:
         shared, chunked, grad_tree = self._prepare(args, client)
         tasks = _chunk_tasks(shared, chunked, range(len(chunked.infos)))
         # A tree of sums, in chunk order, so the same chunks give the same bits wherever
@@ -119,7 +144,7 @@ class DataParallel:
             ]
         total: Partial = client.compute(level[0]).result()
         del shared  # the scattered step is released with its last reference
-        return self._finish(total, grad_tree)
+        return total, grad_tree
 
     def _finish(self, total: Partial, grad_tree: Any) -> Any:
         def averaged(leaf: Any) -> Any:
