@@ -379,10 +379,32 @@ def test_det_at_singular_matrices():
     )  # fmt: skip
     # Rank 0 of 2: the gradient is 0 (every cofactor is a 1 x 1 minor of 0).
     np.testing.assert_array_equal(fg.grad(fnp.linalg.det)(np.zeros((2, 2))), np.zeros((2, 2)))
-    sign, logdet = fnp.linalg.slogdet(a[:2, :2] * 0)
-    assert sign == 0 and logdet == -inf
-    with pytest.raises(np.linalg.LinAlgError):
-        fg.grad(lambda m: fnp.linalg.slogdet(m).logabsdet)(np.zeros((2, 2)))
+    for dtype in (np.float32, np.float64):
+        _slogdet_at_singular_matrices(dtype)
+
+
+def _slogdet_at_singular_matrices(dtype: type) -> None:
+    # As JAX: sign 0 and log|det| -inf. Its derivatives diverge there: nan at orders 1 to 3
+    # in every mode (JAX: inf or nan), never a raise or a finite number; a regular matrix
+    # of the same stack keeps its exact gradient, inv(a)^T.
+    regular = np.array([[2.0, 1.0], [1.0, 3.0]])
+    for singular in (np.zeros((2, 2)), np.array([[1.0, 2.0], [2.0, 4.0]])):
+        a = np.stack([singular, regular]).astype(dtype)
+        sign, logdet = fg.jit(fnp.linalg.slogdet)(a)
+        assert sign.tolist() == [0, 1] and logdet[0] == -inf
+        f = lambda m: fnp.sum(fnp.linalg.slogdet(m).logabsdet)  # noqa: E731
+        t = np.ones_like(a)
+        grads = [fg.grad(f)(a), fg.jit(fg.grad(f))(a), fg.jvp(f, (a,), (t,))[1]]
+        seconds = [fg.hessian(f)(a), fg.jvp(fg.grad(f), (a,), (t,))[1]]
+        thirds = [fg.grad(lambda m: fnp.sum(fg.hessian(f)(m)[0, :, :, 0]))(a),
+                  fg.jvp(lambda m: fg.jvp(fg.grad(f), (m,), (t,))[1], (a,), (t,))[1]]  # fmt: skip
+        assert np.isnan(grads[2])
+        for d in grads[:2] + seconds[1:] + thirds:
+            assert np.isnan(d[0]).all()
+        assert np.isnan(seconds[0][0]).all() and np.isnan(thirds[0][0]).all()
+        rtol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(grads[0][1], np.linalg.inv(regular).T, rtol=rtol)
+        np.testing.assert_allclose(grads[1][1], np.linalg.inv(regular).T, rtol=rtol)
 
 
 # ---------------------------------------------------------------- the table itself
