@@ -518,6 +518,25 @@ def _masked_svd(mask: Any, a: Any) -> Any:
     return _per_matrix(with_sign)(chosen)
 
 
+def _segment_others(seg: Any, w: Any, *ts: Any) -> Any:
+    """Per entry k, the coefficient of e1...em in the product, over the other entries l
+    with k's id, of (w_l + e1 t1_l + ... + em tm_l), with e_i e_i = 0: expanded term by term."""
+    m, ids = len(ts), np.asarray(seg).tolist()
+    out = np.empty(len(ids), dtype=object)
+    for k in range(len(ids)):
+        poly = {0: mpmath.mpf(1)}  # monomial (bits of the e's) -> coefficient
+        for factor in (l for l in range(len(ids)) if l != k and ids[l] == ids[k]):
+            terms = {0: w[factor], **{1 << i: ts[i][factor] for i in range(m)}}
+            product: dict[int, Any] = {}
+            for p, cp in poly.items():
+                for q, cq in terms.items():
+                    if p & q == 0:
+                        product[p | q] = product.get(p | q, 0) + cp * cq
+            poly = product
+        out[k] = poly.get((1 << m) - 1, mpmath.mpf(0))
+    return out
+
+
 def _safe_inverse(a: Any) -> list[Any]:
     """inv(a) and 0; or the identity and 1 where a is singular or its condition number in
     the Frobenius norm is 1 / sqrt(eps) or more (float64's eps: points sit far from it)."""
@@ -557,6 +576,7 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "svd": _per_matrix(_svd),
     "masked_svd": _masked_svd,
     "safe_inverse": _per_matrix(_safe_inverse),
+    "segment_others": _segment_others,
     "qr": _per_matrix(_qr),
     "pinv": _per_matrix(_pinv),
     "triangular_solve": _per_matrix(_triangular_solve),

@@ -15,6 +15,7 @@ from fastgrad.api.jit import Jitted
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.pytree import flatten, unflatten
 from fastgrad.ops.determinant import masked_svd, safe_inverse
+from fastgrad.ops.scatter import segment_others
 from fastgrad.testing import strategies as fst
 
 # `const` has no inputs, so it never sees the batch: no rule to write.
@@ -186,6 +187,9 @@ CASES = {
     "masked_svd": (lambda a: masked_svd(np.array([True, False]), a + 4 * np.eye(3))[1],
                    [(2, 3, 3)]),
     "safe_inverse": (lambda a: safe_inverse(a), [(2, 2)]),
+    # x.at[].multiply's rule: the product of the others per group (with a tangent).
+    "segment_others": (lambda w, t: segment_others(np.array([1, 0, 1, 1]), w, t),
+                       [(4,), (4,)]),
     "slogdet": (lambda a: fnp.linalg.slogdet(a + 4 * np.eye(3)), [(3, 3)]),
     "cholesky": (lambda a: fnp.linalg.cholesky(a @ a.T + 3 * np.eye(3)), [(3, 3)]),
     "triangular_solve": (
