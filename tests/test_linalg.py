@@ -312,6 +312,12 @@ def test_det_gradient_in_a_stack_of_singular_and_regular_matrices():
     for hvp in (fg.jvp(fg.grad(f), (stack,), (e,))[1],
                 fg.jit(lambda a, t: fg.jvp(fg.grad(f), (a,), (t,))[1])(stack, e)):  # fmt: skip
         np.testing.assert_allclose(hvp[1], 2 * fd, rtol=1e-8, atol=1e-8)
+    # A matrix with a nan entry: a nan gradient, the others' as they were.
+    bad = stack.copy()
+    bad[2, 0, 0] = np.nan
+    g = fg.grad(f)(bad)
+    assert np.isnan(g[2]).all()
+    np.testing.assert_allclose(g[[0, 1, 3]], want[[0, 1, 3]], rtol=1e-12, atol=1e-12)
     # vmap over the stack: the same rule per matrix.
     np.testing.assert_allclose(fg.vmap(fg.grad(la.det))(stack[:2]), want[:2] / [[[1]], [[2]]])
 

@@ -113,6 +113,9 @@ def masked_svd(mask: Any, a: Any) -> list[Any]:
 def _safe_inverse_impl(a: np.ndarray) -> np.ndarray:
     n, batch = a.shape[-1], a.shape[:-2]
     eye = np.eye(n, dtype=a.dtype)
+    # A matrix with inf or nan entries is neither: its inverse is nan (LAPACK's SVD fails).
+    finite = np.isfinite(a).all(axis=(-2, -1))[..., None, None]
+    a = np.where(finite, a, eye)
     try:
         x, singular = np.linalg.inv(a), np.zeros(batch, bool)
     except np.linalg.LinAlgError:  # some matrix is: which, LU's zero pivots say
@@ -120,8 +123,8 @@ def _safe_inverse_impl(a: np.ndarray) -> np.ndarray:
         x = np.linalg.inv(np.where(singular[..., None, None], eye, a))
     with np.errstate(all="ignore"):
         kappa = np.linalg.norm(a, axis=(-2, -1)) * np.linalg.norm(x, axis=(-2, -1))
-    near = singular | (kappa * np.sqrt(np.finfo(a.dtype).eps) >= 1)
-    x = np.where(near[..., None, None], eye, x)
+    near = (singular | (kappa * np.sqrt(np.finfo(a.dtype).eps) >= 1)) & finite[..., 0, 0]
+    x = np.where(near[..., None, None], eye, np.where(finite, x, np.nan))
     return pack_arrays([x, near.astype(a.dtype)], batch)
 
 
