@@ -160,10 +160,12 @@ def _others_impl(seg: np.ndarray, w: np.ndarray, *ts: np.ndarray) -> np.ndarray:
     low, high = seg.min(), seg.max()
     key = (seg - low).astype(np.uint16) if high - low < 1 << 16 else seg
     order = np.argsort(key, kind="stable")
-    s = seg[order]
+    s = key[order]  # only compared: the narrow ids compare faster
     # Rows by monomial: w (row 0), t1 the coefficient of e1 (row 1), t2 of e2 (row 2), ...
-    c = np.zeros((1 << len(ts), n), w.dtype)
-    c[[0, *(1 << i for i in range(len(ts)))]] = np.stack([w[order], *(t[order] for t in ts)])
+    c = np.zeros((1 << len(ts), n), w.dtype) if ts else np.empty((1, n), w.dtype)
+    c[0] = w[order]
+    for i, t in enumerate(ts):
+        c[1 << i] = t[order]
     starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1], [True]]))
     longest = int(np.max(np.diff(starts)))
     out = np.empty_like(w)
