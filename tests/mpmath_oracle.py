@@ -501,6 +501,54 @@ def _cumsum(x: Any, axis: int, reverse: bool) -> Any:
     return _mp_array(np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis))
 
 
+def _masked_svd(mask: Any, a: Any) -> Any:
+    """The SVD of each matrix of `a` where `mask`, of diag(n, ..., 1) (U = V = I) elsewhere."""
+    a = np.asarray(a, dtype=object)
+    n = a.shape[-1]
+    placeholder = np.diag(np.arange(n, 0, -1)).astype(object)
+    chosen = np.where(np.asarray(mask)[..., None, None], a, _mp_array(placeholder))
+
+    def with_sign(m: Any) -> list[Any]:  # and det(U Vh), +-1
+        parts = _svd(m, compute_uv=True)
+        u, vh = (mpmath.matrix(n, n), mpmath.matrix(n, n))
+        for i in range(n * n):
+            u[i // n, i % n], vh[i // n, i % n] = parts[i], parts[n * n + n + i]
+        return parts + [mpmath.sign(mpmath.det(u) * mpmath.det(vh))]
+
+    return _per_matrix(with_sign)(chosen)
+
+
+def _segment_others(seg: Any, w: Any, *ts: Any) -> Any:
+    """Per entry k, the coefficient of e1...em in the product, over the other entries l
+    with k's id, of (w_l + e1 t1_l + ... + em tm_l), with e_i e_i = 0: expanded term by term."""
+    m, ids = len(ts), np.asarray(seg).tolist()
+    out = np.empty(len(ids), dtype=object)
+    for k in range(len(ids)):
+        poly = {0: mpmath.mpf(1)}  # monomial (bits of the e's) -> coefficient
+        for factor in (l for l in range(len(ids)) if l != k and ids[l] == ids[k]):
+            terms = {0: w[factor], **{1 << i: ts[i][factor] for i in range(m)}}
+            product: dict[int, Any] = {}
+            for p, cp in poly.items():
+                for q, cq in terms.items():
+                    if p & q == 0:
+                        product[p | q] = product.get(p | q, 0) + cp * cq
+            poly = product
+        out[k] = poly.get((1 << m) - 1, mpmath.mpf(0))
+    return out
+
+
+def _safe_inverse(a: Any) -> list[Any]:
+    """inv(a) and 0; or the identity and 1 where a is singular or its condition number in
+    the Frobenius norm is 1 / sqrt(eps) or more (float64's eps: points sit far from it)."""
+    n = a.rows
+    near = _det(a) == 0
+    if not near:
+        kappa = mpmath.mnorm(a, "f") * mpmath.mnorm(mpmath.inverse(a), "f")
+        near = kappa * mpmath.sqrt(mpmath.mpf(2) ** -52) >= 1
+    x = mpmath.eye(n) if near else mpmath.inverse(a)
+    return [x[r, c] for r in range(n) for c in range(n)] + [mpmath.mpf(int(near))]
+
+
 # Array functions: the other ops, on object arrays of mpf and their params.
 ARRAY: dict[str, Callable[..., Any]] = {
     "sum": _sum,
@@ -526,6 +574,9 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "cholesky": _per_matrix(_cholesky),
     "eigh": _per_matrix(_eigh),
     "svd": _per_matrix(_svd),
+    "masked_svd": _masked_svd,
+    "safe_inverse": _per_matrix(_safe_inverse),
+    "segment_others": _segment_others,
     "qr": _per_matrix(_qr),
     "pinv": _per_matrix(_pinv),
     "triangular_solve": _per_matrix(_triangular_solve),

@@ -361,6 +361,34 @@ def test_decomposition_signs():
     np.testing.assert_allclose(fg.grad(lambda m: fnp.sum(la.eigvalsh(m) ** 2))(eye), 2 * eye)
     np.testing.assert_allclose(fg.grad(lambda m: fnp.sum(la.svdvals(m) ** 2))(eye), 2 * eye)
     assert not np.isfinite(fg.hessian(lambda m: fnp.sum(la.eigvalsh(m) ** 2))(eye)).all()
+    _second_derivatives_at_repeated_values()
+
+
+def _second_derivatives_at_repeated_values() -> None:
+    # Why nan from order 2 at a repeated eigenvalue, by mpmath along a(t) = a + t e (a's
+    # eigenvalue 1 twice): the smallest eigenvalue is 1 - |t| + O(t^2) there, with one-sided
+    # derivatives -1 and 1 and a second difference that diverges (-2 / h): none exists. A
+    # symmetric function of the spectrum, sum(f(eigenvalues)), is smooth: its second
+    # derivative exists (Daleckii-Krein: sum_ij f'[1](l_i, l_j) e_ij^2, the divided
+    # difference of f', f'' within the repeated block): 5 for f = x^2, 9.778 for exp.
+    # fastgrad differentiates it through the values, which have none, and gives nan, as
+    # JAX does; the rule cannot do better, since the term it lacks, f''(l) e_ij between
+    # the repeated values, depends on f, not on the cotangent it is given.
+    import mpmath
+
+    a, e = np.diag([1.0, 1.0, 3.0]), np.array([[0, 1, 0.5], [1, 0, 0], [0.5, 0, 0]])
+    with mpmath.workprec(200):
+        h = mpmath.mpf(2) ** -60
+        values = {t: sorted(mpmath.eigsy(mpmath.matrix(a) + t * mpmath.matrix(e))[0])
+                  for t in (-h, 0, h)}  # fmt: skip
+        low = [values[t][0] for t in (-h, 0, h)]
+        assert abs((low[2] - low[1]) / h + 1) < 1e-9 and abs((low[1] - low[0]) / h - 1) < 1e-9
+        for f, want in ((lambda x: x * x, 5.0), (mpmath.exp, 9.778377430600246)):
+            total = [sum(f(x) for x in values[t]) for t in (-h, 0, h)]
+            assert abs((total[0] + total[2] - 2 * total[1]) / h**2 - want) < 1e-9
+    for f in (lambda x: x * x, fnp.exp):
+        hvp = fg.jvp(fg.grad(lambda m: fnp.sum(f(fnp.linalg.eigvalsh(m)))), (a,), (e,))[1]
+        assert np.isnan(hvp).any()
 
 
 def test_det_at_singular_matrices():
@@ -379,10 +407,32 @@ def test_det_at_singular_matrices():
     )  # fmt: skip
     # Rank 0 of 2: the gradient is 0 (every cofactor is a 1 x 1 minor of 0).
     np.testing.assert_array_equal(fg.grad(fnp.linalg.det)(np.zeros((2, 2))), np.zeros((2, 2)))
-    sign, logdet = fnp.linalg.slogdet(a[:2, :2] * 0)
-    assert sign == 0 and logdet == -inf
-    with pytest.raises(np.linalg.LinAlgError):
-        fg.grad(lambda m: fnp.linalg.slogdet(m).logabsdet)(np.zeros((2, 2)))
+    for dtype in (np.float32, np.float64):
+        _slogdet_at_singular_matrices(dtype)
+
+
+def _slogdet_at_singular_matrices(dtype: type) -> None:
+    # As JAX: sign 0 and log|det| -inf. Its derivatives diverge there: nan at orders 1 to 3
+    # in every mode (JAX: inf or nan), never a raise or a finite number; a regular matrix
+    # of the same stack keeps its exact gradient, inv(a)^T.
+    regular = np.array([[2.0, 1.0], [1.0, 3.0]])
+    for singular in (np.zeros((2, 2)), np.array([[1.0, 2.0], [2.0, 4.0]])):
+        a = np.stack([singular, regular]).astype(dtype)
+        sign, logdet = fg.jit(fnp.linalg.slogdet)(a)
+        assert sign.tolist() == [0, 1] and logdet[0] == -inf
+        f = lambda m: fnp.sum(fnp.linalg.slogdet(m).logabsdet)  # noqa: E731
+        t = np.ones_like(a)
+        grads = [fg.grad(f)(a), fg.jit(fg.grad(f))(a), fg.jvp(f, (a,), (t,))[1]]
+        seconds = [fg.hessian(f)(a), fg.jvp(fg.grad(f), (a,), (t,))[1]]
+        thirds = [fg.grad(lambda m: fnp.sum(fg.hessian(f)(m)[0, :, :, 0]))(a),
+                  fg.jvp(lambda m: fg.jvp(fg.grad(f), (m,), (t,))[1], (a,), (t,))[1]]  # fmt: skip
+        assert np.isnan(grads[2])
+        for d in grads[:2] + seconds[1:] + thirds:
+            assert np.isnan(d[0]).all()
+        assert np.isnan(seconds[0][0]).all() and np.isnan(thirds[0][0]).all()
+        rtol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(grads[0][1], np.linalg.inv(regular).T, rtol=rtol)
+        np.testing.assert_allclose(grads[1][1], np.linalg.inv(regular).T, rtol=rtol)
 
 
 # ---------------------------------------------------------------- the table itself

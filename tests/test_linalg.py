@@ -158,7 +158,7 @@ CASES["matrix_norm"] = (la.matrix_norm, np.linalg.matrix_norm, (TALL,))
 # The registry records each case exercises, for test_structural's coverage check.
 COVERED = {
     "solve", "inv", "det", "slogdet", "cholesky", "triangular_solve", "eigh", "svd", "qr",
-    "pinv",
+    "pinv", "masked_svd", "safe_inverse",
 }  # fmt: skip
 # Cases whose derivatives are also checked compiled (the others run the reference).
 FUSED_DERIVATIVES = {"solve", "cholesky", "eigh", "svd_tall", "qr_wide", "pinv_tall", "norm_2_0"}
@@ -286,6 +286,40 @@ def test_singular_matrices_give_numpys_result_or_error():
         fg.jit(la.cholesky)(-np.eye(2))
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
         fsl.solve_triangular(np.zeros((2, 2)), np.ones(2))
+
+
+def _cofactors_by_minors(a: np.ndarray) -> np.ndarray:
+    n = a.shape[-1]
+    minor = lambda i, j: np.delete(np.delete(a, i, 0), j, 1)  # noqa: E731
+    return np.array([[(-1) ** (i + j) * np.linalg.det(minor(i, j)) for j in range(n)]
+                     for i in range(n)])  # fmt: skip
+
+
+def test_det_gradient_in_a_stack_of_singular_and_regular_matrices():
+    # The SVD runs for the near-singular matrix of the stack only (masked_svd); each
+    # matrix's gradient is its cofactor matrix (minors: no code shared), and the second
+    # derivative of the singular one (distinct singular values) matches finite differences
+    # of the minors, which are polynomials.
+    rank2 = np.array([[1.0, 2.0, 3.0], [2.0, -1.0, 0.5], [3.0, 1.0, 3.5]])
+    stack = np.stack([A[0], rank2, A[1] * 1e-3, np.zeros((3, 3))])
+    f = lambda a: fnp.sum(la.det(a) * np.array([1.0, 2.0, -1.0, 0.5]))  # noqa: E731
+    want = np.stack([w * _cofactors_by_minors(m) for w, m in zip([1, 2, -1, 0.5], stack)])
+    for grad in (fg.grad(f), fg.jit(fg.grad(f))):
+        np.testing.assert_allclose(grad(stack), want, rtol=1e-12, atol=1e-12)
+    e = rng.standard_normal(stack.shape)
+    h = 1e-4
+    fd = (_cofactors_by_minors(rank2 + h * e[1]) - _cofactors_by_minors(rank2 - h * e[1])) / (2 * h)
+    for hvp in (fg.jvp(fg.grad(f), (stack,), (e,))[1],
+                fg.jit(lambda a, t: fg.jvp(fg.grad(f), (a,), (t,))[1])(stack, e)):  # fmt: skip
+        np.testing.assert_allclose(hvp[1], 2 * fd, rtol=1e-8, atol=1e-8)
+    # A matrix with a nan entry: a nan gradient, the others' as they were.
+    bad = stack.copy()
+    bad[2, 0, 0] = np.nan
+    g = fg.grad(f)(bad)
+    assert np.isnan(g[2]).all()
+    np.testing.assert_allclose(g[[0, 1, 3]], want[[0, 1, 3]], rtol=1e-12, atol=1e-12)
+    # vmap over the stack: the same rule per matrix.
+    np.testing.assert_allclose(fg.vmap(fg.grad(la.det))(stack[:2]), want[:2] / [[[1]], [[2]]])
 
 
 def test_one_triangle_is_read_and_gets_the_gradient():

@@ -15,6 +15,7 @@ from fastgrad.core.ir import Graph
 from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.tracing import bind
 from fastgrad.ops.indexing import scatter_add
+from fastgrad.ops.scatter import segment_others
 from fastgrad.ops.shape import slice_scatter
 from fastgrad.testing import check_grads
 from fastgrad.testing import strategies as fst
@@ -140,6 +141,15 @@ CASES = {
             lambda x, v: np_update(x, (Ellipsis, 2), v, np.multiply),
             (T, A[:2, :3]),
         ),
+    ],
+    # Per group of equal ids, the product of the others (x.at[].multiply's rule).
+    "segment_others": [
+        (
+            lambda w: segment_others(REPEATS.ravel(), w),
+            lambda w: np.array([np.prod(w[REPEATS.ravel() == r]) / x
+                                for r, x in zip(REPEATS.ravel(), w, strict=True)]),
+            (B.ravel()[: REPEATS.size] + 2.0,),
+        )
     ],
     "scatter_min": [
         (

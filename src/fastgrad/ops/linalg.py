@@ -31,6 +31,7 @@ from fastgrad.ops.base import (
     tangent_sum,
 )
 from fastgrad.ops.elementwise import where
+from fastgrad.ops.math import sin
 from fastgrad.ops.products import matmul
 from fastgrad.ops.shape import concatenate, slice_array, transpose, zeros_like
 
@@ -242,14 +243,29 @@ def _slogdet_impl(a: np.ndarray) -> np.ndarray:
     return np.stack([sign, logabsdet], axis=-1)
 
 
+def _inverse_transposed(out: Any, a: Any) -> Any:
+    """log|det(a)|'s gradient, inv(a)^T; nan where `a` is singular (the sign in `out` is 0,
+    log|det| is -inf, and every derivative of it diverges), at every order and in every
+    mode. inv runs on the identity there. Reverse mode sends nothing back through the
+    branch `where` leaves out, so the nan is tied to `a` by a function whose derivatives of
+    every order depend on `a` (sin): nan times it is nan at every order where `a` is
+    singular, and 0 elsewhere (tests/test_conventions.py, det-at-singular-matrices)."""
+    sign, _ = unpack(out, aval_of(a).shape[:-2], [(), ()])
+    singular = expand_last2(sign == 0)
+    dtype = aval_of(a).dtype
+    eye = np.eye(aval_of(a).shape[-1], dtype=dtype)
+    undefined = where(singular, dtype.type(math.nan), dtype.type(0)) * sin(a)
+    return mT(inv(where(singular, eye, a))) + undefined
+
+
 def _slogdet_vjp(g: Any, out: Any, a: Any) -> tuple[Any]:
     # The sign is piecewise constant: only log|det| carries a gradient, A^-T.
     _, g_log = unpack(g, aval_of(a).shape[:-2], [(), ()])
-    return (expand_last2(g_log) * mT(inv(a)),)
+    return (expand_last2(g_log) * _inverse_transposed(out, a),)
 
 
 def _slogdet_jvp(t: Any, out: Any, a: Any) -> Any:
-    t_log = sum(mT(inv(a)) * t[0], axis=(-2, -1))
+    t_log = sum(_inverse_transposed(out, a) * t[0], axis=(-2, -1))
     return pack([zeros_like(t_log), t_log], aval_of(a).shape[:-2])
 
 
