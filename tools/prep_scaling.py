@@ -6,6 +6,8 @@
 Phases: trace (the forward trace, its reverse-mode graph and the re-trace of that graph
 into the jitted function's graph), simplify, partition, plan (the Executable: slots, loop
 sources and the buffer arena; kernels compile only when a plan first runs, so none here).
+`cached` is what replaces simplify, partition and plan when the plan is on disk (its key,
+a digest of the traced graph; reading it; the Executable from it), `warm` trace + cached.
 Times are CPU seconds of this process, the best of N runs (the machine may be shared).
 """
 
@@ -20,6 +22,7 @@ import numpy as np
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
+from fastgrad.compiler import plan_cache
 from fastgrad.compiler.fusion import partition
 from fastgrad.compiler.passes import simplify
 from fastgrad.core.collector import no_full_collections
@@ -64,9 +67,18 @@ def phases(steps: int) -> dict[str, float]:
         steps_ = partition(graph)
         out["partition"] = time.process_time() - start
         start = time.process_time()
-        Executable(graph, steps_)
+        executable = Executable(graph, steps_)
         out["plan"] = time.process_time() - start
-    out["total"] = sum(out.values())
+        key = plan_cache.plan_key(traced.graph)
+        assert key is not None
+        plan_cache.save(key, traced.graph, (graph, steps_, executable.generated))
+        start = time.process_time()
+        loaded = plan_cache.load(plan_cache.plan_key(traced.graph) or "", traced.graph)
+        assert loaded is not None
+        Executable(loaded[0], loaded[1], generated=loaded[2])
+        out["cached"] = time.process_time() - start
+    out["total"] = sum(out[k] for k in ("trace", "simplify", "partition", "plan"))
+    out["warm"] = out["trace"] + out["cached"]
     out["nodes"] = len(traced.graph.nodes)
     out["simplified"] = len(graph.nodes)
     out["steps"] = len(steps_)
@@ -80,14 +92,17 @@ def best_of(repeat: int, steps: int) -> dict[str, float]:
 
 
 def table(lengths: list[int], repeat: int = 3) -> str:
-    cols = ["trace", "simplify", "partition", "plan", "total"]
-    lines = [f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) + "  ratio"]
+    cols = ["trace", "simplify", "partition", "plan", "total", "cached", "warm"]
+    lines = [f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) + "  ratios"]
     previous = None
     for steps in lengths:
         row = best_of(repeat, steps)
-        row["total"] = sum(row[c] for c in cols[:-1])
-        ratio = f"{row['total'] / previous:5.2f}x" if previous else ""
-        previous = row["total"]
+        row["total"] = sum(row[c] for c in cols[:4])
+        row["warm"] = row["trace"] + row["cached"]
+        ratio = ""
+        if previous:
+            ratio = f"{row['total'] / previous['total']:5.2f}x {row['warm'] / previous['warm']:5.2f}x"
+        previous = row
         lines.append(
             f"{steps:>5} {int(row['nodes']):>6} "
             + " ".join(f"{row[c]:9.3f}" for c in cols)
