@@ -87,6 +87,40 @@ def test_a_loaded_plan_is_the_fresh_plan(plans: Path, dtype: Any, data: Any) -> 
     _same_bits(fg.jit(f, fuse=False)(*xs), fg.jit(f, fuse=False)(*xs))  # the oracle runs
 
 
+def _softmax_xent(w: Any, x: Any, labels: Any) -> Any:
+    z = x @ w
+    z = z - fg.stop_gradient(fnp.max(z, axis=1, keepdims=True))
+    rows = np.arange(z.shape[0])
+    return fnp.sum(fnp.log(fnp.sum(fnp.exp(z), axis=1)) - z[rows, labels])
+
+
+def _sampled(scale: Any, key: Any) -> Any:
+    return fnp.sum(fnp.tanh(scale * fg.random.normal(key, (5, 3), scale.dtype)))
+
+
+FIXED = [
+    (_softmax_xent, (np.eye(3)[:, :2] * 0.5, np.ones((4, 3)), np.array([0, 1, 1, 0]))),
+    (_sampled, (np.full(3, 0.7, np.float32), fg.random.key(1))),
+]
+
+
+@pytest.mark.parametrize("f, args", FIXED, ids=["labels-pick", "random-normal"])
+def test_a_loaded_plan_is_the_fresh_plan_for_picks_and_samples(
+    plans: Path, f: Any, args: Any
+) -> None:
+    """Nodes with several params (a scatter's shape and index), constants that decide
+    fusion (the pick's arange), and samplers' positional ops; planning only."""
+    vg = fg.value_and_grad(f)
+    config.update("plan_cache", False)
+    fresh = _prepared(vg, *args)
+    config.update("plan_cache", True)
+    _prepared(vg, *args)
+    loaded = _prepared(vg, *args)
+    assert plan_cache.COUNTERS.loaded == 1
+    assert str(loaded.executable.graph) == str(fresh.executable.graph)
+    assert loaded.kernels == fresh.kernels and loaded.explain() == fresh.explain()
+
+
 def _rnn(w: Any, xs: Any) -> Any:
     h, total = xs[0] * 0.0, 0.0
     for t in range(xs.shape[0]):

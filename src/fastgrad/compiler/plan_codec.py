@@ -84,10 +84,8 @@ def _aval(a: Aval) -> tuple[tuple[int, ...], str, bool]:
 
 
 def _params(node: Node, array: Any) -> tuple[Any, ...]:
-    params = node.params
-    if not params:
-        return ()
-    return tuple((k, _encode(params[k], array)) for k in sorted(params))
+    # In the params' own order, which the printed graph shows.
+    return tuple([(k, _encode(v, array)) for k, v in node.params.items()])
 
 
 class _Avals:
