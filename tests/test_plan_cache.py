@@ -1,5 +1,6 @@
 """Prepared plans on disk (compiler.plan_cache): a plan loaded in place of a fresh one is
-the same plan (graph, loops, kernel sources) and gives the same bits; a file that is
+the same plan (graph, loops, kernel sources) and gives the same bits, and so is a traced
+function whose reverse-mode graph was read from disk; a file that is
 truncated, damaged, of another format or version, or moved under another key is rebuilt,
 never trusted; graphs with no plain-data form are prepared every time; two processes
 writing one plan at once both answer and leave a whole file.
@@ -34,8 +35,10 @@ from fastgrad.testing import strategies as fst
 def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A plan cache of its own (kernels stay in the session's cache: they are not what is
     tested, and compiling them again would only cost time)."""
-    monkeypatch.setattr(plan_cache, "path_of", lambda key: tmp_path / f"{key}.plan")
+    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
     monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
     config.update("plan_cache", True)
     yield tmp_path
 
@@ -79,7 +82,9 @@ def test_a_loaded_plan_is_the_fresh_plan(plans: Path, dtype: Any, data: Any) -> 
     saved = _prepared(f, *xs)
     loaded = _prepared(f, *xs)
     assert (plan_cache.COUNTERS.saved, plan_cache.COUNTERS.loaded) >= (1, 1)
+    assert plan_cache.GRAPH_COUNTERS.loaded >= 1  # the reverse-mode graph, read back
     for other in (saved, loaded):
+        assert str(other.graph) == str(fresh.graph)  # traced with the stored VJP graph
         assert str(other.executable.graph) == str(fresh.executable.graph)
         assert other.kernels == fresh.kernels
         assert other.explain() == fresh.explain()
@@ -183,6 +188,48 @@ def test_a_damaged_plan_is_rebuilt_not_trusted(plans: Path, damage: Any) -> None
     assert counters.loaded == 1
 
 
+@pytest.mark.parametrize("damage", [_corrupt_payload, _truncate])
+def test_a_damaged_reverse_mode_graph_is_rebuilt(plans: Path, damage: Any) -> None:
+    _check(_run_new())
+    (path,) = plans.glob("*.graph")
+    whole = path.read_bytes()
+    path.write_bytes(damage(whole))
+    _check(_run_new())
+    counters = plan_cache.GRAPH_COUNTERS  # the oracle's traces (fuse=False) read it too
+    assert (counters.dropped, counters.saved) == (1, 2)
+    assert plan_cache.COUNTERS.loaded == 1  # the graph rebuilt is the one planned before
+    assert path.read_bytes() == whole
+
+
+def test_a_replaced_rule_is_neither_stored_nor_read(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A VJP rule set at run time is not in the key: its graph must not go to disk, and a
+    graph stored with the real rule must not stand in for it."""
+    from fastgrad.core.primitive import REGISTRY
+
+    right = _run_new()
+    _check(right)
+    assert plan_cache.GRAPH_COUNTERS.saved == 1
+    monkeypatch.setattr(REGISTRY["tanh"], "vjp", lambda g, out, x: (g * 2.0,))
+    value, grad = _run_new()
+    assert not np.allclose(grad, right[1])  # the replaced rule ran
+    assert plan_cache.GRAPH_COUNTERS.saved == 1 and len(list(plans.glob("*.graph"))) == 1
+
+
+def test_small_graphs_are_prepared_afresh(plans: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan_cache, "MIN_NODES", 10**6)
+    _check(_run_new())
+    assert not list(plans.iterdir())
+
+
+def test_eager_gradients_write_nothing(plans: Path) -> None:
+    w, xs = RNN_ARGS
+    value, _ = fg.value_and_grad(_rnn)(w, xs)
+    assert not list(plans.iterdir())
+    np.testing.assert_allclose(value, _expected()[0], rtol=1e-12)
+
+
 def test_a_plan_moved_under_another_key_is_not_trusted(plans: Path) -> None:
     """A whole, valid file stored under another graph's key (its digest binds the key)."""
     _check(_run_new())
@@ -246,7 +293,8 @@ WRITER = textwrap.dedent(
     import fastgrad as fg, fastgrad.numpy as fnp
     from fastgrad.compiler import plan_cache
 
-    plan_cache.path_of = lambda key: Path(sys.argv[1]) / f"{key}.plan"
+    plan_cache.path_of = lambda key, kind="plan": Path(sys.argv[1]) / f"{key}.{kind}"
+    plan_cache.MIN_NODES = 0
 
     def _tanh_chain(w, x):
         h = x
@@ -275,7 +323,8 @@ def test_two_processes_writing_one_plan(plans: Path) -> None:
     for value, saved, loaded in outs:
         np.testing.assert_allclose(float(value), want[0], rtol=1e-12)
         assert (saved, loaded) in (("1", "0"), ("0", "1"))  # the second may find the file
-    assert len(list(plans.iterdir())) == 1  # whole: no temporary file left behind
+    # The plan and the reverse-mode graph, whole: no temporary file left behind.
+    assert sorted(path.suffix for path in plans.iterdir()) == [".graph", ".plan"]
     got = fg.jit(fg.value_and_grad(_tanh_chain))(w, x)
     assert (plan_cache.COUNTERS.loaded, plan_cache.COUNTERS.dropped) == (1, 0)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)

@@ -1,15 +1,16 @@
 """The first call in a new process whose cache holds every kernel (and, with the plan
 cache on, every plan), phase by phase, with the plan cache off and on side by side.
 
-    python tools/warm_start.py [--repeat N] [--quick] [WORKLOAD[:SIZE] ...]
+    python tools/warm_start.py [--repeat N] [--sync] [--quick] [WORKLOAD[:SIZE] ...]
         # default: W1 W2 W3 W4 rnn:200, each in fresh processes
 
 Each row is the best of N fresh processes (the machine may be shared): importing fastgrad,
 tracing (the user's function, its reverse-mode graph and the jitted function's graph),
 preparing (simplify, partition and kernel sources, or the plan read from disk; then the
-executable), the first run (kernels loaded from disk, or NumPy while they load in the
-background), and the first call end to end (trace + prepare + run, wall time), against a
-steady call. Tracing and preparing are CPU seconds of the calling thread.
+executable), the first run (NumPy while the kernels load in the background; with --sync,
+Numba imported and the kernels loaded first), and the first call end to end (trace +
+prepare + run, wall time), against a steady call. Tracing and preparing are CPU seconds of
+the calling thread.
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ def child(key: str, size: int | None, env: dict[str, str]) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(key: str, size: int | None, repeat: int) -> list[str]:
+def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
     env = dict(os.environ, FASTGRAD_COMPILE_NOTICE="0")
     child(key, size, {**env, "FASTGRAD_COMPILE": "sync"})  # every kernel and plan on disk
+    env["FASTGRAD_COMPILE"] = mode
     runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
     for _ in range(repeat):  # off and on in turn: both see the same machine
         for flag in runs:
@@ -99,6 +101,9 @@ def main(argv: list[str]) -> None:
     repeat = 3
     if argv[:1] == ["--repeat"]:
         repeat, argv = int(argv[1]), argv[2:]
+    mode = "background"
+    if argv[:1] == ["--sync"]:  # the first run loads the kernels (and Numba) before it runs
+        mode, argv = "sync", argv[1:]
     quick = argv[:1] == ["--quick"]
     argv = argv[1:] if quick else argv
     print(
@@ -113,7 +118,7 @@ def main(argv: list[str]) -> None:
 
             size = str(workloads.find(key).quick_size)
         start = time.perf_counter()
-        for line in measure(key, int(size) if size else None, repeat):
+        for line in measure(key, int(size) if size else None, repeat, mode):
             print(line, flush=True)
         print(f"  ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
 

@@ -104,9 +104,65 @@ class _Avals:
         return tuple(_aval(a) for a in self.number)
 
 
+def _encode_nodes(graph: Graph, array: Any) -> tuple[Any, Any, dict[int, int]]:
+    """The aval table, the nodes as rows, and each value's index (inputs first)."""
+    index = {id(v): k for k, v in enumerate(graph.inputs)}
+    avals = _Avals()
+    nodes = []
+    for node in graph.nodes:
+        ins = tuple([index[id(v)] for v in node.inputs])
+        index[id(node.out)] = len(index)
+        out = node.out
+        nodes.append((node.op.name, ins, _params(node, array), avals(out.aval), out.hint))
+    return avals, tuple(nodes), index
+
+
+def _decode_nodes(
+    inputs: list[Var], avals_data: Any, nodes_data: Any, array: Any
+) -> tuple[list[Var], list[Node]]:
+    avals = [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in avals_data]
+    values: list[Var] = list(inputs)
+    nodes: list[Node] = []
+    for name, ins, params, aval, hint in nodes_data:
+        out = Var(avals[aval], hint)
+        decoded = {k: _decode(v, array) for k, v in params}
+        nodes.append(Node(REGISTRY[name], [values[i] for i in ins], decoded, out))
+        values.append(out)
+    return values, nodes
+
+
+def encode_graph(graph: Graph) -> tuple[Any, ...]:
+    """A whole graph as plain data (raises Uncacheable); an array that several nodes hold
+    is stored once and comes back as one array."""
+    arrays: dict[int, int] = {}
+    table: list[Any] = []
+
+    def array(a: np.ndarray) -> int:
+        k = arrays.get(id(a))
+        if k is None:
+            k = arrays[id(a)] = len(table)
+            table.append(_array_bytes(a))
+        return k
+
+    avals = _Avals()
+    inputs = tuple((avals(v.aval), v.hint) for v in graph.inputs)
+    node_avals, nodes, index = _encode_nodes(graph, array)
+    outputs = tuple(index[id(v)] for v in graph.outputs)
+    return avals.table(), inputs, node_avals.table(), nodes, outputs, tuple(table)
+
+
+def decode_graph(data: tuple[Any, ...]) -> Graph:
+    """`encode_graph`'s data as a graph of new values."""
+    input_avals, inputs_data, avals_data, nodes_data, outputs, table = data
+    kinds = [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in input_avals]
+    inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
+    arrays = [_array_from(form) for form in table]
+    values, nodes = _decode_nodes(inputs, avals_data, nodes_data, arrays.__getitem__)
+    return Graph(inputs, nodes, [values[i] for i in outputs])
+
+
 def graph_digest(graph: Graph) -> str:
     """A digest of `graph`'s structure and constants (raises Uncacheable)."""
-    index = {id(v): k for k, v in enumerate(graph.inputs)}
 
     def array(a: np.ndarray) -> Any:
         if a.size <= 64:
@@ -114,15 +170,10 @@ def graph_digest(graph: Graph) -> str:
         data = hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=20).digest()
         return a.dtype.str, a.shape, data
 
-    avals = _Avals()
-    rows: list[Any] = [tuple((avals(v.aval), v.hint) for v in graph.inputs)]
-    for node in graph.nodes:
-        ins = tuple([index[id(v)] for v in node.inputs])
-        index[id(node.out)] = len(index)
-        out = node.out
-        rows.append((node.op.name, ins, _params(node, array), avals(out.aval), out.hint))
-    rows.append(tuple(index[id(v)] for v in graph.outputs))
-    rows.append(avals.table())
+    inputs = tuple((_aval(v.aval), v.hint) for v in graph.inputs)
+    avals, nodes, index = _encode_nodes(graph, array)
+    outputs = tuple(index[id(v)] for v in graph.outputs)
+    rows = (inputs, nodes, outputs, avals.table())
     return hashlib.blake2b(pickle.dumps(rows, protocol=5), digest_size=20).hexdigest()
 
 
@@ -147,14 +198,7 @@ def encode_plan(
         k = traced_consts.get(id(a))
         return ("ref", k) if k is not None else ("data", *_array_bytes(a))
 
-    index = {id(v): k for k, v in enumerate(graph.inputs)}
-    avals = _Avals()
-    nodes = []
-    for node in graph.nodes:
-        ins = tuple([index[id(v)] for v in node.inputs])
-        index[id(node.out)] = len(index)
-        out = node.out
-        nodes.append((node.op.name, ins, _params(node, array), avals(out.aval), out.hint))
+    avals, nodes, index = _encode_nodes(graph, array)
     node_at = {id(n.out): k for k, n in enumerate(graph.nodes)}
 
     def var(v: Var) -> int:
@@ -203,7 +247,7 @@ def encode_plan(
     outputs = tuple(var(v) for v in graph.outputs)
     return (
         avals.table(),
-        tuple(nodes),
+        nodes,
         outputs,
         tuple(encoded_steps),
         tuple(texts),
@@ -221,14 +265,7 @@ def decode_plan(
     def array(form: Any) -> np.ndarray:
         return consts[form[1]] if form[0] == "ref" else _array_from(form[1:])
 
-    avals = [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in avals_data]
-    values: list[Var] = list(traced.inputs)
-    nodes: list[Node] = []
-    for name, ins, params, aval, hint in nodes_data:
-        out = Var(avals[aval], hint)
-        decoded = {k: _decode(v, array) for k, v in params}
-        nodes.append(Node(REGISTRY[name], [values[i] for i in ins], decoded, out))
-        values.append(out)
+    values, nodes = _decode_nodes(traced.inputs, avals_data, nodes_data, array)
     graph = Graph(traced.inputs, nodes, [values[i] for i in outputs])
     steps: list[Step] = []
     for entry in steps_data:

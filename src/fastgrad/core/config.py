@@ -109,8 +109,9 @@ class Config:
     - `plan_cache`: keep each prepared plan (the simplified graph, its fused loops and their
       kernel sources) in the cache directory, keyed by the traced graph, so that a new
       process tracing the same function skips simplification, partitioning and code
-      generation (fastgrad.compiler.plan_cache). Default on; `FASTGRAD_PLAN_CACHE=0`
-      turns it off.
+      generation, and the reverse-mode graph of a jitted gradient too, so that tracing
+      runs no VJP rule (fastgrad.compiler.plan_cache; graphs under 200 nodes are
+      prepared afresh, which is faster). Default on; `FASTGRAD_PLAN_CACHE=0` turns it off.
 
     >>> import fastgrad as fg
     >>> fg.config.update("log_compiles", True)
