@@ -5,7 +5,8 @@ of its values and the bytes of its constants; two traces of the same program giv
 digest, in any process. `encode_plan` turns what preparation gives (the simplified graph,
 its partition into loops and calls, the kernel sources generated for the loops) into
 tuples of ints, strings and bytes, values named by their index; `decode_plan` rebuilds it
-against the traced graph, whose inputs and constants it reuses. A param value of a type
+against the traced graph, whose inputs and constants it reuses; `encode_graph` and
+`decode_graph` do the same for a whole graph of its own. A param value of a type
 not listed in `_encode` (a user's function in a custom rule, a loop body) makes the graph
 `Uncacheable`: such a plan is built in every process, never guessed at.
 """
