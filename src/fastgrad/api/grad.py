@@ -25,8 +25,8 @@ from fastgrad.api.trace import (
 from fastgrad.compiler import plan_cache
 from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
-from fastgrad.core.tracing import current_trace
 from fastgrad.core.pytree import TreeDef, flatten, tree_map, unflatten
+from fastgrad.core.tracing import current_trace
 from fastgrad.ops.base import astype
 from fastgrad.ops.elementwise import stop_gradient as stop_gradient_leaf
 from fastgrad.transforms.reverse import vjp_graph
@@ -97,7 +97,8 @@ def reverse_graph(graph: Graph, n_wrt: int) -> Graph:
     VJP rule. Outside one, each call differentiates afresh (nothing is written for
     functions called eagerly)."""
     key = None
-    rules = _rules(graph) if config.plan_cache and current_trace() is not None else None
+    cached = config.plan_cache and current_trace() is not None
+    rules = _rules(graph) if cached and len(graph.nodes) >= plan_cache.MIN_NODES else None
     if rules is not None:
         key = plan_cache.plan_key(graph, "vjp", n_wrt, rules)
         stored = plan_cache.load_graph(key) if key is not None else None
