@@ -6,6 +6,10 @@
 Phases: trace (the forward trace, its reverse-mode graph and the re-trace of that graph
 into the jitted function's graph), simplify, partition, plan (the Executable: slots, loop
 sources and the buffer arena; kernels compile only when a plan first runs, so none here).
+`trace_warm` is the trace when the reverse-mode graph is on disk (the forward trace, its
+key, reading it and the re-trace), `cached` what replaces simplify, partition and plan when
+the plan is on disk (its key, a digest of the traced graph; reading it; the Executable
+from it), `warm` the two: what a new process with a filled cache spends.
 Times are CPU seconds of this process, the best of N runs (the machine may be shared).
 """
 
@@ -15,14 +19,17 @@ import cProfile
 import pstats
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
+from fastgrad.compiler import plan_cache
 from fastgrad.compiler.fusion import partition
 from fastgrad.compiler.passes import simplify
 from fastgrad.core.collector import no_full_collections
+from fastgrad.core.config import config
 from fastgrad.runtime.executable import Executable
 
 BATCH, HIDDEN, INPUT = 32, 128, 64
@@ -48,14 +55,25 @@ def arguments(steps: int) -> tuple[np.ndarray, ...]:
     )
 
 
+def jitted() -> Any:
+    return fg.jit(fg.value_and_grad(rnn_loss, argnums=(0, 1, 2)))
+
+
 def phases(steps: int) -> dict[str, float]:
     """Seconds spent in each phase for T = `steps`, and the node counts."""
-    fun = fg.jit(fg.value_and_grad(rnn_loss, argnums=(0, 1, 2)))
     args = arguments(steps)
     out: dict[str, float] = {}
+    config.update("plan_cache", False)  # all of preparation, as in a new process
+    try:
+        start = time.process_time()
+        traced, _ = jitted()._trace(args, {})
+        out["trace"] = time.process_time() - start
+    finally:
+        config.update("plan_cache", True)
+    jitted()._trace(args, {})  # stores the reverse-mode graph
     start = time.process_time()
-    traced, _ = fun._trace(args, {})
-    out["trace"] = time.process_time() - start
+    jitted()._trace(args, {})  # traces with the stored one, as a warm process does
+    out["trace_warm"] = time.process_time() - start
     with no_full_collections():  # as Traced.compiled runs these phases
         start = time.process_time()
         graph = simplify(traced.graph)
@@ -64,9 +82,18 @@ def phases(steps: int) -> dict[str, float]:
         steps_ = partition(graph)
         out["partition"] = time.process_time() - start
         start = time.process_time()
-        Executable(graph, steps_)
+        executable = Executable(graph, steps_)
         out["plan"] = time.process_time() - start
-    out["total"] = sum(out.values())
+        key = plan_cache.plan_key(traced.graph)
+        assert key is not None
+        plan_cache.save(key, traced.graph, (graph, steps_, executable.generated))
+        start = time.process_time()
+        loaded = plan_cache.load(plan_cache.plan_key(traced.graph) or "", traced.graph)
+        assert loaded is not None
+        Executable(loaded[0], loaded[1], generated=loaded[2])
+        out["cached"] = time.process_time() - start
+    out["total"] = sum(out[k] for k in ("trace", "simplify", "partition", "plan"))
+    out["warm"] = out["trace_warm"] + out["cached"]
     out["nodes"] = len(traced.graph.nodes)
     out["simplified"] = len(graph.nodes)
     out["steps"] = len(steps_)
@@ -80,14 +107,17 @@ def best_of(repeat: int, steps: int) -> dict[str, float]:
 
 
 def table(lengths: list[int], repeat: int = 3) -> str:
-    cols = ["trace", "simplify", "partition", "plan", "total"]
-    lines = [f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) + "  ratio"]
+    cols = ["trace", "simplify", "partition", "plan", "total", "trace_warm", "cached", "warm"]
+    lines = [f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) + "  ratios"]
     previous = None
     for steps in lengths:
         row = best_of(repeat, steps)
-        row["total"] = sum(row[c] for c in cols[:-1])
-        ratio = f"{row['total'] / previous:5.2f}x" if previous else ""
-        previous = row["total"]
+        row["total"] = sum(row[c] for c in cols[:4])
+        row["warm"] = row["trace_warm"] + row["cached"]
+        ratio = ""
+        if previous:
+            ratio = " ".join(f"{row[k] / previous[k]:5.2f}x" for k in ("total", "warm"))
+        previous = row
         lines.append(
             f"{steps:>5} {int(row['nodes']):>6} "
             + " ".join(f"{row[c]:9.3f}" for c in cols)
@@ -97,6 +127,7 @@ def table(lengths: list[int], repeat: int = 3) -> str:
 
 
 def main(argv: list[str]) -> None:
+    plan_cache.MIN_NODES = 0  # the cache at every length, the warm-up's too
     phases(5)  # imports and first-use costs out of the way
     if argv[:1] == ["--profile"]:
         steps = int(argv[1]) if len(argv) > 1 else 400

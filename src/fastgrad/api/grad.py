@@ -22,8 +22,11 @@ from fastgrad.api.trace import (
     run,
     trace_function,
 )
+from fastgrad.compiler import plan_cache
+from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, tree_map, unflatten
+from fastgrad.core.tracing import current_trace
 from fastgrad.ops.base import astype
 from fastgrad.ops.elementwise import stop_gradient as stop_gradient_leaf
 from fastgrad.transforms.reverse import vjp_graph
@@ -87,6 +90,48 @@ def vjp_parts(
     return traced, leaves, [flatten(a)[1] for a in diff_args]
 
 
+def reverse_graph(graph: Graph, n_wrt: int) -> Graph:
+    """`vjp_graph` of `graph` for its first `n_wrt` inputs and a cotangent of its first
+    output. Inside a trace (a jitted function being traced), it is kept on disk by the
+    traced graph (compiler.plan_cache): a new process tracing the same function runs no
+    VJP rule. Outside one, each call differentiates afresh (nothing is written for
+    functions called eagerly)."""
+    key = None
+    cached = config.plan_cache and current_trace() is not None
+    rules = _rules(graph) if cached and len(graph.nodes) >= plan_cache.MIN_NODES else None
+    if rules is not None:
+        key = plan_cache.plan_key(graph, "vjp", n_wrt, rules)
+        stored = plan_cache.load_graph(key) if key is not None else None
+        if stored is not None:
+            return stored
+    backward = vjp_graph(graph, range(n_wrt), seeds=[0]).verify()
+    if key is not None:
+        plan_cache.save_graph(key, backward)
+    return backward
+
+
+def _rules(graph: Graph) -> tuple[Any, ...] | None:
+    """Where the VJP rules of `graph`'s ops are defined, or None when one is not
+    fastgrad's own (set at run time: a test replacing a rule). The key holds it, so that a
+    graph differentiated by a replaced rule is never stored, nor one stored before used."""
+    found: dict[str, tuple[str, str, int]] = {}
+    for node in graph.nodes:
+        op = node.op
+        if op.name in found:
+            continue
+        rule = op.vjp if op.vjp is not None else op.extra.get("call_vjp")
+        if rule is None:  # no gradient
+            found[op.name] = ("", "", 0)
+            continue
+        module = getattr(rule, "__module__", None) or ""
+        if not module.startswith("fastgrad."):
+            return None
+        code = getattr(rule, "__code__", None)
+        line = code.co_firstlineno if code is not None else 0
+        found[op.name] = (module, getattr(rule, "__qualname__", ""), line)
+    return tuple(sorted(found.items()))
+
+
 def argnums_key(argnums: int | Sequence[int]) -> Any:
     """`argnums` in a hashable form that keeps an int apart from a tuple of one."""
     return argnums if isinstance(argnums, int) else tuple(argnums)
@@ -140,8 +185,7 @@ def value_and_grad(
                 f"grad needs {name_of(fun)} to return a float scalar, got {value} (shape "
                 f"{value.shape}, dtype {value.dtype}); reduce it first, e.g. with fnp.sum"
             )
-        backward = vjp_graph(traced.graph, range(len(leaves)), seeds=[0])
-        backward.verify()
+        backward = reverse_graph(traced.graph, len(leaves))
         one = np.ones((), value.dtype)
         outs = run(backward, [*leaves, *traced.captured, one])
         n_out = len(out_leaves)

@@ -3,7 +3,8 @@
 `trace_function` flattens the arguments' pytrees, traces the function on one tracer per
 leaf (named by its path, `params['w']`), and gives a `Traced`: the graph, the output's
 structure, and the outer tracers it closed over. `Traced.compiled()` runs the pipeline
-below the front end: simplify, partition, and an executable plan of fused kernels;
+below the front end: simplify, partition, and an executable plan of fused kernels (the
+plan loaded from disk instead when this graph was prepared before, compiler.plan_cache);
 `Traced.call` runs it, saying so on stderr when a run has kernels to build
 (fastgrad.core.compile_log).
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.compiler import plan_cache
 from fastgrad.compiler.fusion import partition
 from fastgrad.compiler.kernel_cache import STATS, needs_build
 from fastgrad.compiler.passes import simplify
@@ -113,11 +115,19 @@ class Traced:
         return self.executable
 
     def _prepare(self) -> Executable:
-        graph = simplify(self.graph)
-        steps = partition(graph)
+        key = plan_cache.plan_key(self.graph) if config.plan_cache else None
+        stored = plan_cache.load(key, self.graph) if key is not None else None
+        if stored is not None:
+            graph, steps, generated = stored
+        else:
+            graph = simplify(self.graph)
+            steps = partition(graph)
+            generated = {}
         if DEBUG:
             print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
-        executable = Executable(graph, steps)
+        executable = Executable(graph, steps, generated=generated)
+        if key is not None and stored is None:
+            plan_cache.save(key, self.graph, (graph, steps, executable.generated))
         if DEBUG:
             print(f"# fastgrad: plan\n{explain(self.graph, executable)}")
         return executable

@@ -6,7 +6,8 @@ and changed with `fg.config.update(name, value)`: `log_compiles`
 (`FASTGRAD_LOG_COMPILES=1`), `compile_notice` (`FASTGRAD_COMPILE_NOTICE=0` hides it) and
 `compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns),
 `compile_timeout` (`FASTGRAD_COMPILE_TIMEOUT`), `runtime` (`FASTGRAD_RUNTIME=vm` runs
-plans through the plan interpreter) and `trace_cache_size` (`FASTGRAD_TRACE_CACHE_SIZE`).
+plans through the plan interpreter), `trace_cache_size` (`FASTGRAD_TRACE_CACHE_SIZE`) and
+`plan_cache` (`FASTGRAD_PLAN_CACHE=0` keeps prepared plans off the disk).
 """
 
 from __future__ import annotations
@@ -105,6 +106,12 @@ class Config:
       Python call per step; "vm", each run of kernels one call into a compiled
       interpreter (runtime.vm). Plans built after the change use it. Default from
       `FASTGRAD_RUNTIME`.
+    - `plan_cache`: keep each prepared plan (the simplified graph, its fused loops and their
+      kernel sources) in the cache directory, keyed by the traced graph, so that a new
+      process tracing the same function skips simplification, partitioning and code
+      generation, and the reverse-mode graph of a jitted gradient too, so that tracing
+      runs no VJP rule (fastgrad.compiler.plan_cache; graphs under 200 nodes are
+      prepared afresh, which is faster). Default on; `FASTGRAD_PLAN_CACHE=0` turns it off.
 
     >>> import fastgrad as fg
     >>> fg.config.update("log_compiles", True)
@@ -119,6 +126,7 @@ class Config:
     compile_timeout: float
     trace_cache_size: int
     runtime: str
+    plan_cache: bool
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
@@ -127,6 +135,7 @@ class Config:
         self.compile_timeout = _seconds("FASTGRAD_COMPILE_TIMEOUT", 60.0)
         self.trace_cache_size = _count("FASTGRAD_TRACE_CACHE_SIZE", 256)
         self.runtime = _choice("FASTGRAD_RUNTIME", RUNTIMES)
+        self.plan_cache = _flag("FASTGRAD_PLAN_CACHE", True)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""

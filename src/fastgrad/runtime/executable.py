@@ -246,9 +246,18 @@ class Executable:
     re-entrant call) runs with buffers of its own.
     """
 
-    def __init__(self, graph: Graph, steps: Sequence[Step], looped: bool = False):
+    def __init__(
+        self,
+        graph: Graph,
+        steps: Sequence[Step],
+        looped: bool = False,
+        generated: dict[tuple[int, bool], KernelSource] | None = None,
+    ):
         self.graph = graph
         self.steps = list(steps)
+        # Kernel sources by (index of the loop in `steps`, parallel): given (a plan loaded
+        # from disk, compiler.plan_cache) or filled here, for the plan cache to store.
+        self.generated = {} if generated is None else generated
         slot: dict[int, int] = {}
 
         def slot_of(v: Any) -> int:
@@ -265,7 +274,7 @@ class Executable:
         self.constants = constants
         self.plan: list[PlanStep] = []
         loops = LoopPlanner(graph, compile_graph)
-        for step in self.steps:
+        for index, step in enumerate(self.steps):
             if isinstance(step, Call) and step.node.op.name in LOOP_OPS:
                 loop = loops.step(step.node, slot_of)  # one step for all of a loop's nodes
                 if loop is not None:
@@ -273,7 +282,7 @@ class Executable:
             elif isinstance(step, Call):
                 self.plan.append(self._call_step(step.node, slot_of))
             else:
-                self.plan.append(self._kernel_step(step, slot_of))
+                self.plan.append(self._kernel_step(step, slot_of, index))
         self.outputs = [slot_of(v) for v in graph.outputs]
         per_call = set(range(len(graph.inputs)))  # arguments, and views of them
         for planned in self.plan:
@@ -307,14 +316,21 @@ class Executable:
             return _ViewStep(n.op.name, _VIEW_ARG[n.op.name](n.params), ins, slot_of(n.out))
         return _CallStep(n.op.impl, n.params, ins, slot_of(n.out), n.out.aval.dtype)
 
-    def _kernel_step(self, loop: Loop, slot_of: Any) -> _KernelStep:
+    def _generate(self, index: int, loop: Loop, parallel: bool) -> KernelSource:
+        source = self.generated.get((index, parallel))
+        if source is None:
+            source = generate(loop, parallel, VECTOR_MATH, self.constants)
+            self.generated[index, parallel] = source
+        return source
+
+    def _kernel_step(self, loop: Loop, slot_of: Any, index: int) -> _KernelStep:
         size = int(np.prod(loop.shape))
         parallel = size >= PARALLEL_THRESHOLD and numba_threads() > 1
-        source = generate(loop, parallel, VECTOR_MATH, self.constants)
+        source = self._generate(index, loop, parallel)
         tier = None
         if config.compile == "background":
             # the serial variant first, which compiles ~1.2 s faster than the parallel one
-            serial = [generate(loop, False, VECTOR_MATH, self.constants)] if parallel else []
+            serial = [self._generate(index, loop, False)] if parallel else []
             tier = KernelTier(NumpyLoop(loop, slot_of), [*serial, source], loop.shape)
         if DEBUG:
             print(f"# fastgrad: kernel for loop over {loop.shape}\n{source.source}")

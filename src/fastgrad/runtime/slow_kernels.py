@@ -33,18 +33,29 @@ def _record(source: str) -> Path:
     return cache_dir() / "slow_kernels" / f"{kernel_key(source)}.json"
 
 
+# Record path -> state, as read (or written) by this process: each step of an unrolled
+# loop asks about its kernel (599 reads of absent files took 0.9 s of a warm T=200 RNN
+# first call). A record another process writes meanwhile is for later runs.
+_KNOWN: dict[Path, str | None] = {}
+
+
 def recorded(source: str) -> str | None:
     """SLOW or HUNG if the kernel in `source` is recorded, else None."""
+    path = _record(source)
+    if path in _KNOWN:
+        return _KNOWN[path]
     try:
-        state = json.loads(_record(source).read_text())["state"]
+        state = json.loads(path.read_text())["state"]
     except (OSError, ValueError, KeyError, TypeError):  # absent, or damaged: not recorded
-        return None
-    return state if state in (SLOW, HUNG) else None
+        state = None
+    _KNOWN[path] = state = state if state in (SLOW, HUNG) else None
+    return state
 
 
 def record(source: str, state: str, label: str, seconds: float) -> None:
     """Remember the kernel in `source` as SLOW or HUNG (an unwritable cache forgets it)."""
     text = json.dumps({"state": state, "kernel": label, "seconds": round(seconds, 1)})
+    _KNOWN[_record(source)] = state
     try:
         write_atomically(_record(source), text.encode())
     except OSError:

@@ -1,0 +1,301 @@
+"""A prepared plan as plain data, and a traced graph's structural digest.
+
+`graph_digest` hashes a traced graph by structure: ops, params, types, names, the wiring
+of its values and the bytes of its constants; two traces of the same program give the same
+digest, in any process. `encode_plan` turns what preparation gives (the simplified graph,
+its partition into loops and calls, the kernel sources generated for the loops) into
+tuples of ints, strings and bytes, values named by their index; `decode_plan` rebuilds it
+against the traced graph, whose inputs and constants it reuses; `encode_graph` and
+`decode_graph` do the same for a whole graph of its own. A param value of a type
+not listed in `_encode` (a user's function in a custom rule, a loop body) makes the graph
+`Uncacheable`: such a plan is built in every process, never guessed at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from typing import Any
+
+import numpy as np
+
+from fastgrad.compiler.codegen.source import KernelSource
+from fastgrad.compiler.fusion import Call, Loop, Step
+from fastgrad.core.ir import Aval, Graph, Node, Var
+from fastgrad.core.primitive import REGISTRY
+
+_PLAIN = (int, float, bool, str, type(None), bytes)
+
+
+class Uncacheable(Exception):
+    """The graph holds something that has no faithful plain-data form."""
+
+
+def _encode(value: Any, array: Any) -> Any:
+    """`value` as nested tuples of plain values, each container tagged by its type.
+    `array(a)` gives an ndarray's form (its bytes, or a reference to a known one)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is tuple:
+        return ("t", *(_encode(v, array) for v in value))
+    if kind is list:
+        return ("l", *(_encode(v, array) for v in value))
+    if kind is np.ndarray:
+        return ("a", array(value))
+    if isinstance(value, np.dtype):
+        return ("d", value.str)
+    if isinstance(value, np.generic):
+        return ("s", value.dtype.str, value.tobytes())
+    if kind is slice:
+        return ("sl", *(_encode(v, array) for v in (value.start, value.stop, value.step)))
+    raise Uncacheable(f"a param of type {kind.__name__}")
+
+
+def _decode(value: Any, array: Any) -> Any:
+    if type(value) is not tuple:
+        return value
+    tag, rest = value[0], value[1:]
+    if tag == "t":
+        return tuple(_decode(v, array) for v in rest)
+    if tag == "l":
+        return [_decode(v, array) for v in rest]
+    if tag == "a":
+        return array(rest[0])
+    if tag == "d":
+        return np.dtype(rest[0])
+    if tag == "s":
+        return np.frombuffer(rest[1], np.dtype(rest[0]))[0]
+    if tag == "sl":
+        return slice(*(_decode(v, array) for v in rest))
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def _array_bytes(a: np.ndarray) -> tuple[str, tuple[int, ...], bytes]:
+    return a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes()
+
+
+def _array_from(form: tuple[str, tuple[int, ...], bytes]) -> np.ndarray:
+    dtype, shape, data = form
+    return np.frombuffer(data, np.dtype(dtype)).reshape(shape).copy()
+
+
+def _aval(a: Aval) -> tuple[tuple[int, ...], str, bool]:
+    return a.shape, a.dtype.str, a.weak
+
+
+def _params(node: Node, array: Any) -> tuple[Any, ...]:
+    # In the params' own order, which the printed graph shows.
+    return tuple([(k, _encode(v, array)) for k, v in node.params.items()])
+
+
+class _Avals:
+    """Numbers for the distinct avals of a graph (most values share a few), and back."""
+
+    def __init__(self) -> None:
+        self.number: dict[Aval, int] = {}
+
+    def __call__(self, aval: Aval) -> int:
+        k = self.number.get(aval)
+        if k is None:
+            k = self.number[aval] = len(self.number)
+        return k
+
+    def table(self) -> tuple[Any, ...]:
+        return tuple(_aval(a) for a in self.number)
+
+
+def _encode_nodes(graph: Graph, array: Any) -> tuple[Any, Any, dict[int, int]]:
+    """The aval table, the nodes as rows, and each value's index (inputs first)."""
+    index = {id(v): k for k, v in enumerate(graph.inputs)}
+    avals = _Avals()
+    nodes = []
+    for node in graph.nodes:
+        ins = tuple([index[id(v)] for v in node.inputs])
+        index[id(node.out)] = len(index)
+        out = node.out
+        nodes.append((node.op.name, ins, _params(node, array), avals(out.aval), out.hint))
+    return avals, tuple(nodes), index
+
+
+def _decode_nodes(
+    inputs: list[Var], avals_data: Any, nodes_data: Any, array: Any
+) -> tuple[list[Var], list[Node]]:
+    avals = [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in avals_data]
+    values: list[Var] = list(inputs)
+    nodes: list[Node] = []
+    for name, ins, params, aval, hint in nodes_data:
+        out = Var(avals[aval], hint)
+        decoded = {k: _decode(v, array) for k, v in params}
+        nodes.append(Node(REGISTRY[name], [values[i] for i in ins], decoded, out))
+        values.append(out)
+    return values, nodes
+
+
+def encode_graph(graph: Graph) -> tuple[Any, ...]:
+    """A whole graph as plain data (raises Uncacheable); an array that several nodes hold
+    is stored once and comes back as one array."""
+    arrays: dict[int, int] = {}
+    table: list[Any] = []
+
+    def array(a: np.ndarray) -> int:
+        k = arrays.get(id(a))
+        if k is None:
+            k = arrays[id(a)] = len(table)
+            table.append(_array_bytes(a))
+        return k
+
+    avals = _Avals()
+    inputs = tuple((avals(v.aval), v.hint) for v in graph.inputs)
+    node_avals, nodes, index = _encode_nodes(graph, array)
+    outputs = tuple(index[id(v)] for v in graph.outputs)
+    return avals.table(), inputs, node_avals.table(), nodes, outputs, tuple(table)
+
+
+def decode_graph(data: tuple[Any, ...]) -> Graph:
+    """`encode_graph`'s data as a graph of new values."""
+    input_avals, inputs_data, avals_data, nodes_data, outputs, table = data
+    kinds = [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in input_avals]
+    inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
+    arrays = [_array_from(form) for form in table]
+    values, nodes = _decode_nodes(inputs, avals_data, nodes_data, arrays.__getitem__)
+    return Graph(inputs, nodes, [values[i] for i in outputs])
+
+
+def graph_digest(graph: Graph) -> str:
+    """A digest of `graph`'s structure and constants (raises Uncacheable)."""
+
+    def array(a: np.ndarray) -> Any:
+        if a.size <= 64:
+            return _array_bytes(a)
+        data = hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=20).digest()
+        return a.dtype.str, a.shape, data
+
+    inputs = tuple((_aval(v.aval), v.hint) for v in graph.inputs)
+    avals, nodes, index = _encode_nodes(graph, array)
+    outputs = tuple(index[id(v)] for v in graph.outputs)
+    rows = (inputs, nodes, outputs, avals.table())
+    return hashlib.blake2b(pickle.dumps(rows, protocol=5), digest_size=20).hexdigest()
+
+
+def encode_plan(
+    traced: Graph,
+    graph: Graph,
+    steps: list[Step],
+    sources: dict[tuple[int, bool], KernelSource],
+) -> tuple[Any, ...]:
+    """The plan as plain data (raises Uncacheable). Constants that are the traced graph's
+    are referred to by their place among its constant nodes; others are stored."""
+    if len(graph.inputs) != len(traced.inputs) or any(
+        a is not b for a, b in zip(graph.inputs, traced.inputs, strict=True)
+    ):
+        raise Uncacheable("the plan's inputs are not the traced graph's")
+    traced_consts = {
+        id(n.params["value"]): k
+        for k, n in enumerate(n for n in traced.nodes if n.op.name == "const")
+    }
+
+    def array(a: np.ndarray) -> Any:
+        k = traced_consts.get(id(a))
+        return ("ref", k) if k is not None else ("data", *_array_bytes(a))
+
+    avals, nodes, index = _encode_nodes(graph, array)
+    node_at = {id(n.out): k for k, n in enumerate(graph.nodes)}
+
+    def var(v: Var) -> int:
+        try:
+            return index[id(v)]
+        except KeyError:
+            raise Uncacheable("a step refers to a value not in the graph") from None
+
+    encoded_steps: list[Any] = []
+    for step in steps:
+        if isinstance(step, Call):
+            encoded_steps.append(("call", node_at[id(step.node.out)], step.position))
+            continue
+        encoded_steps.append(
+            (
+                "loop",
+                step.shape,
+                step.position,
+                step.reduce_axes,
+                tuple(node_at[id(n.out)] for n in step.nodes),
+                tuple(sorted((index[key], level) for key, level in step.level.items())),
+                tuple(map(var, step.inputs)),
+                tuple(map(var, step.outputs)),
+            )
+        )
+    texts: dict[str, int] = {}  # an unrolled loop's steps share a few distinct sources
+    encoded_sources = []
+    for (at, parallel), s in sorted(sources.items()):
+        encoded_sources.append(
+            (
+                at,
+                parallel,
+                s.name,
+                texts.setdefault(s.source, len(texts)),
+                tuple(map(var, s.inputs)),
+                tuple(map(var, s.scalars)),
+                tuple(map(var, s.outputs)),
+                s.flat,
+                tuple(s.ops),
+                tuple(s.recomputed),
+                tuple(sorted(s.imports)),
+                tuple(map(var, s.index_checks)),
+                s.column,
+            )
+        )
+    outputs = tuple(var(v) for v in graph.outputs)
+    return (
+        avals.table(),
+        nodes,
+        outputs,
+        tuple(encoded_steps),
+        tuple(texts),
+        tuple(encoded_sources),
+    )
+
+
+def decode_plan(
+    traced: Graph, data: tuple[Any, ...]
+) -> tuple[Graph, list[Step], dict[tuple[int, bool], KernelSource]]:
+    """`encode_plan`'s data rebuilt for `traced` (raises on anything that does not fit)."""
+    avals_data, nodes_data, outputs, steps_data, texts, sources_data = data
+    consts = [n.params["value"] for n in traced.nodes if n.op.name == "const"]
+
+    def array(form: Any) -> np.ndarray:
+        return consts[form[1]] if form[0] == "ref" else _array_from(form[1:])
+
+    values, nodes = _decode_nodes(traced.inputs, avals_data, nodes_data, array)
+    graph = Graph(traced.inputs, nodes, [values[i] for i in outputs])
+    steps: list[Step] = []
+    for entry in steps_data:
+        if entry[0] == "call":
+            steps.append(Call(nodes[entry[1]], entry[2]))
+            continue
+        _, shape, position, axes, members, levels, ins, outs = entry
+        loop = Loop(tuple(shape), position, tuple(axes), [nodes[k] for k in members])
+        loop.level = {id(values[k]): level for k, level in levels}
+        loop.inputs = [values[k] for k in ins]
+        loop.outputs = [values[k] for k in outs]
+        steps.append(loop)
+    sources = {}
+    for entry in sources_data:
+        at, parallel, name, text, ins, scalars, outs, flat, ops, recomputed = entry[:10]
+        imports, checks, column = entry[10:]
+        sources[at, parallel] = KernelSource(
+            name=name,
+            source=texts[text],
+            inputs=[values[k] for k in ins],
+            scalars=[values[k] for k in scalars],
+            outputs=[values[k] for k in outs],
+            flat=flat,
+            ops=list(ops),
+            recomputed=list(recomputed),
+            imports=set(imports),
+            index_checks=[values[k] for k in checks],
+            column=column,
+        )
+    # Not verified node by node: the file's digest vouches that this is the data written
+    # for a graph of this digest, and that graph was built and checked by the passes.
+    return graph, steps, sources

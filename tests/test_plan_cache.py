@@ -1,0 +1,330 @@
+"""Prepared plans on disk (compiler.plan_cache): a plan loaded in place of a fresh one is
+the same plan (graph, loops, kernel sources) and gives the same bits, and so is a traced
+function whose reverse-mode graph was read from disk; a file that is
+truncated, damaged, of another format or version, or moved under another key is rebuilt,
+never trusted; graphs with no plain-data form are prepared every time; two processes
+writing one plan at once both answer and leave a whole file.
+
+Cost: ~10 s on a loaded 2-core machine, most of it the kernels of the random programs
+(compiled once each, shared by the fresh and the loaded plan) and the two child processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.compiler import plan_cache
+from fastgrad.core.config import config
+from fastgrad.testing import strategies as fst
+
+
+@pytest.fixture
+def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A plan cache of its own (kernels stay in the session's cache: they are not what is
+    tested, and compiling them again would only cost time)."""
+    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
+    monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
+    config.update("plan_cache", True)
+    yield tmp_path
+
+
+def _prepared(f: Any, *args: Any) -> Any:
+    """A new jitted `f`'s lowered form for `args`: traced and prepared afresh in this
+    process, as a new process would (the plan read from disk if it is there)."""
+    return fg.jit(f).lower(*args)
+
+
+def _same_bits(a: Any, b: Any) -> None:
+    for x, y in zip(a, b, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert np.array_equal(x, y, equal_nan=True), (x, y)
+
+
+def _value_and_grads(program: Any) -> Any:
+    def f(*args: Any) -> Any:
+        argnums = tuple(range(len(args)))
+        value, grads = fg.value_and_grad(lambda *a: fnp.sum(program(*a)), argnums)(*args)
+        return (program(*args), value, *grads)
+
+    return f
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_loaded_plan_is_the_fresh_plan(plans: Path, dtype: Any, data: Any) -> None:
+    program = data.draw(fst.programs(max_steps=4))
+    xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
+    f = _value_and_grads(program)
+    for path in plans.glob("*.plan"):
+        path.unlink()
+    config.update("plan_cache", False)
+    fresh = _prepared(f, *xs)
+    config.update("plan_cache", True)
+    saved = _prepared(f, *xs)
+    loaded = _prepared(f, *xs)
+    assert (plan_cache.COUNTERS.saved, plan_cache.COUNTERS.loaded) >= (1, 1)
+    assert plan_cache.GRAPH_COUNTERS.loaded >= 1  # the reverse-mode graph, read back
+    for other in (saved, loaded):
+        assert str(other.graph) == str(fresh.graph)  # traced with the stored VJP graph
+        assert str(other.executable.graph) == str(fresh.executable.graph)
+        assert other.kernels == fresh.kernels
+        assert other.explain() == fresh.explain()
+    _same_bits(fresh.executable(list(xs)), loaded.executable(list(xs)))
+    _same_bits(fg.jit(f, fuse=False)(*xs), fg.jit(f, fuse=False)(*xs))  # the oracle runs
+
+
+def _softmax_xent(w: Any, x: Any, labels: Any) -> Any:
+    z = x @ w
+    z = z - fg.stop_gradient(fnp.max(z, axis=1, keepdims=True))
+    rows = np.arange(z.shape[0])
+    return fnp.sum(fnp.log(fnp.sum(fnp.exp(z), axis=1)) - z[rows, labels])
+
+
+def _sampled(scale: Any, key: Any) -> Any:
+    return fnp.sum(fnp.tanh(scale * fg.random.normal(key, (5, 3), scale.dtype)))
+
+
+FIXED = [
+    (_softmax_xent, (np.eye(3)[:, :2] * 0.5, np.ones((4, 3)), np.array([0, 1, 1, 0]))),
+    (_sampled, (np.full(3, 0.7, np.float32), fg.random.key(1))),
+]
+
+
+@pytest.mark.parametrize("f, args", FIXED, ids=["labels-pick", "random-normal"])
+def test_a_loaded_plan_is_the_fresh_plan_for_picks_and_samples(
+    plans: Path, f: Any, args: Any
+) -> None:
+    """Nodes with several params (a scatter's shape and index), constants that decide
+    fusion (the pick's arange), and samplers' positional ops; planning only."""
+    vg = fg.value_and_grad(f)
+    config.update("plan_cache", False)
+    fresh = _prepared(vg, *args)
+    config.update("plan_cache", True)
+    _prepared(vg, *args)
+    loaded = _prepared(vg, *args)
+    assert plan_cache.COUNTERS.loaded == 1
+    assert str(loaded.executable.graph) == str(fresh.executable.graph)
+    assert loaded.kernels == fresh.kernels and loaded.explain() == fresh.explain()
+
+
+def _rnn(w: Any, xs: Any) -> Any:
+    h, total = xs[0] * 0.0, 0.0
+    for t in range(xs.shape[0]):
+        h = fnp.tanh(xs[t] + h @ w)
+        total = total + fnp.sum(h * h)
+    return total
+
+
+RNN_ARGS = (np.eye(3) * 0.5, np.linspace(-1.0, 1.0, 12).reshape(4, 1, 3))
+
+
+def _expected() -> Any:
+    return fg.jit(fg.value_and_grad(_rnn), fuse=False)(*RNN_ARGS)
+
+
+def _run_new() -> Any:
+    """A new jitted value_and_grad of the RNN, run: answers, whatever the disk held."""
+    return fg.jit(fg.value_and_grad(_rnn))(*RNN_ARGS)
+
+
+def _check(got: Any) -> None:
+    want = _expected()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def _one_plan(plans: Path) -> Path:
+    (path,) = plans.glob("*.plan")
+    return path
+
+
+def _corrupt_payload(blob: bytes) -> bytes:
+    at = len(blob) - 40
+    return blob[:at] + bytes([blob[at] ^ 0xFF]) + blob[at + 1 :]
+
+
+def _truncate(blob: bytes) -> bytes:
+    return blob[: len(blob) // 2]
+
+
+def _other_format(blob: bytes) -> bytes:
+    return b"fastgrad-plan-0\n" + blob[len(plan_cache.FORMAT) :]
+
+
+def _empty(blob: bytes) -> bytes:
+    return b""
+
+
+@pytest.mark.parametrize("damage", [_corrupt_payload, _truncate, _other_format, _empty])
+def test_a_damaged_plan_is_rebuilt_not_trusted(plans: Path, damage: Any) -> None:
+    _check(_run_new())
+    path = _one_plan(plans)
+    whole = path.read_bytes()
+    path.write_bytes(damage(whole))
+    _check(_run_new())
+    counters = plan_cache.COUNTERS
+    assert (counters.dropped, counters.loaded, counters.saved) == (1, 0, 2)
+    assert path.read_bytes() == whole  # rebuilt and stored again
+    _check(_run_new())
+    assert counters.loaded == 1
+
+
+@pytest.mark.parametrize("damage", [_corrupt_payload, _truncate])
+def test_a_damaged_reverse_mode_graph_is_rebuilt(plans: Path, damage: Any) -> None:
+    _check(_run_new())
+    (path,) = plans.glob("*.graph")
+    whole = path.read_bytes()
+    path.write_bytes(damage(whole))
+    _check(_run_new())
+    counters = plan_cache.GRAPH_COUNTERS  # the oracle's traces (fuse=False) read it too
+    assert (counters.dropped, counters.saved) == (1, 2)
+    assert plan_cache.COUNTERS.loaded == 1  # the graph rebuilt is the one planned before
+    assert path.read_bytes() == whole
+
+
+def test_a_replaced_rule_is_neither_stored_nor_read(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A VJP rule set at run time is not in the key: its graph must not go to disk, and a
+    graph stored with the real rule must not stand in for it."""
+    from fastgrad.core.primitive import REGISTRY
+
+    right = _run_new()
+    _check(right)
+    assert plan_cache.GRAPH_COUNTERS.saved == 1
+    monkeypatch.setattr(REGISTRY["tanh"], "vjp", lambda g, out, x: (g * 2.0,))
+    value, grad = _run_new()
+    assert not np.allclose(grad, right[1])  # the replaced rule ran
+    assert plan_cache.GRAPH_COUNTERS.saved == 1 and len(list(plans.glob("*.graph"))) == 1
+
+
+def test_small_graphs_are_prepared_afresh(plans: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan_cache, "MIN_NODES", 10**6)
+    _check(_run_new())
+    assert not list(plans.iterdir())
+
+
+def test_eager_gradients_write_nothing(plans: Path) -> None:
+    w, xs = RNN_ARGS
+    value, _ = fg.value_and_grad(_rnn)(w, xs)
+    assert not list(plans.iterdir())
+    np.testing.assert_allclose(value, _expected()[0], rtol=1e-12)
+
+
+def test_a_plan_moved_under_another_key_is_not_trusted(plans: Path) -> None:
+    """A whole, valid file stored under another graph's key (its digest binds the key)."""
+    _check(_run_new())
+    rnn_plan = _one_plan(plans)
+    other = fg.jit(fg.value_and_grad(lambda w, xs: fnp.sum(fnp.exp(fnp.tanh(xs @ w)))))
+    other(*RNN_ARGS)
+    (other_plan,) = set(plans.glob("*.plan")) - {rnn_plan}
+    other_plan.write_bytes(rnn_plan.read_bytes())
+    got = fg.jit(fg.value_and_grad(lambda w, xs: fnp.sum(fnp.exp(fnp.tanh(xs @ w)))))(*RNN_ARGS)
+    assert plan_cache.COUNTERS.dropped == 1
+    w, xs = RNN_ARGS
+    np.testing.assert_allclose(got[0], np.sum(np.exp(np.tanh(xs @ w))), rtol=1e-12)
+
+
+def test_a_plan_of_another_version_is_not_used(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _check(_run_new())
+    old = _one_plan(plans)
+    monkeypatch.setattr(plan_cache, "source_version", lambda: "another fastgrad")
+    _check(_run_new())
+    counters = plan_cache.COUNTERS
+    assert (counters.loaded, counters.saved) == (0, 2)
+    assert len(list(plans.glob("*.plan"))) == 2 and old.exists()
+
+
+def test_the_switch_keeps_plans_off_the_disk(plans: Path) -> None:
+    config.update("plan_cache", False)
+    try:
+        _check(_run_new())
+    finally:
+        config.update("plan_cache", True)
+    assert not list(plans.glob("*.plan"))
+
+
+def test_graphs_without_a_plain_form_are_prepared_every_time(plans: Path) -> None:
+    """A scan's params hold its body's graph and rules: no plan is stored for it."""
+
+    def f(x: Any) -> Any:
+        carry, _ = fg.scan(lambda c, t: (c * 0.5 + fnp.sin(t), None), x[0], x)
+        return fnp.sum(carry)
+
+    x = np.linspace(0.0, 1.0, 6).reshape(3, 2)
+    got = fg.jit(fg.grad(f))(x)
+    np.testing.assert_allclose(got, fg.jit(fg.grad(f), fuse=False)(x), rtol=1e-12)
+    assert plan_cache.COUNTERS.uncacheable >= 1 and not list(plans.glob("*.plan"))
+
+
+def _tanh_chain(w: Any, x: Any) -> Any:
+    h = x
+    for _ in range(30):
+        h = fnp.tanh(h @ w + 0.5)
+    return fnp.sum(h * h)
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import numpy as np
+    import fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.compiler import plan_cache
+
+    plan_cache.path_of = lambda key, kind="plan": Path(sys.argv[1]) / f"{key}.{kind}"
+    plan_cache.MIN_NODES = 0
+
+    def _tanh_chain(w, x):
+        h = x
+        for _ in range(30):
+            h = fnp.tanh(h @ w + 0.5)
+        return fnp.sum(h * h)
+
+    w = np.eye(4) * 0.3
+    x = np.linspace(-1.0, 1.0, 8).reshape(2, 4)
+    value, grad = fg.jit(fg.value_and_grad(_tanh_chain))(w, x)
+    print(repr(float(value)), plan_cache.COUNTERS.saved, plan_cache.COUNTERS.loaded)
+    """
+)
+
+
+def test_two_processes_writing_one_plan(plans: Path) -> None:
+    """Both answer, and leave one whole file, which this process then loads. Kernels go to
+    the session's cache (compiled by the first run only)."""
+    env = dict(os.environ, FASTGRAD_COMPILE_NOTICE="0")
+    run = [sys.executable, "-c", WRITER, str(plans)]
+    procs = [subprocess.Popen(run, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    w, x = np.eye(4) * 0.3, np.linspace(-1.0, 1.0, 8).reshape(2, 4)
+    want = fg.jit(fg.value_and_grad(_tanh_chain), fuse=False)(w, x)
+    for value, saved, loaded in outs:
+        np.testing.assert_allclose(float(value), want[0], rtol=1e-12)
+        assert (saved, loaded) in (("1", "0"), ("0", "1"))  # the second may find the file
+    # The plan and the reverse-mode graph, whole: no temporary file left behind.
+    assert sorted(path.suffix for path in plans.iterdir()) == [".graph", ".plan"]
+    got = fg.jit(fg.value_and_grad(_tanh_chain))(w, x)
+    assert (plan_cache.COUNTERS.loaded, plan_cache.COUNTERS.dropped) == (1, 0)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)

@@ -1,0 +1,127 @@
+"""The first call in a new process whose cache holds every kernel (and, with the plan
+cache on, every plan), phase by phase, with the plan cache off and on side by side.
+
+    python tools/warm_start.py [--repeat N] [--sync] [--quick] [WORKLOAD[:SIZE] ...]
+        # default: W1 W2 W3 W4 rnn:200, each in fresh processes
+
+Each row is the best of N fresh processes (the machine may be shared): importing fastgrad,
+tracing (the user's function, its reverse-mode graph and the jitted function's graph),
+preparing (simplify, partition and kernel sources, or the plan read from disk; then the
+executable), the first run (NumPy while the kernels load in the background; with --sync,
+Numba imported and the kernels loaded first), and the first call end to end (trace +
+prepare + run, wall time), against a steady call. Tracing and preparing are CPU seconds of
+the calling thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = """
+import json, sys, time
+start = time.perf_counter()
+import fastgrad as fg
+imported = time.perf_counter() - start
+sys.path.insert(0, {root!r})
+import numpy as np
+from bench import systems, workloads
+from fastgrad.compiler import plan_cache
+
+workload = workloads.find({key!r})
+system = systems.Fastgrad()
+system.setup(2)
+size = {size!r} or workload.default_size
+args = system.inputs(workload, size, np.dtype("float32"))
+fn = system.build(workload)
+out = {{"import": imported}}
+wall = time.perf_counter()
+cpu = time.thread_time()
+traced, _ = fn._trace(args, {{}})
+out["trace"] = time.thread_time() - cpu
+cpu = time.thread_time()
+traced.compiled()
+out["prepare"] = time.thread_time() - cpu
+run = time.perf_counter()
+fn(*args)
+out["run"] = time.perf_counter() - run
+out["first"] = time.perf_counter() - wall
+out["numba"] = "numba" in sys.modules
+fg.warmup(fn, *args)
+steady = []
+for _ in range(5):
+    t = time.perf_counter()
+    fn(*args)
+    steady.append(time.perf_counter() - t)
+out["steady"] = min(steady)
+out["plans"] = [plan_cache.COUNTERS.loaded, plan_cache.COUNTERS.saved]
+print(json.dumps(out))
+"""
+
+
+def child(key: str, size: int | None, env: dict[str, str]) -> dict[str, float]:
+    code = CHILD.format(root=str(ROOT), key=key, size=size)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
+    env = dict(os.environ, FASTGRAD_COMPILE_NOTICE="0")
+    child(key, size, {**env, "FASTGRAD_COMPILE": "sync"})  # every kernel and plan on disk
+    env["FASTGRAD_COMPILE"] = mode
+    runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
+    for _ in range(repeat):  # off and on in turn: both see the same machine
+        for flag in runs:
+            runs[flag].append(child(key, size, {**env, "FASTGRAD_PLAN_CACHE": flag}))
+    lines = []
+    for flag, results in runs.items():
+        best = {k: min(r[k] for r in results) for k in ("import", "trace", "prepare", "run")}
+        best["first"] = min(r["first"] for r in results)
+        best["steady"] = min(r["steady"] for r in results)
+        label = f"{key}{':' + str(size) if size else ''} plans {'on' if flag == '1' else 'off'}"
+        lines.append(
+            f"{label:<22}"
+            + "".join(
+                f"{best[k] * 1e3:9.1f}"
+                for k in ("import", "trace", "prepare", "run", "first", "steady")
+            )
+        )
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    repeat = 3
+    if argv[:1] == ["--repeat"]:
+        repeat, argv = int(argv[1]), argv[2:]
+    mode = "background"
+    if argv[:1] == ["--sync"]:  # the first run loads the kernels (and Numba) before it runs
+        mode, argv = "sync", argv[1:]
+    quick = argv[:1] == ["--quick"]
+    argv = argv[1:] if quick else argv
+    print(
+        f"{'ms (best of ' + str(repeat) + ')':<22}"
+        + "".join(f"{c:>9}" for c in ("import", "trace", "prepare", "run", "1st call", "steady"))
+    )
+    for spec in argv or ["W1", "W2", "W3", "W4", "rnn:200"]:
+        key, _, size = spec.partition(":")
+        if quick and not size:
+            sys.path.insert(0, str(ROOT))
+            from bench import workloads
+
+            size = str(workloads.find(key).quick_size)
+        start = time.perf_counter()
+        for line in measure(key, int(size) if size else None, repeat, mode):
+            print(line, flush=True)
+        print(f"  ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
