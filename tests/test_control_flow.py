@@ -213,10 +213,10 @@ def test_a_loop_of_small_matmuls_runs_them_on_one_blas_thread():
 
         return fg.scan(step, xs[0], xs)
 
-    small, big = rng.standard_normal((3, 3)), rng.standard_normal((130, 130))
-    xs_small, xs_big = rng.standard_normal((4, 2, 3)), rng.standard_normal((2, 130, 130))
+    small, big = rng.standard_normal((3, 3)), rng.standard_normal((210, 210))
+    xs_small, xs_big = rng.standard_normal((4, 2, 3)), rng.standard_normal((2, 210, 210))
     assert [s.small_matmuls for s in loop_steps(f, small, xs_small)] == [True]
-    assert [s.small_matmuls for s in loop_steps(f, big, xs_big)] == [False]  # 130^3 > 2^21
+    assert [s.small_matmuls for s in loop_steps(f, big, xs_big)] == [False]  # 210^3 > 2^23
     h, seen = fg.jit(f)(small, xs_small)
     assert set(seen.tolist()) == {1}
     h_ref = xs_small[0]

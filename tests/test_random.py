@@ -60,6 +60,9 @@ def test_transforms_match_numpy_math():
     )
     u = np.concatenate([rng.random(5000), np.arange(16) / 16])
     np.testing.assert_allclose(threefry.ARRAY["cos_turns"](u), np.cos(2 * np.pi * u), atol=1e-15)
+    cos, sin = threefry.ARRAY["sincos_turns"](u)  # float64 normals' pair: both halves
+    np.testing.assert_allclose(sin, np.sin(2 * np.pi * u), atol=1e-15)
+    np.testing.assert_array_equal(cos, threefry.ARRAY["cos_turns"](u))
     # float32's: ln of odd m < 2^32 times 2^-32 (near 1 too), cos of 24-bit turns.
     m = np.concatenate([np.arange(1, 4001, 2), 2**32 - 1 - 2 * np.arange(2000)])
     m = np.concatenate([m, rng.integers(0, 2**31, 5000) * 2 + 1]).astype(np.uint64)
@@ -124,10 +127,11 @@ def test_sample_at_a_later_position_of_a_bigger_array():
     np.testing.assert_array_equal(fr.uniform(KEY, (4,)), fr.uniform(KEY, (9,))[:4])
 
 
-def test_same_bits_at_any_thread_count():
-    n = 1 << 18  # large enough for the parallel kernel
-    f = fg.jit(lambda k: fr.uniform(k, (n,)) * 2.0)
-    expected = np.asarray(fr.uniform(KEY, (n,))) * 2.0
+@pytest.mark.parametrize("sampler", [fr.uniform, fr.normal])
+def test_same_bits_at_any_thread_count(sampler):
+    n = (1 << 18) + 1  # large enough for the parallel kernel; odd: normals' last pair is half
+    f = fg.jit(lambda k: sampler(k, (n,)) * 2.0)
+    expected = np.asarray(sampler(KEY, (n,))) * 2.0
     before = numba.get_num_threads()
     try:
         for threads in {1, before}:
@@ -135,6 +139,38 @@ def test_same_bits_at_any_thread_count():
             np.testing.assert_array_equal(f(KEY), expected)
     finally:
         numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("n", [2, 5, 1001])
+def test_normal_pairs_in_one_step(n, monkeypatch):
+    # A loop over a float64 normal's consecutive elements computes each Box-Muller pair
+    # once (codegen.pairs); a loop over rows computes it per element: the same bits, at
+    # even and odd sizes, with a reduction in the loop or not.
+    monkeypatch.setattr(fg.config, "compile", "sync")
+
+    def f(k, x):
+        z = fr.normal(k, x.shape)
+        return x * z, fnp.sum(z * z)
+
+    x = np.linspace(0.5, 2.0, n)
+    lowered = fg.jit(f).lower(KEY, x)
+    assert any("normal_pair_f64(" in k for k in lowered.kernels)
+    z = fr.normal(KEY, (n,))
+    scaled, total = fg.jit(f)(KEY, x)
+    np.testing.assert_array_equal(scaled, x * z)
+    np.testing.assert_allclose(total, np.sum(z * z), rtol=1e-13)
+    rows = fg.jit(lambda k: fnp.max(fr.normal(k, (n, 3)), axis=1))(KEY)  # no pair step
+    np.testing.assert_array_equal(rows, fr.normal(KEY, (n, 3)).max(axis=1))
+    np.testing.assert_array_equal(fr.normal(KEY, (n, 3)).ravel()[:n], z)
+
+
+def test_normal_pairs_are_independent():
+    # Elements 2j and 2j + 1 are r cos and r sin of one uniform angle: uncorrelated, and
+    # their squares sum to r^2, exponential with mean 2 (both fail if a half repeats).
+    z = fr.normal(fr.key(12), (N,)).reshape(-1, 2)
+    assert abs(np.corrcoef(z.T)[0, 1]) < 4 / np.sqrt(N / 2)
+    assert stats.kstest(np.sum(z * z, axis=1), stats.expon(scale=2.0).cdf).pvalue > 1e-3
+    assert stats.kstest(np.arctan2(z[:, 1], z[:, 0]), stats.uniform(-np.pi, 2 * np.pi).cdf).pvalue > 1e-3
 
 
 def test_keys():

@@ -156,6 +156,36 @@ def test_beta_and_dirichlet_statistics():
         fr.dirichlet(KEY, 1.0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dirichlet_at_tiny_alpha(dtype, monkeypatch):
+    # Every gamma of a row underflows at these alpha (rows were 0 / 0 = NaN): the rows are
+    # normalized in log space. Moments against Dirichlet's, and each marginal against its
+    # Beta by Kolmogorov-Smirnov where a float of this dtype holds it (the law conditioned
+    # on [lo, hi]: below lo values are subnormal or 0, near 1 they round to 1).
+    monkeypatch.setattr(fg.config, "compile", "sync")
+    alpha = np.array([0.002, 0.004, 0.006], dtype)
+    d = fr.dirichlet(fr.key(7), alpha, (N,))
+    assert d.dtype == dtype and not np.isnan(d).any()
+    np.testing.assert_allclose(d.sum(axis=1), 1.0, rtol=4 * np.finfo(dtype).eps)
+    a, total = alpha.astype(np.float64), float(alpha.sum())
+    np.testing.assert_allclose(d.mean(axis=0), a / total, atol=0.012)
+    np.testing.assert_allclose(d.var(axis=0), a * (total - a) / (total**2 * (total + 1)), atol=0.006)
+    lo, hi = (1e-30, 1 - 1e-4) if dtype == np.float32 else (1e-200, 1 - 1e-9)
+    for j in range(3):
+        marginal = stats.beta(a[j], total - a[j])
+        f_lo, f_hi = marginal.cdf(lo), marginal.cdf(hi)
+        x = d[:, j].astype(np.float64)
+        x = x[(x > lo) & (x < hi)]
+        assert len(x) > N // 20  # enough for the test to have power
+        assert stats.kstest(x, lambda t: (marginal.cdf(t) - f_lo) / (f_hi - f_lo)).pvalue > 1e-3
+    jitted = fg.jit(lambda k, al: fr.dirichlet(k, al, (N,)))(fr.key(7), alpha)
+    # ln g reaches -1e4 here (ln(u) / alpha): its rounding, through exp, is ~1e-12 relative.
+    rtol = 1e-10 if dtype == np.float64 else 4 * np.finfo(dtype).eps
+    np.testing.assert_allclose(jitted, d, rtol=rtol, atol=1e-300)
+    g = fg.grad(lambda al: fnp.mean(fr.dirichlet(fr.key(7), al, (N,))[:, 0]))(alpha)
+    assert np.isfinite(g).all()
+
+
 # ---------------------------------------------------------------- gamma's gradient
 
 

@@ -18,6 +18,7 @@ from fastgrad.ops import threefry
 from fastgrad.ops.base import astype, batch_stacked, broadcast_shapes, broadcast_to, sum
 from fastgrad.ops.elementwise import floor, where
 from fastgrad.ops.math import log, sigmoid
+from fastgrad.ops.reduction import softmax
 from fastgrad.ops.sampling import check_key, key_arg, positional, random_bits, sample_shape, split
 from fastgrad.ops.special import digamma
 
@@ -241,9 +242,9 @@ def beta(key: Any, a: Any, b: Any, shape: Any = None, dtype: Any = None) -> Any:
 def dirichlet(key: Any, alpha: Any, shape: Any = None, dtype: Any = None) -> Any:
     """Dirichlet(alpha) vectors (alpha of shape (..., k)): gammas normalized along the last
     axis. `shape` is the batch shape (by default alpha's without its last axis); the result
-    has shape shape + (k,). Differentiable in alpha. Where every gamma of a row underflows
-    (all alpha below about 0.01) the row is NaN (beta takes such samples in log space;
-    dirichlet does not yet).
+    has shape shape + (k,). Differentiable in alpha. A row where a gamma underflows (alpha
+    below about 0.1) is normalized in log space, from the same samples (as beta does): no
+    NaN however small alpha is (eager and jitted may differ in the last bit there).
 
     >>> x = dirichlet(np.array([0, 1], np.uint32), np.array([1.0, 2.0, 3.0]), (5,))
     >>> x.shape, bool(np.allclose(x.sum(axis=-1), 1.0))
@@ -254,5 +255,15 @@ def dirichlet(key: Any, alpha: Any, shape: Any = None, dtype: Any = None) -> Any
     if len(alpha_shape) == 0:
         raise ValueError("dirichlet: alpha must have at least one axis (the categories)")
     batch = alpha_shape[:-1] if shape is None else sample_shape(shape)
-    g = gamma(key, alpha, (*batch, alpha_shape[-1]), dtype)
-    return g / sum(g, axis=-1, keepdims=True)
+    full = (*batch, alpha_shape[-1])
+    alpha = broadcast_to(astype(alpha, dtype), full)
+    g = gamma(key, alpha, full, dtype)
+    # A row with a gamma below the smallest normal float lost precision there (all alpha
+    # below ~0.01: every gamma 0, and 0 / 0): such rows take softmax(ln g), ln g from the
+    # same trials without underflow. Each branch is safe where it is not selected.
+    below = astype(g < np.finfo(dtype).tiny, dtype)
+    tiny = broadcast_to(sum(below, axis=-1, keepdims=True) > 0.0, full)
+    total = sum(g, axis=-1, keepdims=True)
+    ratio = g / where(total > 0.0, total, 1.0)
+    normalized = softmax(_log_sample(key, alpha, g, tiny), axis=-1)
+    return where(tiny, astype(normalized, dtype), ratio)

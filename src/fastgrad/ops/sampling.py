@@ -182,7 +182,7 @@ def _keyed_twin(base: Primitive) -> Primitive:
             domain=(*base.domain, "key", "key", "key"),
             format=lambda args, params: f"{name}({_format(args, params)})",
             loop=loop,
-            extra=base.extra,
+            extra={**base.extra, "pairs": None},  # an example's pairs need not align
         )
     )
     return twin
@@ -194,6 +194,7 @@ def positional(
     loop: str,
     names: tuple[str, ...],
     scalar_operands: tuple[bool, ...] = (),
+    pairs: dict[str, tuple[str, str]] | None = None,
     **fields: Any,
 ) -> Primitive:
     """A sampler's record. `loop` is formatted with K0, K1 (the key's words as uint64), I
@@ -201,7 +202,10 @@ def positional(
     operands after the key, read at the element) and the node's params; codegen imports
     `names` from fastgrad.ops.threefry. `scalar_operands` flags the operands that are one
     scalar per sample (the rest have the sample's shape). `fields` override the record's
-    defaults. Registers the record's keyed twin too (`name` + "_keys": vmap over keys)."""
+    defaults. `pairs` maps a dtype to a function of (K0, K1, j) giving elements 2j and 2j + 1
+    at once and the element function it replaces (loops over consecutive elements call it
+    once per two: codegen.pairs; `names` + "_call" must hold that element function). Registers
+    the record's keyed twin too (`name` + "_keys": vmap over keys)."""
     record: dict[str, Any] = {
         "abstract_eval": _sample_eval,
         "vjp": None,  # integers, or floats that depend on the key alone: no gradient
@@ -214,6 +218,7 @@ def positional(
             "positional": True,
             "imports": ("fastgrad.ops.threefry", names),
             "scalar_operands": scalar_operands,
+            "pairs": pairs,
         },
     }
     base = register(Primitive(name, impl=impl, **(record | fields)))
@@ -230,7 +235,7 @@ RANDOM_BITS = positional(
 )
 
 
-def _sampler(name: str) -> Primitive:
+def _sampler(name: str, pairs: dict[str, tuple[str, str]] | None = None) -> Primitive:
     def impl(key: np.ndarray, *, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         suffix = "f64" if dtype == np.float64 else "f32"
         return threefry.sample_array(f"{name}_{suffix}", key, shape, dtype)
@@ -240,11 +245,13 @@ def _sampler(name: str) -> Primitive:
         impl,
         f"{name}_{{T}}({{K0}}, {{K1}}, {{I}})",
         (f"{name}_f64", f"{name}_f32"),
+        pairs=pairs,
     )
 
 
 RANDOM_UNIFORM = _sampler("uniform")
-RANDOM_NORMAL = _sampler("normal")
+# float64: the cos and sin of one Box-Muller pair
+RANDOM_NORMAL = _sampler("normal", {"float64": ("normal_pair_f64", "normal_f64")})
 RANDOM_EXPONENTIAL = _sampler("exponential")
 
 # ---------------------------------------------------------------- argument checks

@@ -199,8 +199,8 @@ def build(
         return select(x > -746.0, y, 0.0)
 
     @jit
-    def cos_turns(u):  # type: ignore[no-untyped-def]
-        """cos(2 pi u) for u in [0, 1), reduced exactly by quarter turns."""
+    def sincos_turns(u):  # type: ignore[no-untyped-def]
+        """(cos(2 pi u), sin(2 pi u)) for u in [0, 1), reduced exactly by quarter turns."""
         t = 4.0 * u
         q = np.floor(t)
         r = t - q
@@ -215,8 +215,16 @@ def build(
         s = s * x
         cos_r = select(near, c, s)  # cos(pi/2 r)
         sin_r = select(near, s, c)  # sin(pi/2 r)
+        # Quarter turn q: (cos, sin) is (c, s), (-s, c), (-c, -s), (s, -c) of (cos_r, sin_r).
         upper = select(q == 1.0, -sin_r, select(q == 2.0, -cos_r, sin_r))
-        return select(q == 0.0, cos_r, upper)
+        cos_u = select(q == 0.0, cos_r, upper)
+        upper = select(q == 1.0, cos_r, select(q == 2.0, -sin_r, -cos_r))
+        return cos_u, select(q == 0.0, sin_r, upper)
+
+    @jit
+    def cos_turns(u):  # type: ignore[no-untyped-def]
+        """cos(2 pi u) for u in [0, 1)."""
+        return sincos_turns(u)[0]
 
     @jit
     def box_muller(n, bits, u):  # type: ignore[no-untyped-def]
@@ -233,9 +241,21 @@ def build(
         return box_muller(n, 53.0, np.float64(unit53(y0, y1)) * TWO_M53)
 
     @jit
+    def normal_pair_f64(k0, k1, j):  # type: ignore[no-untyped-def]
+        """Standard normals 2j and 2j + 1 (float64): one Box-Muller pair, r cos and r sin
+        of the angle, from blocks (0, j) (the radius, 53 bits) and (1, j) (the angle)."""
+        x0, x1 = threefry2x32(k0, k1, _u(0), j)
+        y0, y1 = threefry2x32(k0, k1, _u(1), j)
+        r = np.sqrt(-2.0 * log_unit((_u(1) << _u(53)) - unit53(x0, x1), 53.0))
+        c, s = sincos_turns(np.float64(unit53(y0, y1)) * TWO_M53)
+        return r * c, r * s
+
+    @jit
     def normal_f64(k0, k1, i):  # type: ignore[no-untyped-def]
-        """A standard normal float64 from blocks (0, i) and (1, i): 53 bits per uniform."""
-        return normal_at(k0, k1, _u(0), i)
+        """Standard normal i (float64): a half of pair i // 2. Loops over consecutive
+        elements call normal_pair_f64 once per two elements instead (codegen.pairs)."""
+        z0, z1 = normal_pair_f64(k0, k1, i >> _u(1))
+        return select((i & _u(1)) != _u(0), z1, z0)
 
     @jit
     def log_odd_f32(m):  # type: ignore[no-untyped-def]
@@ -354,9 +374,11 @@ def build(
         "uniform_f64": uniform_f64,
         "uniform_f32": uniform_f32,
         "normal_f64": normal_f64,
+        "normal_pair_f64": normal_pair_f64,
         "normal_f32": normal_f32,
         "log_int": log_int,
         "cos_turns": cos_turns,
+        "sincos_turns": sincos_turns,
         "log_odd_f32": log_odd_f32,
         "cos_turns_f32": cos_turns_f32,
     }
@@ -385,11 +407,15 @@ ARRAY = build(_where, _everywhere, lambda f: f)
 # does not vectorize, and inlined into every kernel it took minutes to compile: kernels call
 # a separately compiled function for it instead.
 INLINE_NAMES = (
-    "bits32", "uniform_f64", "uniform_f32", "normal_f64", "normal_f32",
+    "bits32", "uniform_f64", "uniform_f32", "normal_f64", "normal_pair_f64", "normal_f32",
     "exponential_f64", "exponential_f32",
 )  # fmt: skip
 CALLED_NAMES = ("gamma_f64", "gamma_f32")
-KERNEL_NAMES = INLINE_NAMES + CALLED_NAMES
+# An element function called rather than inlined, as name + "_call": a pair loop's odd last
+# element (codegen.pairs) would otherwise inline a second copy of the whole sampler, which
+# doubled the kernel's compile time. Same operations: the same bits.
+CALLED_ALIASES = ("normal_f64_call",)
+KERNEL_NAMES = INLINE_NAMES + CALLED_NAMES + CALLED_ALIASES
 
 
 @functools.cache
@@ -415,6 +441,8 @@ def __getattr__(name: str) -> Any:
         return kernel_build()[name]
     if name in CALLED_NAMES:
         return called_build()[name]
+    if name in CALLED_ALIASES:
+        return called_build()[name.removesuffix("_call")]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

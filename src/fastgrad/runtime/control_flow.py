@@ -41,8 +41,12 @@ OPS = frozenset({SCAN.name, WHILE.name, SWITCH.name})
 # A matmul with up to this many multiply-adds runs on one BLAS thread inside a loop. Waking
 # BLAS's threads costs each step of a loop, and on a busy machine a wake-up waits for a
 # scheduler slice: a float32 (32, 128) @ (128, 128) took 2.1 ms on two threads against
-# 0.1 ms on one, with the load average at 13 on the 2-core development machine.
-SMALL_MATMUL = 1 << 21
+# 0.1 ms on one, with the load average at 13 on the 2-core development machine. 2^23 is
+# ~17 MFLOP, a fraction of a millisecond on one core, so a second thread saves at most
+# about 0.1 ms where a wake-up under load costs milliseconds: per-example gradients of
+# bench V1, whose largest product is (1024, 64) @ (64, 64), took 16.1 ms (float32) and
+# 24.7 ms (float64) of CPU per call on two BLAS threads, 1.7 and 5.9 ms on one (load ~7).
+SMALL_MATMUL = 1 << 23
 
 
 class LoopStep:

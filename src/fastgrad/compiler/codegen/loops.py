@@ -19,6 +19,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.columns import column_run
 from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
+from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import choose_stored, op_cost
 from fastgrad.compiler.codegen.source import (
@@ -87,7 +88,9 @@ def generate(
     )
     imports = fast.imports | exact.imports
     source.imports = imports
-    source.source = module_text(fast.signature, lines, imports, parallel)
+    source.source = module_text(
+        fast.signature, pair_steps(lines, fast.pairs | exact.pairs), imports, parallel
+    )
     return source
 
 
@@ -134,6 +137,8 @@ class _Generator:
         self.out_name = {id(v): f"o{k}" for k, v in enumerate(loop.outputs)}
         self.index = {id(n.out): k for k, n in enumerate(loop.nodes)}
         self.imports: set[str] = set()
+        # Element calls of samplers that make two elements at once -> their pair call.
+        self.pairs: dict[str, tuple[str, str]] = {}
         self.recomputed: list[str] = []
         # While recomputing an elem value at another point (a row pick), index variables
         # are substituted and value names suffixed.
@@ -252,8 +257,15 @@ class _Generator:
         places it only at elem level in a loop over its own shape)."""
         axes = [self.subst.get(a, f"i{a}") for a in range(1 if self.flat else len(self.shape))]
         args = [self.value(v, node, "elem") for v in node.inputs[1:]]
-        text, imports = sample_call(node, self.in_name[id(node.inputs[0])], axes, args)
+        key = self.in_name[id(node.inputs[0])]
+        text, imports = sample_call(node, key, axes, args)
         self.imports |= imports
+        pair = (node.op.extra.get("pairs") or {}).get(node.out.aval.dtype.name)
+        if pair and axes == ["i0"] and len(self.shape) == 1 and not self.inner:
+            (pair_fn, element_fn), module = pair, node.op.extra["imports"][0]
+            called = text.replace(f"{element_fn}(", f"{element_fn}_call(", 1)
+            self.pairs[text] = (f"{pair_fn}(np.uint64({key}[0]), np.uint64({key}[1]), q0)", called)
+            self.imports |= {f"{module}:{pair_fn}", f"{module}:{element_fn}_call"}
         return text
 
     def column(self, labels: Var, k: int) -> str:
@@ -550,7 +562,9 @@ class _Generator:
         self.signature = f"def {name}({', '.join(args)}):"
         return KernelSource(
             name=name,
-            source=module_text(self.signature, w.lines, self.imports, self.parallel),
+            source=module_text(
+                self.signature, pair_steps(w.lines, self.pairs), self.imports, self.parallel
+            ),
             inputs=self.arrays,
             scalars=self.scalars,
             outputs=list(loop.outputs),
