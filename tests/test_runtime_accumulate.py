@@ -4,6 +4,8 @@ Oracles: NumPy's `c + a @ b` for the gemm call, and the reference interpreter
 (`fg.jit(f, fuse=False)`) for whole plans with and without folded sums.
 """
 
+from functools import partial
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime import blas
-from fastgrad.runtime.executable import _KernelStep, _MatmulStep
+from fastgrad.runtime.executable import _KernelStep, _MatmulStep, numba_threads
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
@@ -172,3 +174,27 @@ def test_plans_of_small_matmuls_run_on_one_blas_thread():
     assert not fg.jit(f).lower(*big).executable.small_matmuls
     assert not fg.jit(lambda a: fnp.sum(a * 2)).lower(small[0]).executable.small_matmuls
     assert fg.jit(f)(*small) == pytest.approx(np.sum(np.tanh(small[0] @ small[1])))
+
+
+def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
+    """Numba's threads and BLAS's would fight over the cores (`_shares_cores`): a plan
+    with parallel kernels runs its matrix-matrix products on one BLAS thread, unless
+    they are matrix-vector products (bandwidth-bound) or large."""
+    if numba_threads() < 2:
+        pytest.skip("kernels run serial with one thread")
+
+    def f(x, w):
+        return fnp.sum(fnp.tanh(x @ w))
+
+    x = np.ones((1024, 64), np.float32)  # the loop over (1024, 512): parallel
+    plan = fg.jit(f).lower(x, np.ones((64, 512), np.float32)).executable
+    assert any(getattr(s, "parallel", False) for s in plan.plan)
+    assert plan.one_blas_thread and not plan.small_matmuls
+    vector = fg.jit(f).lower(np.ones((1 << 19, 8)), np.ones((8, 1))).executable
+    assert not vector.one_blas_thread  # x @ w is a matrix-vector product
+    ones = partial(np.broadcast_to, np.float32(1))  # lowered only: no memory needed
+    big = fg.jit(f).lower(ones((1024, 1 << 18)), ones((1 << 18, 512))).executable
+    assert not big.one_blas_thread  # 2^37 multiply-adds: BLAS's threads pay
+    assert fg.jit(f)(x, np.full((64, 512), 0.01, np.float32)) == pytest.approx(
+        np.sum(np.tanh(x @ np.full((64, 512), 0.01))), rel=1e-5
+    )

@@ -35,21 +35,26 @@ TOL_EXACT = 1.0
 _LOOPS: dict = {}
 
 
-def power(x, y):
-    """vecmath's power of two arrays of one dtype, evaluated in a jitted loop."""
-    dtype = x.dtype.type
-    if dtype not in _LOOPS:
-        f = vm.FUNCTIONS[("power", x.dtype.name)]
+def binary(name, x, y):
+    """vecmath's two-argument `name` of two arrays of one dtype, in a jitted loop."""
+    key = (name, x.dtype.name)
+    if key not in _LOOPS:
+        f = vm.FUNCTIONS[key]
 
         @numba.njit(error_model="numpy")
         def loop(x, y, out):
             for i in range(x.size):
                 out[i] = f(x[i], y[i])
 
-        _LOOPS[dtype] = loop
+        _LOOPS[key] = loop
     out = np.empty_like(x)
-    _LOOPS[dtype](np.ascontiguousarray(x), np.ascontiguousarray(y), out)
+    _LOOPS[key](np.ascontiguousarray(x), np.ascontiguousarray(y), out)
     return out
+
+
+def power(x, y):
+    """vecmath's power of two arrays of one dtype, evaluated in a jitted loop."""
+    return binary("power", x, y)
 
 
 def numpy_power(x, y):
@@ -145,7 +150,7 @@ def test_loop_vectorizes(dtype):
     float32 computes in float64, so its packed code is double."""
     x = np.linspace(0.1, 3.0, 64, dtype=dtype)
     power(x, x)
-    loop = _LOOPS[dtype]
+    loop = _LOOPS[("power", np.dtype(dtype).name)]
     asm = loop.inspect_asm(loop.signatures[0])
     assert "pd" in {m.group(1) for m in _PACKED.finditer(asm)}, "no packed FMA in the loop"
 

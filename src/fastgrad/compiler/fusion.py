@@ -242,6 +242,7 @@ def partition(graph: Graph) -> list[Step]:
         loop.level[id(node.out)] = level
         position_of[id(node.out)] = loop.position
     _sink(graph, steps, position_of)
+    _copy_cheap_outputs(graph, steps)
     return [s for s in steps if not isinstance(s, Loop) or s.nodes]
 
 
@@ -401,23 +402,8 @@ def _sinkable(loop: Loop, facts: _Graphs) -> tuple[list[Node], Loop] | None:
             continue
         if target.shape != loop.shape:
             continue
-        cone: list[Node] = []
-        in_cone: set[int] = set()
-        stack = [made_here[id(v)]]
-        while stack:
-            n = stack.pop()
-            if id(n.out) in in_cone:
-                continue
-            load = n.op.name == "broadcast_to" and id(n.inputs[0]) not in made_here
-            cheap = n.op.kind == "elementwise" and not (n.op.loop or "").startswith("call:")
-            if not (load or cheap) or n.out.aval.shape != target.shape:
-                cone = []
-                break
-            cone.append(n)
-            in_cone.add(id(n.out))
-            stack.extend(
-                made_here[id(u)] for u in n.inputs if id(u) in made_here and id(u) not in kept
-            )
+        cone = _cheap_cone(made_here[id(v)], made_here, kept, target.shape)
+        in_cone = {id(n.out) for n in cone}
         if not cone:
             continue
         if any(
@@ -462,3 +448,90 @@ def _prepend(loop: Loop, cone: list[Node], facts: _Graphs) -> None:
     facts.known[loop.position].update(id(v) for n in cone for v in (n.out, *n.inputs))
     loop.outputs = [n.out for n in cone if id(n.out) in facts.returned] + loop.outputs
     facts.stale.add(loop.position)
+
+
+def _copy_cheap_outputs(graph: Graph, steps: list[Step]) -> None:
+    """Give each later loop over the same shape that reads a loop's stored output its own
+    copy of the cheap work making it (broadcast loads and cheap elementwise ops), where
+    the copy reads fewer elements than the stored array: the loop then no longer stores
+    it, and a loop left storing nothing is dropped. Sinking (`_sink`) moves work that one
+    loop reads; this copies work that several loops read, or that the loop making it
+    reads too: the mixture likelihood (bench M4) stored `x[:, None] - means` and
+    `exp(-log_scales)` broadcast to (N, 8, 2) for its backward loop, 64 MB each in
+    float32 at N = 10^6, where recomputing them reads x once."""
+    users = consumers(graph)
+    returned = {id(v) for v in graph.outputs}
+    step_of = {id(n.out): s for s in steps for n in (s.nodes if isinstance(s, Loop) else [s.node])}
+    changed: set[int] = set()
+    for loop in [s for s in steps if isinstance(s, Loop)]:
+        made_here = {id(n.out): n for n in loop.nodes}
+        for v in list(loop.outputs):
+            if id(v) in returned or loop.level[id(v)] != "elem":
+                continue
+            readers = [u for u in users[id(v)] if step_of[id(u.out)] is not loop]
+            targets = {id(step_of[id(u.out)]): step_of[id(u.out)] for u in readers}
+            if not all(
+                isinstance(t, Loop) and t.position > loop.position and t.shape == loop.shape
+                for t in targets.values()
+            ) or any(u.op.extra.get("positional") for u in readers):
+                continue
+            stop = {id(u) for u in loop.outputs if u is not v}  # read back, not recomputed
+            cone = _cheap_cone(made_here[id(v)], made_here, stop, loop.shape)
+            inside = {id(n.out) for n in cone}
+            reads = {id(u): u for n in cone for u in n.inputs if id(u) not in inside}
+            if not cone or sum(u.aval.size for u in reads.values()) * 2 > v.aval.size:
+                continue
+            for target in targets.values():
+                _paste(cone, v, target, users)  # type: ignore[arg-type]
+                changed.add(target.position)  # type: ignore[union-attr]
+            loop.outputs.remove(v)
+            changed.add(loop.position)
+        if not loop.outputs:
+            loop.nodes = []  # nothing it makes is read any more
+    for s in steps:
+        if isinstance(s, Loop) and s.position in changed:
+            inside = {id(n.out) for n in s.nodes}
+            ins = {id(u): u for n in s.nodes for u in n.inputs if id(u) not in inside}
+            s.inputs = list(ins.values())
+
+
+def _cheap_cone(
+    node: Node, made_here: dict[int, Node], stop: set[int], shape: tuple[int, ...]
+) -> list[Node]:
+    """`node` and what it needs of its loop, in the loop's order, when all of it is broadcast
+    loads and cheap elementwise ops over `shape` (stopping at the loop's other stored
+    outputs, `stop`); else []."""
+    cone: dict[int, Node] = {}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n.out) in cone:
+            continue
+        load = n.op.name == "broadcast_to" and id(n.inputs[0]) not in made_here
+        cheap = n.op.kind == "elementwise" and not (n.op.loop or "").startswith("call:")
+        if not (load or cheap) or n.out.aval.shape != shape:
+            return []
+        cone[id(n.out)] = n
+        stack.extend(made_here[id(u)] for u in n.inputs if id(u) in made_here and id(u) not in stop)
+    order = {id(n.out): i for i, n in enumerate(made_here.values())}
+    return sorted(cone.values(), key=lambda n: order[id(n.out)])
+
+
+def _paste(cone: list[Node], v: Var, target: Loop, users: dict[int, list[Node]]) -> None:
+    """Put a copy of `cone` (which makes `v`) at the front of `target`, and make the target's
+    readers of `v` read the copy."""
+    fresh: dict[int, Var] = {}
+    copies = []
+    for n in cone:
+        out = fresh[id(n.out)] = Var(n.out.aval, n.out.hint)
+        copies.append(Node(n.op, [fresh.get(id(u), u) for u in n.inputs], n.params, out))
+        target.level[id(out)] = "elem"
+    for k, n in enumerate(target.nodes):
+        if any(u is v for u in n.inputs):
+            target.nodes[k] = Node(n.op, [fresh.get(id(u), u) for u in n.inputs], n.params, n.out)
+            for u in set(map(id, n.inputs)):
+                users[u] = [target.nodes[k] if r is n else r for r in users.get(u, [])]
+    for c in copies:
+        for u in c.inputs:
+            users.setdefault(id(u), []).append(c)
+    target.nodes[0:0] = copies

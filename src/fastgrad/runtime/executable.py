@@ -50,6 +50,9 @@ PARALLEL_THRESHOLD = 1 << 18
 # Full reductions keep one partial per chunk: a fixed count makes results independent of
 # the thread count and of the serial/parallel choice.
 MAX_CHUNKS = 64
+# The largest matmul (multiply-adds of one product) that `_shares_cores` runs on one BLAS
+# thread beside parallel kernels: ~2.6 ms on one core in float32.
+MIDSIZE_GEMM = 1 << 27
 DEBUG = bool(os.environ.get("FASTGRAD_DEBUG"))
 
 
@@ -297,6 +300,7 @@ class Executable:
                 self.template[slot[key]] = value
         self._lock = threading.Lock()
         self.small_matmuls = 0 < _largest_gemm(graph) <= SMALL_MATMUL
+        self.one_blas_thread = self.small_matmuls or _shares_cores(self.plan, graph)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
         if looped:
             # The plan's own steps run the loop; copies of them (bound to buffers of
@@ -356,7 +360,9 @@ class Executable:
         # errstate for the whole plan, loop bodies included, rather than one per call.
         # A plan whose matmuls are all small runs them on one BLAS thread, as loops do
         # (control_flow.SMALL_MATMUL): waking BLAS's threads costs more than they save.
-        with np.errstate(all="ignore"), OneThread() if self.small_matmuls else nullcontext():
+        # So does a plan whose parallel kernels would share the cores with BLAS's threads
+        # (`_shares_cores`).
+        with np.errstate(all="ignore"), OneThread() if self.one_blas_thread else nullcontext():
             return self.run(args)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
@@ -437,6 +443,25 @@ def _largest_gemm(graph: Graph) -> int:
         if n.op.name == "matmul" and n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
     ]
     return max(sizes, default=0)
+
+
+def _shares_cores(plan: Sequence[PlanStep], graph: Graph) -> bool:
+    """Whether the plan runs parallel kernels between matrix-matrix products of at most
+    MIDSIZE_GEMM multiply-adds each: then its matmuls run on one BLAS thread, and only
+    Numba's threads run in parallel. Two thread pools that each wait for work by spinning
+    fight over the same cores: the transformer block (bench M2, f32, 2 threads) spent
+    121 ms of CPU time per call with both, 21 ms with BLAS on one thread, 18 ms on one
+    thread for all (on the loaded 2-core development machine; its quiet run: 67.8 ms a
+    call, 3.3x its one-thread CPU time). Matrix-vector products (bandwidth-bound, where
+    BLAS's threads pay) and large products keep BLAS's threads."""
+    if not any(isinstance(s, _KernelStep) and s.parallel for s in plan):
+        return False
+    products = [n.out.aval.shape for n in graph.nodes if n.op.name == "matmul"]
+    return (
+        bool(products)
+        and all(len(s) >= 2 and min(s[-2:]) > 1 for s in products)
+        and _largest_gemm(graph) <= MIDSIZE_GEMM
+    )
 
 
 def _run_next(arenas: Iterator[Arena], args: Sequence[Any]) -> list[Any]:

@@ -21,7 +21,7 @@ NAMES = (
     "arctan",
     "sigmoid",
 )
-BINARY_NAMES = ("power",)  # two arguments
+BINARY_NAMES = ("power", "logaddexp")  # two arguments
 BOUNDED_NAMES = ("sin", "cos", "tan")
 DTYPES = {"float64": "f64", "float32": "f32"}  # dtype name -> suffix of the helper's name
 

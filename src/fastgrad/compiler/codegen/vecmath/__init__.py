@@ -66,6 +66,8 @@ arctan_f64 = _F64["arctan"]
 arctan_f32 = _F32["arctan"]
 sigmoid_f64 = _F64["sigmoid"]
 sigmoid_f32 = _F32["sigmoid"]
+logaddexp_f64 = _F64["logaddexp"]
+logaddexp_f32 = _F32["logaddexp"]
 power_f64 = _F64["power"]
 power_f32 = _F32["power"]
 sin_bounded_f64 = _F64_BOUNDED["sin"]
@@ -77,8 +79,8 @@ tan_bounded_f32 = _F32_BOUNDED["tan"]
 
 #: (numpy function name, dtype name) -> Numba dispatcher, e.g. ("exp", "float32").
 #: Every entry is accurate over the whole domain of its dtype.
-#: "sigmoid" is the logistic function 1 / (1 + exp(-x)) (scipy.special.expit); "power" takes
-#: two arguments (np.power).
+#: "sigmoid" is the logistic function 1 / (1 + exp(-x)) (scipy.special.expit); "power" and
+#: "logaddexp" take two arguments (np.power, np.logaddexp).
 FUNCTIONS: dict[tuple[str, str], numba.core.registry.CPUDispatcher] = {
     (name, dtype): table[name]
     for dtype, table in (("float64", _F64), ("float32", _F32))

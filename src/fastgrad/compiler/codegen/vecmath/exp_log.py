@@ -323,9 +323,20 @@ def build(F: Any) -> dict[str, Any]:  # noqa: C901 - one closure scope keeps con
         res = _select(x == ZERO, x, res)  # -0.0 stays -0.0
         return _select(x != x, x, res)
 
+    @_jit
+    def logaddexp(x_in, y_in):
+        """log(e**x + e**y) as the larger plus log1p(e**-|x - y|), branch-free (softplus is
+        logaddexp(x, 0)); equal arguments, infinities among them, give x + ln 2."""
+        _always_inline()
+        x = F(x_in)
+        y = F(y_in)
+        d = x - y
+        res = _select(d > ZERO, x, y) + log1p(exp(-_fabs(d)))  # a nan in d stays nan
+        return _select(x == y, x + (LN2_HI + LN2_LO), res)
+
     return {
         "exp": exp, "expm1": expm1, "log": log, "log1p": log1p, "tanh": tanh,
-        "sinh": sinh, "cosh": cosh, "sigmoid": sigmoid,
+        "sinh": sinh, "cosh": cosh, "sigmoid": sigmoid, "logaddexp": logaddexp,
         # helpers (vecmath removes them from its tables)
         "div2": div2, "int_to_float": int_to_float, "exp_reduce": exp_reduce, "scale2": scale2,
     }  # fmt: skip
