@@ -3,7 +3,7 @@ finite-difference Jacobians, against each other, under jit, with pytrees in and 
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import fastgrad as fg
@@ -27,6 +27,20 @@ def numeric_jacobian(f, x, eps=1e-6):
     return np.stack(cols, axis=-1).reshape(out.shape + x.shape)
 
 
+def on_a_kink(f, x, eps=1e-6):
+    """Whether one-sided differences of f at x disagree: x sits (within a step) on a kink
+    such as a near tie of a max, where central differences average two slopes."""
+    out = np.asarray(f(x))
+    for p in range(x.size):
+        e = np.zeros(x.size)
+        e[p] = eps
+        e = e.reshape(x.shape)
+        ahead, behind = (np.asarray(f(x + e)) - out) / eps, (out - np.asarray(f(x - e))) / eps
+        if not np.allclose(ahead, behind, rtol=1e-3, atol=1e-3):
+            return True
+    return False
+
+
 def program_and_input():
     return fst.programs(max_inputs=1, stop_gradient=False).flatmap(
         lambda p: st.tuples(st.just(p), fst.arrays(p.shapes[0], np.float64, "real"))
@@ -36,6 +50,7 @@ def program_and_input():
 @given(program_and_input())
 def test_jacobians_of_random_programs_match_finite_differences(case):
     program, x = case
+    assume(program.clear_of_jumps([x]) and not on_a_kink(program, x))
     expected = numeric_jacobian(program, x)
     for jac in (fg.jacrev(program), fg.jacfwd(program), fg.jit(fg.jacrev(program), fuse=False)):
         got = jac(x)

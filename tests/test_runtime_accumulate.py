@@ -190,9 +190,10 @@ def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
     plan = fg.jit(f).lower(x, np.ones((64, 512), np.float32)).executable
     assert any(getattr(s, "parallel", False) for s in plan.plan)
     assert plan.one_blas_thread and not plan.small_matmuls
-    vector = fg.jit(f).lower(np.ones((1 << 19, 8)), np.ones((8, 1))).executable
-    assert not vector.one_blas_thread  # x @ w is a matrix-vector product
     ones = partial(np.broadcast_to, np.float32(1))  # lowered only: no memory needed
+    # 2^24 multiply-adds: above SMALL_MATMUL, where every plan runs BLAS on one thread.
+    vector = fg.jit(f).lower(ones((1 << 21, 8)), ones((8, 1))).executable
+    assert not vector.one_blas_thread  # x @ w is a matrix-vector product
     big = fg.jit(f).lower(ones((1024, 1 << 18)), ones((1 << 18, 512))).executable
     assert not big.one_blas_thread  # 2^37 multiply-adds: BLAS's threads pay
     assert fg.jit(f)(x, np.full((64, 512), 0.01, np.float32)) == pytest.approx(

@@ -98,6 +98,11 @@ def _into(domain: str, v: Any) -> Any:
     raise ValueError(domain)
 
 
+# Where a program's `where` steps jump. An odd value, so that inputs rarely sit on it;
+# hypothesis still finds it now and then (Program.clear_of_jumps).
+_THRESHOLD = 0.123457
+
+
 @dataclass
 class Step:
     op: str
@@ -115,7 +120,20 @@ class Program:
     def __call__(self, *xs: Any) -> Any:
         return self._run(xs, frozen=None)
 
-    def _run(self, xs: Sequence[Any], frozen: dict[int, np.ndarray] | None) -> Any:
+    def clear_of_jumps(self, xs: Sequence[np.ndarray], margin: float = 1e-4) -> bool:
+        """Whether every `where` condition at `xs` is further than `margin` from the
+        threshold where the program jumps: finite differences taken closer cross it
+        (tests `assume` this before comparing against them)."""
+        conditions: list[np.ndarray] = []
+        self._run([np.asarray(x) for x in xs], frozen=None, conditions=conditions)
+        return all(np.all(np.abs(c - _THRESHOLD) > margin) for c in conditions)
+
+    def _run(
+        self,
+        xs: Sequence[Any],
+        frozen: dict[int, np.ndarray] | None,
+        conditions: list[np.ndarray] | None = None,
+    ) -> Any:
         values = list(xs)
         for k, step in enumerate(self.steps):
             args = [values[i] for i in step.operands]
@@ -134,8 +152,9 @@ class Program:
             elif step.op in _REDUCE:
                 out = getattr(fnp, step.op)(args[0], **step.params)
             elif step.op == "where":
-                # An odd threshold: inputs rarely sit on it, where the function jumps.
-                out = fnp.where(fnp.greater(args[0], 0.123457), args[1], args[2])
+                if conditions is not None:
+                    conditions.append(np.asarray(args[0]))
+                out = fnp.where(fnp.greater(args[0], _THRESHOLD), args[1], args[2])
             else:  # pragma: no cover - the strategy draws only the ops above
                 raise ValueError(step.op)
             values.append(out)
