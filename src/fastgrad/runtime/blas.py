@@ -53,6 +53,13 @@ def _gemm(dtype: np.dtype) -> Any:
     return function
 
 
+def gemm_address(dtype: np.dtype) -> int | None:
+    """The address of `cblas_?gemm` for `dtype` (the plan interpreter calls it from
+    compiled code), or None where NumPy's OpenBLAS is not found."""
+    function = _gemm(dtype)
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _operand(x: np.ndarray) -> tuple[int, int] | None:
     """(transpose flag, leading dimension) of a 2-D row-major operand as BLAS takes it
     without a copy, or None when neither of its axes has unit stride."""

@@ -365,8 +365,11 @@ class Executable:
         return partial(_run_next, itertools.cycle(self._alternating))
 
     def settle(self) -> None:
-        """Make the next call wait for every kernel rather than run NumPy meanwhile."""
+        """Make the next call wait for every kernel rather than run NumPy meanwhile (and
+        for the plan interpreter's adapters, with config.runtime "vm")."""
         self.waits = True
+        for arena in (self.arena, *self._alternating):
+            arena.waits = True
         for step in self.plan:
             if isinstance(step, _KernelStep) and step.tier is not None:
                 step.tier.wait = True
