@@ -144,6 +144,9 @@ class Arena:
         self.lowering = False  # settled, and `lower` has not replaced the calls yet
         self.lower_when: Any = None  # what lowering waits for (its `ready()`), or None
         self.waits = False
+        # Every call is one into the interpreter (a Segment of runtime.plan_table), which
+        # computes nothing with NumPy: Executable.__call__ skips NumPy's errstate.
+        self.bare = False
 
     def _fill(self) -> list[Any]:
         env = list(self.base)
@@ -179,6 +182,7 @@ class Arena:
         lowered = self.lower(self.steps, self.calls, env, self.static, self.outputs, self.waits)
         if isinstance(lowered, list):
             self.calls, self.lowering, self.lower_when = lowered, False, None
+            self.bare = all(getattr(call, "interpreted", False) for call in lowered)
         else:
             self.lower_when = lowered
 

@@ -137,6 +137,13 @@ def _set_threads_local() -> Any:
     return function
 
 
+def threads_local_address() -> int:
+    """The address of `openblas_set_num_threads_local` (the plan interpreter calls it
+    from compiled code), or 0 where NumPy's BLAS has none."""
+    function = _set_threads_local()
+    return 0 if function is None else ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
 def has_local_threads() -> bool:
     """Whether NumPy's BLAS can set the thread count of one thread (`OneThread`)."""
     return _set_threads_local() is not None

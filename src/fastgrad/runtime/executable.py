@@ -340,6 +340,12 @@ class Executable:
         # errstate for the whole plan, loop bodies included, rather than one per call.
         # A plan whose matmuls are all small runs them on one BLAS thread, as loops do
         # (control_flow.SMALL_MATMUL): waking BLAS's threads costs more than they save.
+        # A plan the interpreter runs alone sets both itself (runtime.plan_table).
+        if self.arena.bare and self._lock.acquire(blocking=False):
+            try:
+                return self.arena.run(args)
+            finally:
+                self._lock.release()
         with np.errstate(all="ignore"), OneThread() if self.small_matmuls else nullcontext():
             return self.run(args)
 

@@ -13,8 +13,10 @@ its steps one by one: never a wrong answer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,8 @@ from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.core.config import config
 from fastgrad.runtime import adapters
 from fastgrad.runtime.arena import staggered_empty
+from fastgrad.runtime.blas import OneThread, threads_local_address
+from fastgrad.runtime.control_flow import SMALL_MATMUL
 from fastgrad.runtime.plan_rows import gemm_row, view_offset
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack, run_steps
 
@@ -73,6 +77,8 @@ class Segment:
     """Steps `first` .. `first + count - 1` of the table, run by one call into the
     interpreter after the arrays they read from outside are checked and their fresh
     outputs are allocated; then the views Python needs are made."""
+
+    interpreted = True  # computes nothing with NumPy (but when it falls back to its steps)
 
     def __init__(self, table: _Table, first: int):
         self.table, self.first, self.count = table, first, 0
@@ -222,9 +228,12 @@ class Segment:
             indices = [len(self.table.pointer)]
         return [self.first, self.count, len(indices), *indices]
 
-    def finish(self, table: np.ndarray, at: int) -> None:
-        """Take the finished table (shared by the plan's segments) and this segment's place."""
+    def finish(self, table: np.ndarray, at: int, one_thread: bool) -> None:
+        """Take the finished table (shared by the plan's segments) and this segment's place;
+        with `one_thread`, its steps run one by one with BLAS on one thread, as the
+        interpreter runs them."""
         self.array, self.at = table, at
+        self.one_thread = one_thread
         self.exports = [call for slot, (_, call) in self.views.items() if slot in self.exported]
         self.scratch = () if self.reads or self.fresh else (np.zeros(1),)
 
@@ -239,7 +248,9 @@ class Segment:
                 and value.shape == shape
                 and value.dtype == dtype
             ):
-                with np.errstate(all="ignore"):  # as the step runner's calls
+                # Under the step runner's settings (Executable.__call__ skips them for a
+                # plan run by the interpreter alone).
+                with np.errstate(all="ignore"), OneThread() if self.one_thread else nullcontext():
                     for call in self.host:
                         call()
                 return
@@ -287,6 +298,7 @@ def lower(
         return Waiting(table.pending)
     _exports(steps, owner, segments, outputs)
     functions = sorted(table.functions, key=table.functions.__getitem__)
+    one_thread = 0 < _largest_product(steps, env) <= SMALL_MATMUL
     array, at = pack(
         table.code,
         table.starts,
@@ -294,12 +306,25 @@ def lower(
         len(table.pointer) + 1,  # the last: a scratch entry
         table.floats,
         [segment.record() for segment in segments],
+        threads_local_address() if one_thread else 0,
     )
     for index, address in table.fixed.items():
         array[array[2] + index] = address
     for segment, place in zip(segments, at, strict=True):
-        segment.finish(array, place)
+        segment.finish(array, place, one_thread)
     return out
+
+
+def _largest_product(steps: Sequence[Any], env: list[Any]) -> int:
+    """Multiply-adds of the largest single matrix product among `steps` (as the plan's
+    `small_matmuls`: with all of them small, BLAS runs on one thread)."""
+    sizes = [
+        math.prod(step.shape[-2:]) * env[step.ins[0]].shape[-1]
+        for step in steps
+        if type(step).__name__ == "MatmulStep" and len(step.shape) >= 2
+        and env[step.ins[0]].ndim >= 2
+    ]  # fmt: skip
+    return max(sizes, default=0)
 
 
 def _exports(

@@ -31,7 +31,10 @@ from numba.extending import intrinsic
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
 
 KERNEL, VIEW, GEMM = 1, 2, 3
-HEADER = 4  # the table starts with where its steps' starts, functions, pointers, floats are
+# The table starts with where its steps' starts, functions, pointers and floats are, and
+# the address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small
+# enough to run on one thread (0: leave BLAS's threads as they are).
+HEADER = 5
 ROW_MAJOR = 101
 
 #: The adapters' C signature: the step's row, the pointer table, the float scalars.
@@ -94,6 +97,21 @@ def _gemm_typing(
     return signature, codegen
 
 
+def _set_threads_typing(typingctx: Any, address: Any, count: Any) -> Any:
+    """Call `int f(int)` at integer `address` (OpenBLAS's per-thread thread count)."""
+    signature = types.int64(address, count)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(i32, [i32])
+        result = builder.call(
+            builder.inttoptr(args[0], fnty.as_pointer()), [builder.trunc(args[1], i32)]
+        )
+        return builder.sext(result, ir.IntType(64))
+
+    return signature, codegen
+
+
 def _float_pointer_typing(typingctx: Any, array: Any, index: Any) -> Any:
     """The address of `array[index]` of a 1-D int64 array holding float64 bits, as a
     float64 pointer."""
@@ -122,6 +140,7 @@ _call_adapter: Any = intrinsic(_call_adapter_typing)
 _gemm: Any = intrinsic(_gemm_typing)
 _element_pointer: Any = intrinsic(_element_pointer_typing)
 _float_pointer: Any = intrinsic(_float_pointer_typing)
+_set_threads: Any = intrinsic(_set_threads_typing)
 
 
 def _typed_pointer(dtype: Any) -> Any:
@@ -163,11 +182,12 @@ def run_steps(table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> Non
     NumPy's `.ctypes.data`, ~5 us each). One int64 table holds everything (one argument
     for the dispatcher to check rather than eight): HEADER gives where its parts start.
     Compiled once per kind of `arrays` tuple (its arrays' dtypes and ranks)."""
-    starts, functions, ptrs, floats = table[0], table[1], table[2], table[3]
+    starts, functions, ptrs, floats, threads = table[0], table[1], table[2], table[3], table[4]
     k = at + 3
     for array in literal_unroll(arrays):
         table[ptrs + table[k]] = array.ctypes.data
         k += 1
+    before = _set_threads(threads, 1) if threads != 0 else 0  # as blas.OneThread
     first = table[at]
     for i in range(first, first + table[at + 1]):
         p = table[starts + i]
@@ -192,6 +212,8 @@ def run_steps(table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> Non
                     table[p + 5], table[p + 6], table[p + 7], 1.0, a + table[q], table[p + 8],
                     b + table[q + 1], table[p + 9], beta, c + table[q + 2], table[p + 10],
                 )  # fmt: skip
+    if threads != 0:
+        _set_threads(threads, before)
 
 
 def pack(
@@ -201,9 +223,10 @@ def pack(
     pointers: int,
     floats: list[float],
     segments: list[list[int]],
+    threads: int = 0,
 ) -> tuple[np.ndarray, list[int]]:
     """The table `run_steps` reads: the HEADER (where the step starts, the functions, the
-    pointers and the floats begin), the steps' rows (`code`, rows starting at
+    pointers and the floats begin; `threads`), the steps' rows (`code`, rows starting at
     `starts`), then those parts and the segments' records. Returns it and where each
     segment's record is. Floats are kept as their bits.
 
@@ -225,7 +248,7 @@ def pack(
         where += len(record)
     table = np.concatenate(
         [
-            np.array(heads, np.int64),
+            np.array([*heads, threads], np.int64),
             np.array(code, np.int64) if code else np.zeros(0, np.int64),
             np.array([HEADER + s for s in starts], np.int64),
             *(np.asarray(part, np.int64) for part in parts[1:]),
