@@ -186,8 +186,9 @@ class Arena:
         else:
             self.lower_when = lowered
 
-    def fresh(self) -> Arena:
-        """An arena with buffers of its own, for a call that runs alongside this one."""
+    def fresh(self, once: bool = False) -> Arena:
+        """An arena with buffers of its own, for calls that run alongside this one's (for
+        one call: `once`, which lowering would not pay back)."""
         arena = Arena(
             self.base,
             self.buffers,
@@ -195,7 +196,7 @@ class Arena:
             self.steps,
             self.outputs,
             self.static,
-            self.lower,
+            None if once else self.lower,
         )
         arena.waits = self.waits
         return arena

@@ -357,7 +357,7 @@ class Executable:
                 return self.arena.run(args)
             finally:
                 self._lock.release()
-        return self.arena.fresh().run(args)
+        return self.arena.fresh(once=True).run(args)
 
     def iterations(self) -> Callable[[Sequence[Any]], list[Any]]:
         """For a loop body: a run whose outputs are preallocated too, in one of two arenas
@@ -509,11 +509,16 @@ def _arena(
             continue
         steps.append(step)
     _spans(plan, buffers, outputs)
-    if config.runtime != "vm":
-        return Arena(template, buffers, static_views, steps, outputs, static)
-    from fastgrad.runtime.plan_table import lower  # here: the interpreter imports Numba
-
+    lower = _lower if config.runtime == "vm" else None
     return Arena(template, buffers, static_views, steps, outputs, static, lower)
+
+
+def _lower(*args: Any) -> Any:
+    """runtime.plan_table's `lower`, imported when a plan is first lowered (its kernels
+    compiled): the interpreter imports Numba, which a first call does not wait for."""
+    from fastgrad.runtime.plan_table import lower
+
+    return lower(*args)
 
 
 def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:

@@ -24,7 +24,7 @@ import numpy as np
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.core.config import config
 from fastgrad.runtime import adapters
-from fastgrad.runtime.arena import staggered_empty
+from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.control_flow import SMALL_MATMUL
 from fastgrad.runtime.plan_rows import gemm_row, view_offset
@@ -86,7 +86,7 @@ class Segment:
         self.host: list[Callable[[], None]] = []  # the same steps, one by one
         self.reads: list[tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]] = []
         self.read_indices: list[int] = []
-        self.fresh: list[tuple[Any, ...]] = []  # (shape, dtype, k, view, slot)
+        self.fresh: list[tuple[Any, ...]] = []  # (shape, dtype, k, view, slot, small)
         self.fresh_indices: list[int] = []
         self.produced: set[int] = set()  # slots this segment's steps write
         self.views: dict[int, tuple[int, Callable[[], None]]] = {}  # out -> (in, host call)
@@ -111,7 +111,9 @@ class Segment:
         dtype, k, view), allocated at each call."""
         if fresh is None:
             return self.operand(slot)
-        self.fresh.append((*fresh, slot))
+        shape, dtype = fresh[:2]
+        small = math.prod(shape) * dtype.itemsize < PAGE  # staggered_empty's np.empty
+        self.fresh.append((*fresh, slot, small))
         self.fresh_indices.append(self.table.index(slot))
         self.produced.add(slot)
         return self.table.index(slot)
@@ -255,8 +257,8 @@ class Segment:
                         call()
                 return
             arrays.append(value)
-        for shape, dtype, k, view, slot in self.fresh:
-            buffer = staggered_empty(shape, dtype, k)
+        for shape, dtype, k, view, slot, small in self.fresh:
+            buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
             env[slot] = buffer if view is None else buffer.reshape(view)
             arrays.append(buffer)
         run_steps(self.array, self.at, tuple(arrays) or self.scratch)
