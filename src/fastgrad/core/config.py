@@ -102,8 +102,8 @@ class Config:
       dropped (and traced again if it comes back). Default 256, or
       `FASTGRAD_TRACE_CACHE_SIZE`.
     - `runtime`: how a plan runs once its kernels are compiled: "steps" (the default), one
-      Python call per step; "vm", each run of kernels one call into a compiled
-      interpreter (runtime.vm). Plans built after the change use it. Default from
+      Python call per step; "vm", each run of kernels, matmuls and views one call into
+      a compiled interpreter (runtime.vm). Plans built after the change use it. Default from
       `FASTGRAD_RUNTIME`.
 
     >>> import fastgrad as fg
