@@ -213,3 +213,21 @@ def test_adapters_compile_in_the_background() -> None:
     finally:
         config.update("compile", before[0])
         config.update("runtime", before[1])
+
+
+def test_index_checks_run_before_the_interpreter(sync: None) -> None:
+    """A kernel gathering by labels (an argument) runs in the interpreter, its bounds
+    checked first: a label out of range raises NumPy's IndexError, as with the steps."""
+
+    def loss(w: Any, x: Any, labels: Any) -> Any:
+        z = x @ w
+        return fnp.mean(fnp.logsumexp(z, axis=1) - z[np.arange(4), labels])
+
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0, 1, 6).reshape(3, 2)
+    labels = np.array([0, 1, 1, 0])
+    steps, vm = _jitted(fg.value_and_grad(loss), "steps"), _jitted(fg.value_and_grad(loss), "vm")
+    for _ in range(2):
+        _same_bits(steps(w, x, labels), vm(w, x, labels))
+    assert _interpreted(vm, (w, x, labels))
+    with pytest.raises(IndexError, match="index 2 is out of bounds for axis 1 with size 2"):
+        vm(w, x, np.array([0, 2, 1, 0]))

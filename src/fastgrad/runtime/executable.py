@@ -98,13 +98,17 @@ class _KernelStep:
             if b is None
         ]
 
-    def run(self, env: list[Any]) -> None:
-        for slot in self.checks:  # kernels do not bounds-check; NumPy would raise here
+    def check_indices(self, env: list[Any]) -> None:
+        """Raise NumPy's IndexError for an index out of bounds: kernels do not check."""
+        for slot in self.checks:
             columns = env[slot]
             k = self.sizes[1]
             if columns.size and (columns.min() < -k or columns.max() >= k):
                 bad = columns[(columns < -k) | (columns >= k)][0]
                 raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
+
+    def run(self, env: list[Any]) -> None:
+        self.check_indices(env)
         if self.tier is not None and self._numpy_answers(env):
             return  # computed with NumPy: the kernel is still compiling in the background
         kernel = self.kernel

@@ -1,7 +1,7 @@
 """Lower an arena's settled steps to segments for the plan interpreter (runtime.vm): each
 run of kernels, matmuls and views becomes one call into compiled code; any other step
-(a library call, a loop, a kernel with index checks, a matmul BLAS cannot take as it is)
-stays a host step, the arena's own prepared call.
+(a library call, a loop, a kernel checking indices that the same segment computes, a
+matmul BLAS cannot take as it is) stays a host step, the arena's own prepared call.
 
 Lowering happens at the end of a run, from the values that run left in its slots: their
 layouts (shapes, strides, dtypes) are what the table is built for. A view's address is
@@ -92,6 +92,8 @@ class Segment:
         self.views: dict[int, tuple[int, Callable[[], None]]] = {}  # out -> (in, host call)
         self.exported: set[int] = set()  # views whose arrays Python needs after the run
         self.exports: list[Callable[[], None]] = []
+        # Kernels' index checks, on arrays read from outside: made before the run.
+        self.checks: list[Callable[[list[Any]], None]] = []
 
     def operand(self, slot: int) -> int:
         """The pointer index of an array a step reads: fixed (a buffer, a constant),
@@ -147,7 +149,7 @@ class Segment:
             source is None
             or step.kernel is None
             or step.tier is not None
-            or step.checks
+            or any(slot in self.produced for slot in step.checks)
             or any(v.aval.dtype.name not in _DTYPES for v in [*source.inputs, *source.outputs])
         ):
             return None
@@ -186,6 +188,8 @@ class Segment:
             _, _, view, _ = fresh[k]
             row += [self.output(slot, (shape, dtype, k, view)), *shape]
         function = table.function(job.address) if job.address is not None else -1
+        if step.checks:
+            self.checks.append(step.check_indices)
         return [KERNEL, function, *row]
 
     def _matmul(self, step: Any) -> list[int] | None:
@@ -257,6 +261,8 @@ class Segment:
                         call()
                 return
             arrays.append(value)
+        for check in self.checks:
+            check(env)
         for shape, dtype, k, view, slot, small in self.fresh:
             buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
             env[slot] = buffer if view is None else buffer.reshape(view)
