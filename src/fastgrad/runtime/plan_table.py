@@ -36,7 +36,7 @@ _DTYPES = ("float64", "float32", "int64", "int32", "bool")
 class Waiting:
     """Lowering waits for adapters being compiled: `ready()` says when to try again."""
 
-    def __init__(self, jobs: Sequence[adapters.AdapterJob]):
+    def __init__(self, jobs: Sequence[adapters.CompileJob]):
         self.jobs = list(jobs)
 
     def ready(self) -> bool:
@@ -54,7 +54,7 @@ class _Table:
         self.functions: dict[int, int] = {}  # address -> index in the function table
         self.pointer: dict[int, int] = {}  # env slot -> index in the pointer table
         self.fixed: dict[int, int] = {}  # pointer index -> address known once for all
-        self.pending: list[adapters.AdapterJob] = []  # adapters still compiling
+        self.pending: list[adapters.CompileJob] = []  # adapters still compiling
 
     def index(self, slot: int) -> int:
         return self.pointer.setdefault(slot, len(self.pointer))
@@ -227,6 +227,12 @@ class Segment:
             self.exported.add(slot)
             slot = self.views[slot][0]
 
+    def stand_ins(self) -> tuple[np.ndarray, ...]:
+        """Arrays of the kinds a call hands the interpreter (for its compile)."""
+        arrays = [self.env[slot] for slot, *_ in self.reads]
+        arrays += [np.empty(shape, dtype) for shape, dtype, *_ in self.fresh]
+        return tuple(arrays) or (np.zeros(1),)
+
     def record(self) -> list[int]:
         """The segment's record in the table: its steps and the pointers it fills."""
         indices = self.read_indices + self.fresh_indices
@@ -302,6 +308,12 @@ def lower(
         out.append(call)
         if segment.count:
             segment = None
+    for segment in segments:
+        job = adapters.interpreter(segment.stand_ins(), table.wait)
+        if job.settled.is_set() and (job.error is not None or not job.done.is_set()):
+            return list(calls)  # no interpreter for it (the process is exiting, or a bug)
+        if not job.settled.is_set():
+            table.pending.append(job)
     if table.pending:
         return Waiting(table.pending)
     _exports(steps, owner, segments, outputs)
