@@ -18,7 +18,7 @@ import numpy as np
 from fastgrad.compiler.kernel_cache import kernel_key
 from fastgrad.core import compile_log
 from fastgrad.runtime import background
-from fastgrad.runtime.vm import compile_adapter, run_steps
+from fastgrad.runtime.vm import compile_adapter, run_steps, table_function
 
 _LOCK = threading.Lock()
 _JOBS: dict[Any, CompileJob] = {}  # what a job builds -> the job
@@ -99,6 +99,7 @@ def interpreter(arrays: tuple[np.ndarray, ...], wait: bool) -> CompileJob:
     signature = (numba.typeof(np.zeros(1, np.int64)), numba.int64, kind)
 
     def build() -> tuple[Any, int]:
+        table_function()  # the loop itself, compiled (or loaded) once for all kinds
         return run_steps.compile(signature), 0
 
     label = f"plan interpreter for {kind}"

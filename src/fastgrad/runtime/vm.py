@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -31,11 +32,15 @@ from numba.extending import intrinsic
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
 
 KERNEL, VIEW, GEMM = 1, 2, 3
-# The table starts with where its steps' starts, functions, pointers and floats are, and
-# the address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small
-# enough to run on one thread (0: leave BLAS's threads as they are).
-HEADER = 5
+# The table starts with where its steps' starts, functions, pointers and floats are, the
+# address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small enough
+# to run on one thread (0: leave BLAS's threads as they are), the address of the
+# interpreter's loop (`table_function`) and the table's length.
+HEADER = 7
 ROW_MAJOR = 101
+
+#: The interpreter loop's C signature: the table, where the segment's record is.
+TABLE_SIGNATURE = types.void(types.CPointer(types.int64), types.int64)
 
 #: The adapters' C signature: the step's row, the pointer table, the float scalars.
 ADAPTER_SIGNATURE = types.void(
@@ -97,6 +102,19 @@ def _gemm_typing(
     return signature, codegen
 
 
+def _call_table_typing(typingctx: Any, address: Any, table: Any, at: Any) -> Any:
+    """Call the C function `void f(int64*, int64)` at integer `address`."""
+    signature = types.void(address, table, at)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(ir.VoidType(), [i64.as_pointer(), i64])
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
 def _set_threads_typing(typingctx: Any, address: Any, count: Any) -> Any:
     """Call `int f(int)` at integer `address` (OpenBLAS's per-thread thread count)."""
     signature = types.int64(address, count)
@@ -141,6 +159,7 @@ _gemm: Any = intrinsic(_gemm_typing)
 _element_pointer: Any = intrinsic(_element_pointer_typing)
 _float_pointer: Any = intrinsic(_float_pointer_typing)
 _set_threads: Any = intrinsic(_set_threads_typing)
+_call_table: Any = intrinsic(_call_table_typing)
 
 
 def _typed_pointer(dtype: Any) -> Any:
@@ -174,19 +193,11 @@ def _source_tag() -> str:
         return "plan interpreter " + hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-@cached_njit(_source_tag(), nogil=True)
-def run_steps(table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> None:
-    """Run the segment whose record starts at `table[at]`: [first step, step count, k,
-    k pointer indices], after setting the pointers it names to the addresses of `arrays`
-    (the call's arguments and fresh outputs; taking addresses here costs a fraction of
-    NumPy's `.ctypes.data`, ~5 us each). One int64 table holds everything (one argument
-    for the dispatcher to check rather than eight): HEADER gives where its parts start.
-    Compiled once per kind of `arrays` tuple (its arrays' dtypes and ranks)."""
+def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
+    """The interpreter's loop over the segment whose record starts at `table[at]`:
+    [first step, step count, ...]. Compiled once, as a C function (`table_function`)."""
+    table = carray(pointer, (pointer[6],))
     starts, functions, ptrs, floats, threads = table[0], table[1], table[2], table[3], table[4]
-    k = at + 3
-    for array in literal_unroll(arrays):
-        table[ptrs + table[k]] = array.ctypes.data
-        k += 1
     before = _set_threads(threads, 1) if threads != 0 else 0  # as blas.OneThread
     first = table[at]
     for i in range(first, first + table[at + 1]):
@@ -214,6 +225,39 @@ def run_steps(table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> Non
                 )  # fmt: skip
     if threads != 0:
         _set_threads(threads, before)
+
+
+_TABLE_FUNCTION: list[Any] = []  # the compiled `_run_table`, kept alive
+_TABLE_LOCK = threading.Lock()
+
+
+def table_function() -> int:
+    """The address of the interpreter's loop, compiled (or loaded from fastgrad's cache)
+    on first use: a C function `(int64* table, int64 at)`, the same for every plan."""
+    with _TABLE_LOCK:
+        if not _TABLE_FUNCTION:
+            signature = (TABLE_SIGNATURE.args, TABLE_SIGNATURE.return_type)
+            function: Any = CFunc(_run_table, signature, locals={}, options={"nogil": True})
+            function._cache = MachineCodeCache(_run_table, _source_tag(), folder="adapters")
+            function.compile()
+            _TABLE_FUNCTION.append(function)
+        return int(_TABLE_FUNCTION[0].address)
+
+
+@cached_njit(_source_tag(), nogil=True)
+def run_steps(table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> None:
+    """Run the segment whose record starts at `table[at]`: [first step, step count, k,
+    k pointer indices], after setting the pointers it names to the addresses of `arrays`
+    (the call's arguments and fresh outputs; taking addresses here costs a fraction of
+    NumPy's `.ctypes.data`, ~5 us each). One int64 table holds everything (one argument
+    for the dispatcher to check rather than eight): HEADER gives where its parts start.
+    Compiled once per kind of `arrays` tuple (its arrays' dtypes and ranks), a small
+    function: the loop itself is compiled once for all (`table_function`)."""
+    k = at + 3
+    for array in literal_unroll(arrays):
+        table[table[2] + table[k]] = array.ctypes.data
+        k += 1
+    _call_table(table[5], _element_pointer(table, 0), at)
 
 
 def pack(
@@ -248,7 +292,7 @@ def pack(
         where += len(record)
     table = np.concatenate(
         [
-            np.array([*heads, threads], np.int64),
+            np.array([*heads, threads, table_function(), 0], np.int64),
             np.array(code, np.int64) if code else np.zeros(0, np.int64),
             np.array([HEADER + s for s in starts], np.int64),
             *(np.asarray(part, np.int64) for part in parts[1:]),
@@ -256,6 +300,7 @@ def pack(
             np.zeros(1, np.int64),  # never empty
         ]
     )
+    table[6] = len(table)
     return table, at
 
 
