@@ -36,11 +36,12 @@ def _jitted(f: Any, runtime: str) -> Any:
     jf = fg.jit(f)
 
     def call(*args: Any) -> Any:
+        before = config.runtime
         config.update("runtime", runtime)
         try:
             return jf(*args)
         finally:
-            config.update("runtime", "steps")
+            config.update("runtime", before)
 
     call.lower = jf.lower  # type: ignore[attr-defined]
     return call
