@@ -232,3 +232,20 @@ def test_index_checks_run_before_the_interpreter(sync: None) -> None:
     assert _interpreted(vm, (w, x, labels))
     with pytest.raises(IndexError, match="index 2 is out of bounds for axis 1 with size 2"):
         vm(w, x, np.array([0, 2, 1, 0]))
+
+
+def test_views_python_reads_are_made_after_the_run(sync: None) -> None:
+    """A view the interpreter computes is made as an array too where Python reads it: an
+    output that is a view of a fresh product, a slice of an argument that a library call
+    (sort) reads."""
+
+    def f(x: Any, w: Any) -> Any:
+        y = fnp.tanh(x[1:] * 2.0)
+        return (x @ w).T, fnp.sort(x[1:], axis=0) + y, fnp.sum(y @ w)
+
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0, 1, 6).reshape(3, 2)
+    steps, vm = _jitted(f, "steps"), _jitted(f, "vm")
+    for _ in range(3):
+        _same_bits(steps(x, w), vm(x, w))
+    arena = vm.lower(x, w).executable.arena
+    assert any(getattr(call, "exports", None) for call in arena.calls)
