@@ -177,7 +177,7 @@ def test_plans_of_small_matmuls_run_on_one_blas_thread():
 
 
 def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
-    """Numba's threads and BLAS's would fight over the cores (`_shares_cores`): a plan
+    """Numba's threads and BLAS's would fight over the cores (`thread_budget.shares_cores`): a plan
     with parallel kernels runs its matrix-matrix products on one BLAS thread, unless
     they are matrix-vector products (bandwidth-bound) or large."""
     if numba_threads() < 2:

@@ -1,9 +1,12 @@
 """The plan interpreter (config.runtime = "vm") against the step runner: random programs and
-their gradients give the same bits either way, float32 and float64; arguments the kernels
-cannot see as they are (not contiguous) run the steps one by one."""
+their gradients give the same bits either way, float32 and float64, elementwise ones and
+stacks of matmuls (products with transposed operands, batched, accumulated, read through
+views); arguments the interpreter cannot see as they are run the steps one by one; in
+background mode the adapters compile behind, and the interpreter takes over after."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,11 +36,12 @@ def _jitted(f: Any, runtime: str) -> Any:
     jf = fg.jit(f)
 
     def call(*args: Any) -> Any:
+        before = config.runtime
         config.update("runtime", runtime)
         try:
             return jf(*args)
         finally:
-            config.update("runtime", "steps")
+            config.update("runtime", before)
 
     call.lower = jf.lower  # type: ignore[attr-defined]
     return call
@@ -112,3 +116,136 @@ def test_segments_between_host_steps(sync: None) -> None:
 def test_runtime_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="runtime"):
         config.update("runtime", "fast")
+
+
+def _interpreted(jf: Any, args: Any) -> bool:
+    """Whether the whole plan runs as calls into the interpreter (no host step)."""
+    return bool(jf.lower(*args).executable.arena.bare)
+
+
+@st.composite
+def _matmul_programs(draw: Any) -> tuple[Any, list[tuple[int, ...]]]:
+    """A random stack of matmul layers (weights used as they are or transposed, over a
+    batch or not) with activations, read through slices at the end: its gradient has
+    products with transposed operands, and views of buffers and arguments."""
+    widths = draw(st.lists(st.integers(2, 4), min_size=2, max_size=4))
+    batch = draw(st.sampled_from([(), (2,), (2, 1)]))
+    transposed = draw(st.lists(st.booleans(), min_size=len(widths), max_size=len(widths)))
+    acts = draw(st.lists(st.sampled_from(["tanh", "sin", "none"]), min_size=len(widths)))
+    rows = draw(st.integers(2, 4))
+    shapes = [(*batch, rows, widths[0])]
+    for (a, b), flip in zip(itertools.pairwise(widths), transposed, strict=False):
+        shapes.append((b, a) if flip else (a, b))
+
+    def program(x: Any, *ws: Any) -> Any:
+        h = x
+        for w, flip, act in zip(ws, transposed, acts, strict=False):
+            h = h @ (w.T if flip else w)
+            h = getattr(fnp, act)(h) if act != "none" else h
+        return fnp.sum(h[..., 1:, :] * h[..., :-1, :]) + fnp.sum(h.T[0])
+
+    return program, shapes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(max_examples=4, deadline=None)
+@given(data=st.data())
+def test_matmul_programs_give_the_step_runners_bits(sync: None, dtype: Any, data: Any) -> None:
+    program, shapes = data.draw(_matmul_programs())
+    xs = tuple(data.draw(fst.arrays(s, dtype, "real")) for s in shapes)
+    vg = fg.value_and_grad(program, argnums=tuple(range(len(xs))))
+    steps, vm = _jitted(vg, "steps"), _jitted(vg, "vm")
+    expected = steps(*xs)
+    for _ in range(2):
+        value, grads = vm(*xs)
+        _same_bits([expected[0], *expected[1]], [value, *grads])
+    assert _segments(vm, xs) >= 1
+
+
+def test_unrolled_loop_runs_in_one_interpreter_call(sync: None) -> None:
+    """An unrolled recurrence: the weights' gradients are sums of products accumulated by
+    gemm (beta = 1), the steps read slices of the argument; nothing is left to Python."""
+
+    def loss(wx: Any, wh: Any, xs: Any, h: Any) -> Any:
+        total = 0.0
+        for t in range(xs.shape[0]):
+            h = fnp.tanh(xs[t] @ wx + h @ wh)
+            total = total + fnp.sum(h * h)
+        return total
+
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        args = tuple(
+            rng.standard_normal(s).astype(dtype) for s in [(3, 4), (4, 4), (5, 2, 3), (2, 4)]
+        )
+        vg = fg.value_and_grad(loss, argnums=(0, 1))
+        steps, vm = _jitted(vg, "steps"), _jitted(vg, "vm")
+        expected = steps(*args)
+        for _ in range(2):
+            value, grads = vm(*args)
+            _same_bits([expected[0], *expected[1]], [value, *grads])
+        assert _interpreted(vm, args)
+        # An argument in another layout: the segment checks it and runs the steps.
+        strided = (args[0], np.asfortranarray(args[1]), *args[2:])
+        value, grads = vm(*strided)
+        expected = steps(*strided)
+        _same_bits([expected[0], *expected[1]], [value, *grads])
+
+
+def test_adapters_compile_in_the_background() -> None:
+    """In background mode no call waits for an adapter: the plan runs its steps until
+    they are all built, then the interpreter takes over with the same bits."""
+    from fastgrad.runtime.background import wait_idle
+
+    def f(a: Any, w: Any) -> Any:
+        return fnp.sum(fnp.arctan(a @ w) * 0.37, axis=1), fnp.cosh(w) @ w.T
+
+    a, w = np.linspace(-1, 1, 6).reshape(2, 3), np.linspace(0, 1, 9).reshape(3, 3)
+    before = config.compile, config.runtime
+    config.update("compile", "background")
+    try:
+        steps, vm = _jitted(f, "steps"), _jitted(f, "vm")
+        expected = steps(a, w)
+        for _ in range(6):  # NumPy tier, kernels, then adapters, then the interpreter
+            _same_bits(expected, vm(a, w))
+            assert wait_idle(timeout=600)
+        assert _segments(vm, (a, w)) >= 1
+        _same_bits(expected, vm(a, w))
+    finally:
+        config.update("compile", before[0])
+        config.update("runtime", before[1])
+
+
+def test_index_checks_run_before_the_interpreter(sync: None) -> None:
+    """A kernel gathering by labels (an argument) runs in the interpreter, its bounds
+    checked first: a label out of range raises NumPy's IndexError, as with the steps."""
+
+    def loss(w: Any, x: Any, labels: Any) -> Any:
+        z = x @ w
+        return fnp.mean(fnp.logsumexp(z, axis=1) - z[np.arange(4), labels])
+
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0, 1, 6).reshape(3, 2)
+    labels = np.array([0, 1, 1, 0])
+    steps, vm = _jitted(fg.value_and_grad(loss), "steps"), _jitted(fg.value_and_grad(loss), "vm")
+    for _ in range(2):
+        _same_bits(steps(w, x, labels), vm(w, x, labels))
+    assert _interpreted(vm, (w, x, labels))
+    with pytest.raises(IndexError, match="index 2 is out of bounds for axis 1 with size 2"):
+        vm(w, x, np.array([0, 2, 1, 0]))
+
+
+def test_views_python_reads_are_made_after_the_run(sync: None) -> None:
+    """A view the interpreter computes is made as an array too where Python reads it: an
+    output that is a view of a fresh product, a slice of an argument that a library call
+    (sort) reads."""
+
+    def f(x: Any, w: Any) -> Any:
+        y = fnp.tanh(x[1:] * 2.0)
+        return (x @ w).T, fnp.sort(x[1:], axis=0) + y, fnp.sum(y @ w)
+
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0, 1, 6).reshape(3, 2)
+    steps, vm = _jitted(f, "steps"), _jitted(f, "vm")
+    for _ in range(3):
+        _same_bits(steps(x, w), vm(x, w))
+    arena = vm.lower(x, w).executable.arena
+    assert any(getattr(call, "exports", None) for call in arena.calls)

@@ -265,7 +265,8 @@ class Jitted:
                 fast = None
             if fast is not None:
                 traced, signature_key = fast
-                self._touch(signature_key)
+                if len(self._cache) > 1:  # with one signature, nothing to reorder
+                    self._touch(signature_key)
                 return builder(traced.out_tree)(traced.executable(args))  # type: ignore[misc]
         traced, leaves, key = self._trace_keyed(args, kwargs)
         inputs = [*leaves, *traced.captured]

@@ -5,9 +5,10 @@
 and changed with `fg.config.update(name, value)`: `log_compiles`
 (`FASTGRAD_LOG_COMPILES=1`), `compile_notice` (`FASTGRAD_COMPILE_NOTICE=0` hides it) and
 `compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns),
-`compile_timeout` (`FASTGRAD_COMPILE_TIMEOUT`), `runtime` (`FASTGRAD_RUNTIME=vm` runs
-plans through the plan interpreter), `trace_cache_size` (`FASTGRAD_TRACE_CACHE_SIZE`) and
-`plan_cache` (`FASTGRAD_PLAN_CACHE=0` keeps prepared plans off the disk).
+`compile_timeout` (`FASTGRAD_COMPILE_TIMEOUT`), `runtime` (`FASTGRAD_RUNTIME=steps` runs
+plans step by step rather than through the plan interpreter), `trace_cache_size`
+(`FASTGRAD_TRACE_CACHE_SIZE`) and `plan_cache` (`FASTGRAD_PLAN_CACHE=0` keeps prepared
+plans off the disk).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _flag(variable: str, default: bool) -> bool:
 #: The values of `config.compile`.
 COMPILE_MODES = ("background", "sync")
 #: The values of `config.runtime`.
-RUNTIMES = ("steps", "vm")
+RUNTIMES = ("vm", "steps")  # the first: the default
 
 
 def _count(variable: str, default: int) -> int:
@@ -102,10 +103,10 @@ class Config:
       jitted function keeps traced and compiled; beyond it the least recently used is
       dropped (and traced again if it comes back). Default 256, or
       `FASTGRAD_TRACE_CACHE_SIZE`.
-    - `runtime`: how a plan runs once its kernels are compiled: "steps" (the default), one
-      Python call per step; "vm", each run of kernels one call into a compiled
-      interpreter (runtime.vm). Plans built after the change use it. Default from
-      `FASTGRAD_RUNTIME`.
+    - `runtime`: how a plan runs once its kernels are compiled: "vm" (the default), each
+      run of kernels, matmuls and views one call into a compiled interpreter
+      (runtime.vm); "steps", one Python call per step, the reference and debug path.
+      Plans built after the change use it. Default from `FASTGRAD_RUNTIME`.
     - `plan_cache`: keep each prepared plan (the simplified graph, its fused loops and their
       kernel sources) in the cache directory, keyed by the traced graph, so that a new
       process tracing the same function skips simplification, partitioning and code

@@ -97,10 +97,12 @@ class Step(Protocol):
     def run(self, env: list[Any]) -> None: ...
 
 
-#: (steps, their prepared calls, env, static slots) -> calls doing the same work
+#: (steps, their prepared calls, env holding a run's values, static slots, output slots,
+#: whether to wait for what it compiles) -> calls doing the same work, or something whose
+#: `ready()` says when to ask again
 Lowering = Callable[
-    [Sequence[Any], Sequence[Callable[[], None]], list[Any], AbstractSet[int]],
-    list[Callable[[], None]],
+    [Sequence[Any], Sequence[Callable[[], None]], list[Any], AbstractSet[int], Sequence[int], bool],
+    Any,
 ]
 
 
@@ -111,7 +113,10 @@ class Arena:
 
     A step with a `prepare(env, static)` method gives a call with its fixed arguments
     bound once (a kernel's buffers, a matmul's operands); None while it is not settled
-    (its kernel still compiling), and then it runs step by step until it is.
+    (its kernel still compiling), and then it runs step by step until it is. Once all
+    are settled, `lower` (runtime.plan_table) makes the calls fewer at the end of a run,
+    from the values that run left in the slots; `waits` makes it wait for what it
+    compiles rather than keep the calls meanwhile.
     """
 
     def __init__(
@@ -136,6 +141,12 @@ class Arena:
         self.env: list[Any] | None = None  # filled on first run
         self.calls: list[Callable[[], None]] = []
         self.settled = False
+        self.lowering = False  # settled, and `lower` has not replaced the calls yet
+        self.lower_when: Any = None  # what lowering waits for (its `ready()`), or None
+        self.waits = False
+        # Every call is one into the interpreter (a Segment of runtime.plan_table), which
+        # computes nothing with NumPy: Executable.__call__ skips NumPy's errstate.
+        self.bare = False
 
     def _fill(self) -> list[Any]:
         env = list(self.base)
@@ -160,21 +171,35 @@ class Arena:
                 settled = settled and prepare is None
                 call = partial(step.run, env)
             calls.append(call)
-        if settled and self.lower is not None:
-            calls = self.lower(self.steps, calls, env, self.static)
         self.calls, self.settled = calls, settled
+        self.lowering = settled and self.lower is not None
 
-    def fresh(self) -> Arena:
-        """An arena with buffers of its own, for a call that runs alongside this one."""
-        return Arena(
+    def _lower(self, env: list[Any]) -> None:
+        """Replace the calls by `lower`'s, built from the values of the run just made."""
+        assert self.lower is not None
+        if self.lower_when is not None and not self.lower_when.ready():
+            return
+        lowered = self.lower(self.steps, self.calls, env, self.static, self.outputs, self.waits)
+        if isinstance(lowered, list):
+            self.calls, self.lowering, self.lower_when = lowered, False, None
+            self.bare = all(getattr(call, "interpreted", False) for call in lowered)
+        else:
+            self.lower_when = lowered
+
+    def fresh(self, once: bool = False) -> Arena:
+        """An arena with buffers of its own, for calls that run alongside this one's (for
+        one call: `once`, which lowering would not pay back)."""
+        arena = Arena(
             self.base,
             self.buffers,
             self.static_views,
             self.steps,
             self.outputs,
             self.static,
-            self.lower,
+            None if once else self.lower,
         )
+        arena.waits = self.waits
+        return arena
 
     def run(self, args: Sequence[Any]) -> list[Any]:
         env = self.env
@@ -182,12 +207,16 @@ class Arena:
             env = self.env = self._fill()
             self._prepare(env)
         env[: len(args)] = args
+        done = False
         try:  # under the errstate of Executable.__call__ (or of the loop running this body)
             for call in self.calls:
                 call()
+            done = True
             return [env[i] for i in self.outputs]
         finally:
-            for slot in self.dynamic:
-                env[slot] = None
             if not self.settled:
                 self._prepare(env)
+            if done and self.lowering:  # env holds this run's values: their layouts
+                self._lower(env)
+            for slot in self.dynamic:
+                env[slot] = None

@@ -265,6 +265,13 @@ def first_run(what: str) -> Iterator[Batch]:
         batch.close()
 
 
+def submit(job: Any) -> None:
+    """Hand the compile thread a job of another kind than a kernel's (a kernel's adapter
+    for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
+    `done`, `settled`, `apart`, `label` and `source`. It runs in turn, under the watchdog."""
+    _WORKER.submit(job)
+
+
 def wait_idle(timeout: float | None = None) -> bool:
     """Wait until every kernel handed to the compile thread so far is compiled (or has
     failed); False if `timeout` seconds passed first.

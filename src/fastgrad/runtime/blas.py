@@ -53,6 +53,13 @@ def _gemm(dtype: np.dtype) -> Any:
     return function
 
 
+def gemm_address(dtype: np.dtype) -> int | None:
+    """The address of `cblas_?gemm` for `dtype` (the plan interpreter calls it from
+    compiled code), or None where NumPy's OpenBLAS is not found."""
+    function = _gemm(dtype)
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _operand(x: np.ndarray) -> tuple[int, int] | None:
     """(transpose flag, leading dimension) of a 2-D row-major operand as BLAS takes it
     without a copy, or None when neither of its axes has unit stride."""
@@ -128,6 +135,13 @@ def _set_threads_local() -> Any:
     if function is not None:
         function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
     return function
+
+
+def threads_local_address() -> int:
+    """The address of `openblas_set_num_threads_local` (the plan interpreter calls it
+    from compiled code), or 0 where NumPy's BLAS has none."""
+    function = _set_threads_local()
+    return 0 if function is None else ctypes.cast(function, ctypes.c_void_p).value or 0
 
 
 def has_local_threads() -> bool:

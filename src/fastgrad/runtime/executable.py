@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import itertools
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
@@ -42,6 +41,7 @@ from fastgrad.runtime.control_flow import SMALL_MATMUL, LoopPlanner, LoopStep
 from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
 from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
+from fastgrad.runtime.thread_budget import largest_gemm, numba_threads, shares_cores
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP
@@ -50,9 +50,6 @@ PARALLEL_THRESHOLD = 1 << 18
 # Full reductions keep one partial per chunk: a fixed count makes results independent of
 # the thread count and of the serial/parallel choice.
 MAX_CHUNKS = 64
-# The largest matmul (multiply-adds of one product) that `_shares_cores` runs on one BLAS
-# thread beside parallel kernels: ~2.6 ms on one core in float32.
-MIDSIZE_GEMM = 1 << 27
 DEBUG = bool(os.environ.get("FASTGRAD_DEBUG"))
 
 
@@ -101,13 +98,17 @@ class _KernelStep:
             if b is None
         ]
 
-    def run(self, env: list[Any]) -> None:
-        for slot in self.checks:  # kernels do not bounds-check; NumPy would raise here
+    def check_indices(self, env: list[Any]) -> None:
+        """Raise NumPy's IndexError for an index out of bounds: kernels do not check."""
+        for slot in self.checks:
             columns = env[slot]
             k = self.sizes[1]
             if columns.size and (columns.min() < -k or columns.max() >= k):
                 bad = columns[(columns < -k) | (columns >= k)][0]
                 raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
+
+    def run(self, env: list[Any]) -> None:
+        self.check_indices(env)
         if self.tier is not None and self._numpy_answers(env):
             return  # computed with NumPy: the kernel is still compiling in the background
         kernel = self.kernel
@@ -299,8 +300,8 @@ class Executable:
             if key in slot:
                 self.template[slot[key]] = value
         self._lock = threading.Lock()
-        self.small_matmuls = 0 < _largest_gemm(graph) <= SMALL_MATMUL
-        self.one_blas_thread = self.small_matmuls or _shares_cores(self.plan, graph)
+        self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
+        self.one_blas_thread = self.small_matmuls or shares_cores(self.plan, graph)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
         if looped:
             # The plan's own steps run the loop; copies of them (bound to buffers of
@@ -361,7 +362,18 @@ class Executable:
         # A plan whose matmuls are all small runs them on one BLAS thread, as loops do
         # (control_flow.SMALL_MATMUL): waking BLAS's threads costs more than they save.
         # So does a plan whose parallel kernels would share the cores with BLAS's threads
-        # (`_shares_cores`).
+        # (thread_budget.shares_cores). A plan the interpreter runs alone sets both itself
+        # (runtime.plan_table) when its products are small; one that needs one BLAS thread
+        # only to share the cores takes the path below, which sets it around the call.
+        if (
+            self.arena.bare
+            and self.one_blas_thread == self.small_matmuls
+            and self._lock.acquire(blocking=False)
+        ):
+            try:
+                return self.arena.run(args)
+            finally:
+                self._lock.release()
         with np.errstate(all="ignore"), OneThread() if self.one_blas_thread else nullcontext():
             return self.run(args)
 
@@ -373,7 +385,7 @@ class Executable:
                 return self.arena.run(args)
             finally:
                 self._lock.release()
-        return self.arena.fresh().run(args)
+        return self.arena.fresh(once=True).run(args)
 
     def iterations(self) -> Callable[[Sequence[Any]], list[Any]]:
         """For a loop body: a run whose outputs are preallocated too, in one of two arenas
@@ -387,8 +399,11 @@ class Executable:
         return partial(_run_next, itertools.cycle(self._alternating))
 
     def settle(self) -> None:
-        """Make the next call wait for every kernel rather than run NumPy meanwhile."""
+        """Make the next call wait for every kernel rather than run NumPy meanwhile (and
+        for the plan interpreter's adapters, with config.runtime "vm")."""
         self.waits = True
+        for arena in (self.arena, *self._alternating):
+            arena.waits = True
         for step in self.plan:
             if isinstance(step, _KernelStep) and step.tier is not None:
                 step.tier.wait = True
@@ -414,54 +429,6 @@ class Executable:
         """The plan's kernels, then those of the loop bodies it runs."""
         own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
-
-
-def numba_threads() -> int:
-    """The size of Numba's thread pool, read without importing Numba while it is not yet
-    imported (a first call on NumPy needs no Numba): NUMBA_NUM_THREADS, else the CPUs this
-    process may run on, as Numba counts them.
-
-    >>> numba_threads() >= 1
-    True
-    """
-    numba = sys.modules.get("numba")
-    if numba is not None:
-        return int(numba.config.NUMBA_NUM_THREADS)
-    if os.environ.get("NUMBA_NUM_THREADS"):
-        return int(os.environ["NUMBA_NUM_THREADS"])
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def _largest_gemm(graph: Graph) -> int:
-    """Multiply-adds of the largest single product BLAS computes in `graph` (a batched
-    matmul is one product per matrix); 0: none."""
-    sizes = [
-        int(np.prod(n.out.aval.shape[-2:])) * n.inputs[0].aval.shape[-1]
-        for n in graph.nodes
-        if n.op.name == "matmul" and n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
-    ]
-    return max(sizes, default=0)
-
-
-def _shares_cores(plan: Sequence[PlanStep], graph: Graph) -> bool:
-    """Whether the plan runs parallel kernels between matrix-matrix products of at most
-    MIDSIZE_GEMM multiply-adds each: then its matmuls run on one BLAS thread, and only
-    Numba's threads run in parallel. Two thread pools that each wait for work by spinning
-    fight over the same cores: the transformer block (bench M2, f32, 2 threads) spent
-    121 ms of CPU time per call with both, 21 ms with BLAS on one thread, 18 ms on one
-    thread for all (on the loaded 2-core development machine; its quiet run: 67.8 ms a
-    call, 3.3x its one-thread CPU time). Matrix-vector products (bandwidth-bound, where
-    BLAS's threads pay) and large products keep BLAS's threads."""
-    if not any(isinstance(s, _KernelStep) and s.parallel for s in plan):
-        return False
-    products = [n.out.aval.shape for n in graph.nodes if n.op.name == "matmul"]
-    return (
-        bool(products)
-        and all(len(s) >= 2 and min(s[-2:]) > 1 for s in products)
-        and _largest_gemm(graph) <= MIDSIZE_GEMM
-    )
 
 
 def _run_next(arenas: Iterator[Arena], args: Sequence[Any]) -> list[Any]:
@@ -541,11 +508,16 @@ def _arena(
             continue
         steps.append(step)
     _spans(plan, buffers, outputs)
-    if config.runtime != "vm":
-        return Arena(template, buffers, static_views, steps, outputs, static)
-    from fastgrad.runtime.plan_table import lower  # here: the interpreter imports Numba
-
+    lower = _lower if config.runtime == "vm" else None
     return Arena(template, buffers, static_views, steps, outputs, static, lower)
+
+
+def _lower(*args: Any) -> Any:
+    """runtime.plan_table's `lower`, imported when a plan is first lowered (its kernels
+    compiled): the interpreter imports Numba, which a first call does not wait for."""
+    from fastgrad.runtime.plan_table import lower
+
+    return lower(*args)
 
 
 def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:

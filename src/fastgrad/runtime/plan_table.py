@@ -1,79 +1,66 @@
 """Lower an arena's settled steps to segments for the plan interpreter (runtime.vm): each
-run of kernel steps becomes one call into compiled code; any other step (a matmul, a
-view, a library call, a loop, a kernel with index checks) stays a host step, the arena's
-own prepared call. A segment whose operands are not C-contiguous arrays of the kernel's
-dtype at a call runs its steps one by one instead: never a wrong answer.
+run of kernels, matmuls and views becomes one call into compiled code; any other step
+(a library call, a loop, a kernel checking indices that the same segment computes, a
+matmul BLAS cannot take as it is) stays a host step, the arena's own prepared call.
+
+Lowering happens at the end of a run, from the values that run left in its slots: their
+layouts (shapes, strides, dtypes) are what the table is built for. A view's address is
+its input's plus a fixed offset; a matmul's operands give BLAS its transpose flags and
+leading dimensions. A segment checks at each call that the arrays it reads from outside
+(arguments, host steps' results) have the layouts it was built for, and otherwise runs
+its steps one by one: never a wrong answer.
 """
 
 from __future__ import annotations
 
-import threading
+import math
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
-from fastgrad.compiler.kernel_cache import kernel_key
-from fastgrad.runtime.arena import staggered_empty
-from fastgrad.runtime.vm import KERNEL, compile_adapter, run_steps
-
-_ADAPTERS: dict[tuple[Any, ...], Any] = {}  # (kernel key, adapter source) -> C function
-_COMPILING = threading.Lock()
-
-
-def _adapter_address(step: Any, operands: list[tuple[int, str]]) -> int:
-    scalars = [np.asarray(s).dtype.name for s in step.scalars]
-    source = adapter_source(len(step.sizes), scalars, operands)
-    key = (kernel_key(step.source.source), source)
-    with _COMPILING:
-        adapter = _ADAPTERS.get(key)
-        if adapter is None:
-            tag = kernel_key(key[0] + source)
-            adapter = _ADAPTERS[key] = compile_adapter(source, step.kernel, tag)
-    return int(adapter.address)
-
-
-def _lowerable(step: Any) -> bool:
-    """A kernel step whose kernel is loaded and final, with no index checks to run."""
-    source = getattr(step, "source", None)
-    return (
-        source is not None
-        and step.kernel is not None
-        and step.tier is None
-        and not step.checks
-        and all(v.aval.dtype.name in _DTYPES for v in [*source.inputs, *source.outputs])
-    )
-
+from fastgrad.core.config import config
+from fastgrad.runtime import adapters
+from fastgrad.runtime.arena import PAGE, staggered_empty
+from fastgrad.runtime.blas import OneThread, threads_local_address
+from fastgrad.runtime.control_flow import SMALL_MATMUL
+from fastgrad.runtime.plan_rows import gemm_row, view_offset
+from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack, run_steps
 
 _DTYPES = ("float64", "float32", "int64", "int32", "bool")
+
+
+class Waiting:
+    """Lowering waits for adapters being compiled: `ready()` says when to try again."""
+
+    def __init__(self, jobs: Sequence[adapters.CompileJob]):
+        self.jobs = list(jobs)
+
+    def ready(self) -> bool:
+        return all(job.settled.is_set() for job in self.jobs)
 
 
 class _Table:
     """The step table under construction, shared by a plan's segments."""
 
-    def __init__(self, env: list[Any], static: AbstractSet[int]):
-        self.env, self.static = env, static
+    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool):
+        self.env, self.static, self.wait = env, static, wait
         self.code: list[int] = []
         self.starts: list[int] = []
         self.floats: list[float] = []
-        self.adapters: list[int] = []
+        self.functions: dict[int, int] = {}  # address -> index in the function table
         self.pointer: dict[int, int] = {}  # env slot -> index in the pointer table
         self.fixed: dict[int, int] = {}  # pointer index -> address known once for all
+        self.pending: list[adapters.CompileJob] = []  # adapters still compiling
 
     def index(self, slot: int) -> int:
         return self.pointer.setdefault(slot, len(self.pointer))
 
-    def static_operand(self, slot: int, dtype: np.dtype) -> bool:
-        """Record a fixed slot's address; False if the kernel cannot see it as it is."""
-        value = self.env[slot]
-        if not (
-            isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype == dtype
-        ):
-            return False
-        self.fixed[self.index(slot)] = value.ctypes.data
-        return True
+    def function(self, address: int) -> int:
+        return self.functions.setdefault(address, len(self.functions))
 
     def scalar(self, value: Any) -> int:
         if np.asarray(value).dtype.name in FLOATS:
@@ -81,96 +68,214 @@ class _Table:
             return len(self.floats) - 1
         return int(value)
 
+    def append(self, row: list[int]) -> None:
+        self.starts.append(len(self.code))
+        self.code += row
+
 
 class Segment:
     """Steps `first` .. `first + count - 1` of the table, run by one call into the
-    interpreter after the arguments they read are checked and their fresh outputs are
-    allocated."""
+    interpreter after the arrays they read from outside are checked and their fresh
+    outputs are allocated; then the views Python needs are made."""
 
-    def __init__(self, table: _Table, first: int, host: Sequence[Callable[[], None]]):
+    interpreted = True  # computes nothing with NumPy (but when it falls back to its steps)
+
+    def __init__(self, table: _Table, first: int):
         self.table, self.first, self.count = table, first, 0
-        self.host = list(host)  # the same steps, one by one
-        self.reads: list[tuple[int, int, np.dtype]] = []  # (slot, pointer, dtype)
-        self.fresh: list[tuple[Any, ...]] = []  # (shape, dtype, k, view, slot, pointer)
-        self.known: set[int] = set()  # dynamic slots whose address this segment sets
         self.env = table.env
+        self.host: list[Callable[[], None]] = []  # the same steps, one by one
+        self.reads: list[tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]] = []
+        self.read_indices: list[int] = []
+        self.fresh: list[tuple[Any, ...]] = []  # (shape, dtype, k, view, slot, small)
+        self.fresh_indices: list[int] = []
+        self.produced: set[int] = set()  # slots this segment's steps write
+        self.views: dict[int, tuple[int, Callable[[], None]]] = {}  # out -> (in, host call)
+        self.exported: set[int] = set()  # views whose arrays Python needs after the run
+        self.exports: list[Callable[[], None]] = []
+        # Kernels' index checks, on arrays read from outside: made before the run.
+        self.checks: list[Callable[[list[Any]], None]] = []
+
+    def operand(self, slot: int) -> int:
+        """The pointer index of an array a step reads: fixed (a buffer, a constant),
+        written by this segment, or read from outside and checked at each call."""
+        table = self.table
+        index = table.index(slot)
+        value = self.env[slot]
+        if slot in table.static:
+            table.fixed[index] = value.ctypes.data
+        elif slot not in self.produced and all(slot != r[0] for r in self.reads):
+            self.reads.append((slot, value.shape, value.strides, value.dtype))
+            self.read_indices.append(index)
+        return index
+
+    def output(self, slot: int, fresh: tuple[Any, ...] | None) -> int:
+        """The pointer index of an array a step writes: a buffer, or `fresh` (shape,
+        dtype, k, view), allocated at each call."""
+        if fresh is None:
+            return self.operand(slot)
+        shape, dtype = fresh[:2]
+        small = math.prod(shape) * dtype.itemsize < PAGE  # staggered_empty's np.empty
+        self.fresh.append((*fresh, slot, small))
+        self.fresh_indices.append(self.table.index(slot))
+        self.produced.add(slot)
+        return self.table.index(slot)
 
     def add(self, step: Any, call: Callable[[], None]) -> bool:
-        """Append a kernel step; False (nothing added) if it cannot run here."""
+        """Append a step; False (nothing added) if it cannot run in the interpreter."""
+        kind = type(step).__name__
+        row = (
+            self._kernel(step)
+            if kind == "_KernelStep"
+            else self._matmul(step)
+            if kind == "MatmulStep"
+            else self._view(step, call)
+            if kind == "_ViewStep"
+            else None
+        )
+        if row is None:
+            return False
+        self.table.append(row)
+        self.host.append(call)
+        self.count += 1
+        return True
+
+    def _arrays(self, slots: Sequence[int]) -> list[np.ndarray] | None:
+        values = [self.env[slot] for slot in slots]
+        return values if all(isinstance(v, np.ndarray) for v in values) else None
+
+    def _kernel(self, step: Any) -> list[int] | None:
+        source = getattr(step, "source", None)
+        if (
+            source is None
+            or step.kernel is None
+            or step.tier is not None
+            or any(slot in self.produced for slot in step.checks)
+            or any(v.aval.dtype.name not in _DTYPES for v in [*source.inputs, *source.outputs])
+        ):
+            return None
+        inputs = self._arrays(step.ins)
+        if inputs is None or not all(
+            x.flags.c_contiguous and x.dtype == v.aval.dtype
+            for x, v in zip(inputs, source.inputs, strict=True)
+        ):
+            return None
         table = self.table
         operands: list[tuple[int, str]] = []
-        row: list[int] = [*step.sizes, step.nchunks, *map(table.scalar, step.scalars)]
-        reads: list[tuple[int, int, np.dtype]] = []
-        fresh_outputs: list[tuple[Any, ...]] = []
-        for var, slot, reshape in zip(step.source.inputs, step.ins, step._reshape_in, strict=True):
+        for var, reshape in zip(source.inputs, step._reshape_in, strict=True):
             shape = (var.aval.size,) if reshape else var.aval.shape
-            dtype = var.aval.dtype
-            if slot in table.static:
-                if not table.static_operand(slot, dtype):
-                    return False
-            elif slot not in self.known and all(slot != r[0] for r in reads):
-                reads.append((slot, table.index(slot), dtype))  # an argument, or a host's
+            operands.append((len(shape), var.aval.dtype.name))
+        for shape, dtype in step.allocations:
             operands.append((len(shape), dtype.name))
-            row += [table.index(slot), *shape]
+        scalars = [np.asarray(s).dtype.name for s in step.scalars]
+        job = adapters.adapter(
+            source.source, adapter_source(len(step.sizes), scalars, operands), step.kernel,
+            table.wait,
+        )  # fmt: skip
+        if job.settled.is_set() and job.address is None:
+            return None  # its adapter failed to compile, or the process is exiting
+        if not job.settled.is_set():
+            table.pending.append(job)
+        row = [*step.sizes, step.nchunks, *map(table.scalar, step.scalars)]
+        for var, slot, reshape in zip(source.inputs, step.ins, step._reshape_in, strict=True):
+            row += [self.operand(slot), *((var.aval.size,) if reshape else var.aval.shape)]
         fresh = {k: entry for k, *entry in step._fresh}
         for k, ((shape, dtype), slot, buffer) in enumerate(
             zip(step.allocations, step.outs, step._buffers, strict=True)
         ):
             if buffer is not None:
-                if not table.static_operand(buffer, dtype):
-                    return False
-                row += [table.index(buffer), *shape]
-            else:
-                _, _, view, _ = fresh[k]
-                fresh_outputs.append((shape, dtype, k, view, slot, table.index(slot)))
-                row += [table.index(slot), *shape]
-            operands.append((len(shape), dtype.name))
-        table.starts.append(len(table.code))
-        table.code += [KERNEL, len(table.adapters), *row]
-        table.adapters.append(_adapter_address(step, operands))
-        self.reads += reads
-        self.fresh += fresh_outputs
-        self.known.update(entry[0] for entry in reads)
-        self.known.update(entry[4] for entry in fresh_outputs)
-        self.host.append(call)
-        self.count += 1
-        return True
+                row += [self.operand(buffer), *shape]
+                continue
+            _, _, view, _ = fresh[k]
+            row += [self.output(slot, (shape, dtype, k, view)), *shape]
+        function = table.function(job.address) if job.address is not None else -1
+        if step.checks:
+            self.checks.append(step.check_indices)
+        return [KERNEL, function, *row]
 
-    def finish(self, arrays: tuple[np.ndarray, ...]) -> None:
-        """Take the finished table's arrays (shared by the plan's segments)."""
-        self.code, self.starts, self.floats, self.addresses, self.ptrs = arrays
-        indices = [index for _, index, _ in self.reads] + [entry[5] for entry in self.fresh]
-        self.indices = np.array(indices or [len(self.ptrs) - 1], np.int64)  # or the scratch
+    def _matmul(self, step: Any) -> list[int] | None:
+        arrays = self._arrays(step.ins)
+        if arrays is None or step.ins[0] == step.ins[1]:
+            return None  # NumPy gives a @ a.T to syrk, whose bits may differ from gemm's
+        a, b = arrays
+        target = step.out if step.accumulate else step.buffer
+        out = self.env[target] if target is not None else None
+        if out is None:
+            out = np.empty(step.shape, step.dtype)  # what the fresh output will look like
+        fields = gemm_row(a, b, out, step.accumulate)
+        if fields is None:
+            return None
+        function, params, offsets = fields
+        pointers = [self.operand(step.ins[0]), self.operand(step.ins[1])]
+        fresh = None if target is not None else (step.shape, step.dtype, 0, None)
+        pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
+        return [GEMM, self.table.function(function), *params, *pointers, *offsets]
+
+    def _view(self, step: Any, call: Callable[[], None]) -> list[int] | None:
+        arrays = self._arrays([step.ins[0], step.out])
+        offset = None if arrays is None else view_offset(*arrays)
+        if offset is None:
+            return None  # a reshape that copied
+        index = self.operand(step.ins[0])
+        self.produced.add(step.out)
+        self.views[step.out] = (step.ins[0], call)
+        return [VIEW, index, self.table.index(step.out), offset]
+
+    def export(self, slot: int) -> None:
+        """Make the view in `slot` (and the views of this segment it is made from) an
+        array in the env after each run: Python reads it."""
+        while slot in self.views and slot not in self.exported:
+            self.exported.add(slot)
+            slot = self.views[slot][0]
+
+    def stand_ins(self) -> tuple[np.ndarray, ...]:
+        """Arrays of the kinds a call hands the interpreter (for its compile)."""
+        arrays = [self.env[slot] for slot, *_ in self.reads]
+        arrays += [np.empty(shape, dtype) for shape, dtype, *_ in self.fresh]
+        return tuple(arrays) or (np.zeros(1),)
+
+    def record(self) -> list[int]:
+        """The segment's record in the table: its steps and the pointers it fills."""
+        indices = self.read_indices + self.fresh_indices
+        if not indices:  # the interpreter takes one tuple kind at least: a scratch entry
+            indices = [len(self.table.pointer)]
+        return [self.first, self.count, len(indices), *indices]
+
+    def finish(self, table: np.ndarray, at: int, one_thread: bool) -> None:
+        """Take the finished table (shared by the plan's segments) and this segment's place;
+        with `one_thread`, its steps run one by one with BLAS on one thread, as the
+        interpreter runs them."""
+        self.array, self.at = table, at
+        self.one_thread = one_thread
+        self.exports = [call for slot, (_, call) in self.views.items() if slot in self.exported]
+        self.scratch = () if self.reads or self.fresh else (np.zeros(1),)
 
     def __call__(self) -> None:
         env = self.env
         arrays = []
-        for slot, _, dtype in self.reads:
+        for slot, shape, strides, dtype in self.reads:
             value = env[slot]
             if not (
-                isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype == dtype
+                type(value) is np.ndarray
+                and value.strides == strides
+                and value.shape == shape
+                and value.dtype == dtype
             ):
-                for call in self.host:
-                    call()
+                # Under the step runner's settings (Executable.__call__ skips them for a
+                # plan run by the interpreter alone).
+                with np.errstate(all="ignore"), OneThread() if self.one_thread else nullcontext():
+                    for call in self.host:
+                        call()
                 return
             arrays.append(value)
-        for shape, dtype, k, view, slot, _ in self.fresh:
-            buffer = staggered_empty(shape, dtype, k)
+        for check in self.checks:
+            check(env)
+        for shape, dtype, k, view, slot, small in self.fresh:
+            buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
             env[slot] = buffer if view is None else buffer.reshape(view)
             arrays.append(buffer)
-        if not arrays:  # the interpreter takes one tuple kind at least: a scratch address
-            arrays.append(self.ptrs)
-        run_steps(
-            self.code,
-            self.starts,
-            self.first,
-            self.count,
-            self.ptrs,
-            self.floats,
-            self.addresses,
-            self.indices,
-            tuple(arrays),
-        )
+        run_steps(self.array, self.at, tuple(arrays) or self.scratch)
+        for call in self.exports:
+            call()
 
 
 def lower(
@@ -178,34 +283,83 @@ def lower(
     calls: Sequence[Callable[[], None]],
     env: list[Any],
     static: AbstractSet[int],
-) -> list[Callable[[], None]]:
+    outputs: Sequence[int],
+    wait: bool = False,
+) -> list[Callable[[], None]] | Waiting:
     """The calls of an arena whose steps are settled (`calls[i]` runs `steps[i]` on
-    `env`), with each run of kernels made one call into the interpreter."""
-    table = _Table(env, static)
+    `env`, which holds the values of a run just made), with each run of steps the
+    interpreter can take made one call into it; or, while adapters compile in the
+    background (unless `wait` or sync mode), what to wait for before trying again."""
+    table = _Table(env, static, wait or config.compile == "sync")
     out: list[Callable[[], None]] = []
+    owner: list[Segment | None] = []  # the segment of each step
     segments: list[Segment] = []
     segment: Segment | None = None
     for step, call in zip(steps, calls, strict=True):
-        if _lowerable(step):
-            if segment is None:
-                segment = Segment(table, len(table.starts), [])
-            if segment.add(step, call):
-                if segment.count == 1:
-                    segments.append(segment)
-                    out.append(segment)
-                continue
-        segment = None
+        if segment is None:
+            segment = Segment(table, len(table.starts))
+        if segment.add(step, call):
+            if segment.count == 1:
+                segments.append(segment)
+                out.append(segment)
+            owner.append(segment)
+            continue
+        owner.append(None)
         out.append(call)
-    ptrs = np.zeros(len(table.pointer) + 1, np.int64)  # the last: a scratch entry
-    for index, address in table.fixed.items():
-        ptrs[index] = address
-    arrays = (
-        np.array(table.code, np.int64),
-        np.array(table.starts, np.int64),
-        np.array(table.floats or [0.0], np.float64),
-        np.array(table.adapters, np.int64),
-        ptrs,
-    )
+        if segment.count:
+            segment = None
     for segment in segments:
-        segment.finish(arrays)
+        job = adapters.interpreter(segment.stand_ins(), table.wait)
+        if job.settled.is_set() and (job.error is not None or not job.done.is_set()):
+            return list(calls)  # no interpreter for it (the process is exiting, or a bug)
+        if not job.settled.is_set():
+            table.pending.append(job)
+    if table.pending:
+        return Waiting(table.pending)
+    _exports(steps, owner, segments, outputs)
+    functions = sorted(table.functions, key=table.functions.__getitem__)
+    one_thread = 0 < _largest_product(steps, env) <= SMALL_MATMUL
+    array, at = pack(
+        table.code,
+        table.starts,
+        functions,
+        len(table.pointer) + 1,  # the last: a scratch entry
+        table.floats,
+        [segment.record() for segment in segments],
+        threads_local_address() if one_thread else 0,
+    )
+    for index, address in table.fixed.items():
+        array[array[2] + index] = address
+    for segment, place in zip(segments, at, strict=True):
+        segment.finish(array, place, one_thread)
     return out
+
+
+def _largest_product(steps: Sequence[Any], env: list[Any]) -> int:
+    """Multiply-adds of the largest single matrix product among `steps` (as the plan's
+    `small_matmuls`: with all of them small, BLAS runs on one thread)."""
+    sizes = [
+        math.prod(step.shape[-2:]) * env[step.ins[0]].shape[-1]
+        for step in steps
+        if type(step).__name__ == "MatmulStep" and len(step.shape) >= 2
+        and env[step.ins[0]].ndim >= 2
+    ]  # fmt: skip
+    return max(sizes, default=0)
+
+
+def _exports(
+    steps: Sequence[Any],
+    owner: Sequence[Segment | None],
+    segments: Sequence[Segment],
+    outputs: Sequence[int],
+) -> None:
+    """Tell each segment which of its views Python reads: those read by a step outside
+    it, and the plan's outputs."""
+    for step, mine in zip(steps, owner, strict=True):
+        for slot in [*step.ins, *getattr(step, "checks", ())]:
+            for segment in segments:
+                if segment is not mine and slot in segment.views:
+                    segment.export(slot)
+    for slot in outputs:
+        for segment in segments:
+            segment.export(slot)

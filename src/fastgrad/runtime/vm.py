@@ -4,14 +4,22 @@ types: each kernel is called through its adapter, a C function of one uniform si
 `(int64* row, int64* ptrs, float64* scalars)` that rebuilds the kernel's arrays from the
 pointer table (compiler.codegen.adapter).
 
-Step table: `code` is flat, step i starts at `starts[i]`.
-  KERNEL: [KERNEL, adapter index, <the adapter's row: sizes, chunks, scalars, operands>]
-`ptrs[j]` is the address of operand slot j, filled before each segment runs.
+Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds addresses.
+  KERNEL: [KERNEL, function, <the adapter's row: sizes, chunks, scalars, operands>]
+  VIEW: [VIEW, pointer in, pointer out, byte offset]: reshape, transpose, slice and
+    broadcast views share their input's memory; only the address moves
+  GEMM: [GEMM, function, float64?, trans a, trans b, m, n, k, lda, ldb, ldc, beta,
+    pointer a, pointer b, pointer c, count, <count triples of byte offsets into a, b, c>]:
+    `c = a @ b (+ c)` per matrix of a batch, through cblas_?gemm (row-major)
+`ptrs[j]` is the address of operand slot j, filled before each segment runs (or once, for
+buffers and constants).
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -23,7 +31,16 @@ from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
 
-KERNEL = 1
+KERNEL, VIEW, GEMM = 1, 2, 3
+# The table starts with where its steps' starts, functions, pointers and floats are, the
+# address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small enough
+# to run on one thread (0: leave BLAS's threads as they are), the address of the
+# interpreter's loop (`table_function`) and the table's length.
+HEADER = 7
+ROW_MAJOR = 101
+
+#: The interpreter loop's C signature: the table, where the segment's record is.
+TABLE_SIGNATURE = types.void(types.CPointer(types.int64), types.int64)
 
 #: The adapters' C signature: the step's row, the pointer table, the float scalars.
 ADAPTER_SIGNATURE = types.void(
@@ -44,6 +61,87 @@ def _call_adapter_typing(typingctx: Any, address: Any, row: Any, ptrs: Any, scal
     return signature, codegen
 
 
+def _gemm_typing(
+    typingctx: Any, address: Any, double: Any, ta: Any, tb: Any, m: Any, n: Any, k: Any,
+    alpha: Any, a: Any, lda: Any, b: Any, ldb: Any, beta: Any, c: Any, ldc: Any,
+) -> Any:  # fmt: skip
+    """Call `cblas_?gemm` at integer `address` (d if `double`, else s) in row-major order
+    with the other arguments (int64s; alpha and beta float64s; the matrices' addresses)."""
+    signature = types.void(address, double, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def codegen(context: Any, builder: Any, sig: Any, values: Any) -> Any:
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        char_p = ir.IntType(8).as_pointer()
+
+        def call(real: Any) -> None:
+            kinds = [i32, i32, i32, i64, i64, i64, real, char_p, i64, char_p, i64, real]
+            kinds += [char_p, i64]
+            fnty = ir.FunctionType(ir.VoidType(), kinds)
+            ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc = values[2:]
+            scalar = (
+                (lambda x: x)
+                if real == ir.DoubleType()
+                else (lambda x: builder.fptrunc(x, ir.FloatType()))
+            )
+            ptr = lambda x: builder.inttoptr(x, char_p)  # noqa: E731
+            arguments = [ir.Constant(i32, ROW_MAJOR), builder.trunc(ta, i32)]
+            arguments += [builder.trunc(tb, i32), m, n, k, scalar(alpha), ptr(a), lda]
+            arguments += [ptr(b), ldb, scalar(beta), ptr(c), ldc]
+            builder.call(builder.inttoptr(values[0], fnty.as_pointer()), arguments)
+
+        with builder.if_else(builder.icmp_signed("!=", values[1], ir.Constant(i64, 0))) as (
+            then,
+            otherwise,
+        ):
+            with then:
+                call(ir.DoubleType())
+            with otherwise:
+                call(ir.FloatType())
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+def _call_table_typing(typingctx: Any, address: Any, table: Any, at: Any) -> Any:
+    """Call the C function `void f(int64*, int64)` at integer `address`."""
+    signature = types.void(address, table, at)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(ir.VoidType(), [i64.as_pointer(), i64])
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+def _set_threads_typing(typingctx: Any, address: Any, count: Any) -> Any:
+    """Call `int f(int)` at integer `address` (OpenBLAS's per-thread thread count)."""
+    signature = types.int64(address, count)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(i32, [i32])
+        result = builder.call(
+            builder.inttoptr(args[0], fnty.as_pointer()), [builder.trunc(args[1], i32)]
+        )
+        return builder.sext(result, ir.IntType(64))
+
+    return signature, codegen
+
+
+def _float_pointer_typing(typingctx: Any, array: Any, index: Any) -> Any:
+    """The address of `array[index]` of a 1-D int64 array holding float64 bits, as a
+    float64 pointer."""
+    signature = types.CPointer(types.float64)(array, index)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.bitcast(builder.gep(data, [args[1]]), ir.DoubleType().as_pointer())
+
+    return signature, codegen
+
+
 def _element_pointer_typing(typingctx: Any, array: Any, index: Any) -> Any:
     """The address of `array[index]` of a 1-D array, as a typed pointer."""
     signature = types.CPointer(array.dtype)(array, index)
@@ -57,7 +155,11 @@ def _element_pointer_typing(typingctx: Any, array: Any, index: Any) -> Any:
 
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's, not the caller's.
 _call_adapter: Any = intrinsic(_call_adapter_typing)
+_gemm: Any = intrinsic(_gemm_typing)
 _element_pointer: Any = intrinsic(_element_pointer_typing)
+_float_pointer: Any = intrinsic(_float_pointer_typing)
+_set_threads: Any = intrinsic(_set_threads_typing)
+_call_table: Any = intrinsic(_call_table_typing)
 
 
 def _typed_pointer(dtype: Any) -> Any:
@@ -84,35 +186,122 @@ POINTERS = {
 }
 
 
-@cached_njit("plan interpreter", nogil=True)
-def run_steps(
-    code: np.ndarray,
-    starts: np.ndarray,
-    first: int,
-    count: int,
-    ptrs: np.ndarray,
-    scalars: np.ndarray,
-    adapters: np.ndarray,
-    indices: np.ndarray,
-    arrays: tuple[np.ndarray, ...],
-) -> None:  # pragma: no cover - compiled
-    """Run steps `first` .. `first + count - 1` of a step table, after setting
-    `ptrs[indices[k]]` to the address of `arrays[k]` (the call's arguments and fresh
-    outputs): taking addresses here costs a fraction of NumPy's `.ctypes.data` (~5 us
-    each). Compiled once per kind of `arrays` tuple (its arrays' dtypes and ranks)."""
-    k = 0
-    for array in literal_unroll(arrays):
-        ptrs[indices[k]] = array.ctypes.data
-        k += 1
-    for i in range(first, first + count):
-        p = starts[i]
-        if code[p] == KERNEL:
+def _source_tag() -> str:
+    """What the interpreter's cached machine code is keyed by besides Numba's: this
+    module's source, so that a changed interpreter is never loaded from an older cache."""
+    with open(__file__, "rb") as f:
+        return "plan interpreter " + hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
+    """The interpreter's loop over the segment whose record starts at `table[at]`:
+    [first step, step count, ...]. Compiled once, as a C function (`table_function`)."""
+    table = carray(pointer, (pointer[6],))
+    starts, functions, ptrs, floats, threads = table[0], table[1], table[2], table[3], table[4]
+    before = _set_threads(threads, 1) if threads != 0 else 0  # as blas.OneThread
+    first = table[at]
+    for i in range(first, first + table[at + 1]):
+        p = table[starts + i]
+        op = table[p]
+        if op == KERNEL:
             _call_adapter(
-                adapters[code[p + 1]],
-                _element_pointer(code, p + 2),
-                _element_pointer(ptrs, 0),
-                _element_pointer(scalars, 0),
+                table[functions + table[p + 1]],
+                _element_pointer(table, p + 2),
+                _element_pointer(table, ptrs),
+                _float_pointer(table, floats),
             )
+        elif op == VIEW:
+            table[ptrs + table[p + 2]] = table[ptrs + table[p + 1]] + table[p + 3]
+        elif op == GEMM:
+            a = table[ptrs + table[p + 12]]
+            b = table[ptrs + table[p + 13]]
+            c = table[ptrs + table[p + 14]]
+            beta = float(table[p + 11])
+            for q in range(p + 16, p + 16 + 3 * table[p + 15], 3):
+                _gemm(
+                    table[functions + table[p + 1]], table[p + 2], table[p + 3], table[p + 4],
+                    table[p + 5], table[p + 6], table[p + 7], 1.0, a + table[q], table[p + 8],
+                    b + table[q + 1], table[p + 9], beta, c + table[q + 2], table[p + 10],
+                )  # fmt: skip
+    if threads != 0:
+        _set_threads(threads, before)
+
+
+_TABLE_FUNCTION: list[Any] = []  # the compiled `_run_table`, kept alive
+_TABLE_LOCK = threading.Lock()
+
+
+def table_function() -> int:
+    """The address of the interpreter's loop, compiled (or loaded from fastgrad's cache)
+    on first use: a C function `(int64* table, int64 at)`, the same for every plan."""
+    with _TABLE_LOCK:
+        if not _TABLE_FUNCTION:
+            signature = (TABLE_SIGNATURE.args, TABLE_SIGNATURE.return_type)
+            function: Any = CFunc(_run_table, signature, locals={}, options={"nogil": True})
+            function._cache = MachineCodeCache(_run_table, _source_tag(), folder="adapters")
+            function.compile()
+            _TABLE_FUNCTION.append(function)
+        return int(_TABLE_FUNCTION[0].address)
+
+
+@cached_njit(_source_tag(), nogil=True)
+def run_steps(table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> None:
+    """Run the segment whose record starts at `table[at]`: [first step, step count, k,
+    k pointer indices], after setting the pointers it names to the addresses of `arrays`
+    (the call's arguments and fresh outputs; taking addresses here costs a fraction of
+    NumPy's `.ctypes.data`, ~5 us each). One int64 table holds everything (one argument
+    for the dispatcher to check rather than eight): HEADER gives where its parts start.
+    Compiled once per kind of `arrays` tuple (its arrays' dtypes and ranks), a small
+    function: the loop itself is compiled once for all (`table_function`)."""
+    k = at + 3
+    for array in literal_unroll(arrays):
+        table[table[2] + table[k]] = array.ctypes.data
+        k += 1
+    _call_table(table[5], _element_pointer(table, 0), at)
+
+
+def pack(
+    code: list[int],
+    starts: list[int],
+    functions: list[int],
+    pointers: int,
+    floats: list[float],
+    segments: list[list[int]],
+    threads: int = 0,
+) -> tuple[np.ndarray, list[int]]:
+    """The table `run_steps` reads: the HEADER (where the step starts, the functions, the
+    pointers and the floats begin; `threads`), the steps' rows (`code`, rows starting at
+    `starts`), then those parts and the segments' records. Returns it and where each
+    segment's record is. Floats are kept as their bits.
+
+    >>> table, at = pack([VIEW, 0, 1, 8], [0], [], 2, [], [[0, 1, 1, 0]])
+    >>> x = np.arange(3.0)
+    >>> run_steps(table, at[0], (x,))
+    >>> int(table[table[2] + 1] - table[table[2]])  # pointer 1 is 8 bytes past pointer 0
+    8
+    """
+    body = HEADER + len(code)
+    parts = [starts, functions, [0] * pointers, np.array(floats, np.float64).view(np.int64)]
+    heads, where = [], body
+    for part in parts:
+        heads.append(where)
+        where += len(part)
+    at = []
+    for record in segments:
+        at.append(where)
+        where += len(record)
+    table = np.concatenate(
+        [
+            np.array([*heads, threads, table_function(), 0], np.int64),
+            np.array(code, np.int64) if code else np.zeros(0, np.int64),
+            np.array([HEADER + s for s in starts], np.int64),
+            *(np.asarray(part, np.int64) for part in parts[1:]),
+            *(np.array(record, np.int64) for record in segments),
+            np.zeros(1, np.int64),  # never empty
+        ]
+    )
+    table[6] = len(table)
+    return table, at
 
 
 def compile_adapter(source: str, kernel: Any, tag: str = "") -> Any:
@@ -128,9 +317,9 @@ def compile_adapter(source: str, kernel: Any, tag: str = "") -> Any:
     ...         y[i] = 2 * x[i]
     >>> c = compile_adapter(adapter_source(1, [], [(1, "float64"), (1, "float64")]), double)
     >>> x, y = np.arange(3.0), np.zeros(3)
-    >>> row = np.array([3, 1, 0, 3, 1, 3])  # size 3, 1 chunk, x in slot 0, y in slot 1
-    >>> run_steps(np.array([KERNEL, 0, *row]), np.array([0]), 0, 1, np.zeros(2, np.int64),
-    ...     np.zeros(1), np.array([c.address]), np.array([0, 1]), (x, y))
+    >>> row = [3, 1, 0, 3, 1, 3]  # size 3, 1 chunk, x in pointer 0, y in pointer 1
+    >>> table, at = pack([KERNEL, 0, *row], [0], [c.address], 2, [], [[0, 1, 2, 0, 1]])
+    >>> run_steps(table, at[0], (x, y))
     >>> y
     array([0., 2., 4.])
     """

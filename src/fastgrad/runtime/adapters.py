@@ -1,0 +1,106 @@
+"""The plan interpreter's machine code (runtime.vm), built like kernels: on the background
+compile thread, so that no call waits for it (or in the calling thread in sync mode, and
+for a plan told to wait): kernels' adapters, one per kernel source and operand kinds,
+and the interpreter itself for each new kind of argument tuple; shared by every plan,
+cached on disk like kernels.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fastgrad.compiler.kernel_cache import kernel_key
+from fastgrad.core import compile_log
+from fastgrad.runtime import background
+from fastgrad.runtime.vm import compile_adapter, run_steps, table_function
+
+_LOCK = threading.Lock()
+_JOBS: dict[Any, CompileJob] = {}  # what a job builds -> the job
+
+
+@dataclass
+class _Source:
+    source: str  # what the compile watchdog names and records when a compile hangs
+
+
+class CompileJob:
+    """One piece of the interpreter's machine code to build: the interface of
+    background.Job that the compile thread uses (run, drop, done, settled, apart, label,
+    source). `build()` returns the object to keep alive and its address (or 0)."""
+
+    apart = False  # never a child process: these compile as fast as a kernel
+
+    def __init__(self, label: str, source: str, build: Callable[[], tuple[Any, int]]):
+        self.label, self.source, self.build = label, _Source(source), build
+        self.address: int | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.settled = threading.Event()
+        self._run_lock = threading.Lock()
+
+    def run(self) -> None:
+        with self._run_lock:  # once, whichever thread (compile thread or a waiting call)
+            if self.done.is_set():
+                return
+            start = time.perf_counter()
+            try:
+                self._built, self.address = self.build()
+            except Exception as error:  # the plan keeps running its steps one by one
+                self.error = error
+            seconds = time.perf_counter() - start
+            compile_log.log_kernel_ready(self.label, self.error is None, True, seconds)
+            self.done.set()
+            self.settled.set()
+
+    def drop(self) -> None:
+        self.settled.set()
+
+
+def _job(key: Any, wait: bool, make: Callable[[], CompileJob]) -> CompileJob:
+    """The job for `key` (made by `make` when first asked for and handed to the compile
+    thread), or with `wait`, run here if it is not done yet."""
+    with _LOCK:
+        job = _JOBS.get(key)
+        new = job is None
+        if new:
+            job = _JOBS[key] = make()
+    assert job is not None
+    if wait:
+        job.run()  # nothing to do if the compile thread has built it
+    elif new:
+        background.submit(job)
+    return job
+
+
+def adapter(kernel_source: str, source: str, kernel: Any, wait: bool) -> CompileJob:
+    """The job building the adapter `source` around `kernel` (compiled from
+    `kernel_source`), its machine code cached under a key of both."""
+
+    def build() -> tuple[Any, int]:
+        compiled = compile_adapter(source, kernel, kernel_key(kernel_source + source))
+        return compiled, int(compiled.address)
+
+    label = f"adapter of fastgrad_kernel_{kernel_key(kernel_source)}"
+    return _job((kernel_source, source), wait, lambda: CompileJob(label, source, build))
+
+
+def interpreter(arrays: tuple[np.ndarray, ...], wait: bool) -> CompileJob:
+    """The job compiling `run_steps` for the kind of tuple `arrays` is (a new kind costs
+    a compile of the interpreter, which no call should wait for either)."""
+    import numba
+
+    kind = numba.typeof(arrays)
+    signature = (numba.typeof(np.zeros(1, np.int64)), numba.int64, kind)
+
+    def build() -> tuple[Any, int]:
+        table_function()  # the loop itself, compiled (or loaded) once for all kinds
+        return run_steps.compile(signature), 0
+
+    label = f"plan interpreter for {kind}"
+    return _job(("interpreter", str(kind)), wait, lambda: CompileJob(label, str(kind), build))
