@@ -179,3 +179,37 @@ def test_stacked_outputs_are_reused_only_once_nothing_holds_them():
     assert pool.empty(0, aval).ctypes.data == address  # nothing holds it: handed out again
     assert pool.empty(1, aval).ctypes.data != address
     assert pool.empty(0, Aval((2, 2), np.dtype(np.float64))).shape == (2, 2)
+
+
+def _hidden_states(w, h, xs, reverse=False):
+    def step(h, x):
+        h = _cell(w, h, x)
+        return h, h
+
+    return fg.scan(step, h, xs, reverse=reverse)
+
+
+def _states_loss(states):
+    def loss(w, h, xs, reverse):
+        h, hs = states(w, h, xs, reverse)
+        weights = fnp.cos(fnp.arange(hs.size).reshape(hs.shape) * 0.7)
+        return fnp.sum(hs * weights) + fnp.sum(h * h)
+
+    return loss
+
+
+def _forward_scan(f):
+    (traced,) = f._cache.values()
+    return next(s for s in traced.executable.plan if isinstance(s, LoopStep))
+
+
+def test_a_gradient_call_hands_its_forward_stacks_out_again():
+    """Nothing holds a forward scan's stacked outputs past a call (a kernel that read
+    them once kept them in its bound arguments): the next call writes the same memory."""
+    args = _inputs(np.random.default_rng(9), 6, 2, 3, np.float64)
+    f = fg.jit(fg.grad(_states_loss(_hidden_states), argnums=(0, 1, 2)), static_argnums=3)
+    f(*args, False)
+    stacks = _forward_scan(f).stacks.kept
+    before = {k: a.ctypes.data for k, a in stacks.items()}
+    f(*args, False)
+    assert {k: a.ctypes.data for k, a in stacks.items()} == before

@@ -165,7 +165,12 @@ class _KernelStep:
                 buf = args[position] = staggered_empty(shape, dtype, k)
                 env[slot] = buf if view is None else buf.reshape(view)
             kernel(*args)
+            # Hold no array of this call past it: a scan's stacked output read here would
+            # otherwise stay referenced, and its StackPool could never hand it out again.
+            for position in cleared:
+                args[position] = None
 
+        cleared = [position for position, *_ in dynamic] + [position for position, *_ in fresh]
         return call
 
     def _numpy_answers(self, env: list[Any]) -> bool:
