@@ -285,6 +285,10 @@ class Executable:
             if isinstance(planned, _ViewStep) and planned.ins[0] in per_call:
                 per_call.add(planned.out)
         fresh = fresh_slots(self.plan, self.outputs)
+        seen = fresh_slots(self.plan, self.outputs, stacked_inputs=False)
+        for planned in self.plan:
+            if isinstance(planned, LoopStep):
+                planned.publish(seen)
         self.plan = fold_accumulations(self.plan, fresh, per_call)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
@@ -512,16 +516,19 @@ def _arena(
     return Arena(template, buffers, static_views, steps, outputs, static, lower)
 
 
-def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:
+def fresh_slots(
+    plan: Sequence[PlanStep], outputs: Sequence[int], stacked_inputs: bool = True
+) -> set[int]:
     """The slots whose arrays a call must allocate afresh: the outputs, and what they may
     be views of (the inputs of a view, of a library call or of a loop that may return
-    one)."""
+    one). Without `stacked_inputs`: not a scan's stacked inputs, which it never returns
+    (what the caller may see: LoopStep.publish)."""
     fresh = set(outputs)
     for step in reversed(plan):
         if isinstance(step, _ViewStep | _CallStep) and step.out in fresh:
             fresh.update(step.ins)
         elif isinstance(step, LoopStep) and any(slot in fresh for _, slot in step.outs):
-            fresh.update(step.ins)
+            fresh.update(step.ins if stacked_inputs else step.returnable)
     return fresh
 
 

@@ -12,7 +12,7 @@ The scan's graph is unchanged (its derivatives too): this is how the runtime run
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,7 @@ class HoistedScan:
         arrays: Sequence[Any],
         body: Callable[[list[Any]], list[Any]],
         empty: Callable[[int, Aval], np.ndarray] | None = None,
+        private: Collection[int] = (),
     ) -> list[Any]:
         call, summed = self.call, {s.carry for s in self.sums}
         nc, ncar = call.n_consts, call.n_carry
@@ -98,7 +99,9 @@ class HoistedScan:
         consts, xs = arrays[:nc], arrays[nc + ncar :]
         stacked = [*(xs[i] for i in self.xs_read), *(p.stack(consts, xs) for p in self.products)]
         ins = [*consts, *(arrays[nc + k] for k in kept), *stacked]
-        outs = scan_loop(self.inner, ins, body, empty)
+        n_ys = len(call.body.outputs) - ncar  # then the added stacks, which no caller sees
+        private = {*private, *range(n_ys, n_ys + self.n_added)}
+        outs = scan_loop(self.inner, ins, body, empty, private)
         added = outs[len(outs) - self.n_added :]
         carries: list[Any] = [None] * ncar
         for k, c in zip(kept, outs, strict=False):
