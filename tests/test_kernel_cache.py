@@ -154,3 +154,32 @@ def test_the_default_location_follows_xdg_cache_home(tmp_path):
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
     assert Path(out.stdout.strip()) == tmp_path / "xdg" / "fastgrad"
+
+
+GAMMA = textwrap.dedent(
+    """
+    import sys, numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.ops import threefry
+
+    op = getattr(fnp, sys.argv[1])
+    a = np.full(5, 2.5)
+    z = fg.jit(lambda key, a: op(fg.random.gamma(key, a, (5,))))(fg.random.key(3), a)
+    assert np.all(np.isfinite(z))
+    print(sum(sum(f.stats.cache_misses.values()) for f in threefry.called_build().values()))
+    """
+)
+
+
+def test_gamma_sampler_is_compiled_once_for_all_processes(tmp_path):
+    """Gamma's sampler, which kernels call rather than inline (~3 s of CPU to compile), is
+    cached on disk like a kernel: a later process compiling a new kernel that samples
+    gamma loads it. About 8 s of CPU."""
+    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="sync")
+    built = []
+    for op in ("exp", "sin"):  # two kernels, so the second process compiles one too
+        out = subprocess.run(
+            [sys.executable, "-c", GAMMA, op], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        built.append(int(out.stdout))
+    assert built[0] > 0 and built[1] == 0, built

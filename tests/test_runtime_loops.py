@@ -179,3 +179,80 @@ def test_stacked_outputs_are_reused_only_once_nothing_holds_them():
     assert pool.empty(0, aval).ctypes.data == address  # nothing holds it: handed out again
     assert pool.empty(1, aval).ctypes.data != address
     assert pool.empty(0, Aval((2, 2), np.dtype(np.float64))).shape == (2, 2)
+
+
+def _hidden_states(w, h, xs, reverse=False):
+    def step(h, x):
+        h = _cell(w, h, x)
+        return h, h
+
+    return fg.scan(step, h, xs, reverse=reverse)
+
+
+def _unrolled_states(w, h, xs, reverse=False):
+    states = [None] * xs.shape[0]
+    for t in reversed(range(xs.shape[0])) if reverse else range(xs.shape[0]):
+        h = states[t] = _cell(w, h, xs[t])
+    return h, fnp.stack(states) if states else fnp.zeros((0, *h.shape), h.dtype)
+
+
+def _states_loss(states):
+    def loss(w, h, xs, reverse):
+        h, hs = states(w, h, xs, reverse)
+        weights = fnp.cos(fnp.arange(hs.size).reshape(hs.shape) * 0.7)
+        return fnp.sum(hs * weights) + fnp.sum(h * h)
+
+    return loss
+
+
+def _forward_scan(f):
+    (traced,) = f._cache.values()
+    return next(s for s in traced.executable.plan if isinstance(s, LoopStep))
+
+
+@settings(max_examples=8, deadline=None)
+@given(steps=st.integers(0, 4), reverse=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_carry_stacked_for_the_gradient_is_the_stacked_output_shifted(steps, reverse, seed):
+    """The forward scan of a VJP stacks h_{t-1} for the backward pass beside the h_t the
+    loop stacks: one array of T + 1 rows holds both (scan_loop). Wrong rows there give
+    wrong weight gradients, which the unrolled loop checks (both directions)."""
+    args = _inputs(np.random.default_rng(seed), steps, 2, 3, np.float64)
+    f = fg.jit(fg.grad(_states_loss(_hidden_states), argnums=(0, 1, 2)), static_argnums=3)
+    want = fg.jit(
+        fg.grad(_states_loss(_unrolled_states), argnums=(0, 1, 2)), fuse=False, static_argnums=3
+    )
+    for _ in range(2):  # the second call runs with the stacks kept from the first
+        for g, r in zip(f(*args, reverse), want(*args, reverse), strict=True):
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+    stacks = _forward_scan(f).stacks.kept
+    assert [a.shape[0] for k, a in stacks.items() if k < 0] == [steps + 1]  # one shared stack
+
+
+def test_stacks_a_caller_sees_never_share_memory():
+    """A scan returning both the carry it reads and the one it makes: the caller gets two
+    arrays of their own, not views of one."""
+
+    def both(w, h, xs):
+        def step(h, x):
+            new = _cell(w, h, x)
+            return new, (new, h)
+
+        return fg.scan(step, h, xs)[1]
+
+    args = _inputs(np.random.default_rng(8), 4, 2, 3, np.float64)
+    new, old = fg.jit(both)(*args)
+    assert not np.shares_memory(new, old)
+    np.testing.assert_array_equal(old[1:], new[:-1])
+    np.testing.assert_array_equal(old[0], args[1])
+
+
+def test_a_gradient_call_hands_its_forward_stacks_out_again():
+    """Nothing holds a forward scan's stacked outputs past a call (a kernel that read
+    them once kept them in its bound arguments): the next call writes the same memory."""
+    args = _inputs(np.random.default_rng(9), 6, 2, 3, np.float64)
+    f = fg.jit(fg.grad(_states_loss(_hidden_states), argnums=(0, 1, 2)), static_argnums=3)
+    f(*args, False)
+    stacks = _forward_scan(f).stacks.kept
+    before = {k: a.ctypes.data for k, a in stacks.items()}
+    f(*args, False)
+    assert {k: a.ctypes.data for k, a in stacks.items()} == before

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fastgrad.core import jit_hook
 from fastgrad.core.config import cache_dir
 
 _DIGEST = 32  # bytes of sha256 in front of each file's payload
@@ -257,3 +258,7 @@ def cached_njit(tag: str, **options: Any) -> Callable[[Callable[..., Any]], Any]
         return dispatcher
 
     return decorate
+
+
+# Helpers that ops build for kernels to call (gamma's sampler) are cached like kernels.
+jit_hook.install(cached_njit)

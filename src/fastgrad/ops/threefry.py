@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.core import jit_hook
+
 _u = np.uint64
 MASK = _u(0xFFFFFFFF)
 PARITY = _u(0x1BD11BDA)  # Threefry's key-schedule constant
@@ -430,10 +432,11 @@ def kernel_build() -> dict[str, Any]:
 
 @functools.cache
 def called_build() -> dict[str, Any]:
-    """The build whose functions kernels call rather than inline (gamma's)."""
-    import numba
-
-    return build(numba.njit(_select), numba.njit(_holds), numba.njit(error_model="numpy"))
+    """The build whose functions kernels call rather than inline (gamma's), its machine
+    code kept on disk like a kernel's (fastgrad.core.jit_hook): compiling it takes ~3 s
+    of CPU, which a new process then saves."""
+    jit = jit_hook.njit
+    return build(jit("called")(_select), jit("called")(_holds), jit("called", error_model="numpy"))
 
 
 def __getattr__(name: str) -> Any:

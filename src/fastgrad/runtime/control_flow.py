@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 from functools import cache, partial
 from typing import Any
@@ -69,6 +69,8 @@ class LoopStep:
         # (another thread) runs with fresh outputs per iteration.
         self.iterating = threading.Lock()
         self.carried = 0  # how many of the outputs are the final carry, copied out
+        # A scan's stacked outputs that nothing but this plan's steps reads (`publish`).
+        self.private: frozenset[int] = frozenset()
         self.stacks = StackPool()
         self._loop: Callable[..., list[Any]]
         if isinstance(call, ScanCall):
@@ -111,12 +113,29 @@ class LoopStep:
         if not self.iterating.acquire(blocking=False):
             return self._loop(arrays, *(b.run for b in self.bodies))
         try:
-            stacks = {"empty": self.stacks.empty} if isinstance(self.call, ScanCall) else {}
+            stacks = {}
+            if isinstance(self.call, ScanCall):
+                stacks = {"empty": self.stacks.empty, "private": self.private}
             outs = self._loop(arrays, *(b.iterations() for b in self.bodies), **stacks)
             # the carry may be in a body's buffers, which the next call overwrites
             return [np.array(x, copy=True) for x in outs[: self.carried]] + outs[self.carried :]
         finally:
             self.iterating.release()
+
+    @property
+    def returnable(self) -> list[int]:
+        """The input slots whose arrays the loop may return (a scan of no steps returns its
+        initial carry): all but a scan's stacked inputs."""
+        if isinstance(self.call, ScanCall):
+            return self.ins[: self.call.n_consts + self.call.n_carry]
+        return self.ins
+
+    def publish(self, fresh: Collection[int]) -> None:
+        """Note which stacked outputs the plan's caller may see: those whose slots are in
+        `fresh` (executable.fresh_slots); the others may share memory (scan_loop)."""
+        seen = {k - self.carried for k, slot in self.outs if slot in fresh}
+        n_out = len(self.call.body.outputs) if isinstance(self.call, ScanCall) else 0
+        self.private = frozenset(range(n_out - self.carried)) - seen
 
     @property
     def kernels(self) -> list[KernelSource]:

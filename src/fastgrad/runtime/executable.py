@@ -169,7 +169,12 @@ class _KernelStep:
                 buf = args[position] = staggered_empty(shape, dtype, k)
                 env[slot] = buf if view is None else buf.reshape(view)
             kernel(*args)
+            # Hold no array of this call past it: a scan's stacked output read here would
+            # otherwise stay referenced, and its StackPool could never hand it out again.
+            for position in cleared:
+                args[position] = None
 
+        cleared = [position for position, *_ in dynamic] + [position for position, *_ in fresh]
         return call
 
     def _numpy_answers(self, env: list[Any]) -> bool:
@@ -293,6 +298,10 @@ class Executable:
             if isinstance(planned, _ViewStep) and planned.ins[0] in per_call:
                 per_call.add(planned.out)
         fresh = fresh_slots(self.plan, self.outputs)
+        seen = fresh_slots(self.plan, self.outputs, stacked_inputs=False)
+        for planned in self.plan:
+            if isinstance(planned, LoopStep):
+                planned.publish(seen)
         self.plan = fold_accumulations(self.plan, fresh, per_call)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
@@ -520,16 +529,19 @@ def _lower(*args: Any) -> Any:
     return lower(*args)
 
 
-def fresh_slots(plan: Sequence[PlanStep], outputs: Sequence[int]) -> set[int]:
+def fresh_slots(
+    plan: Sequence[PlanStep], outputs: Sequence[int], stacked_inputs: bool = True
+) -> set[int]:
     """The slots whose arrays a call must allocate afresh: the outputs, and what they may
     be views of (the inputs of a view, of a library call or of a loop that may return
-    one)."""
+    one). Without `stacked_inputs`: not a scan's stacked inputs, which it never returns
+    (what the caller may see: LoopStep.publish)."""
     fresh = set(outputs)
     for step in reversed(plan):
         if isinstance(step, _ViewStep | _CallStep) and step.out in fresh:
             fresh.update(step.ins)
         elif isinstance(step, LoopStep) and any(slot in fresh for _, slot in step.outs):
-            fresh.update(step.ins)
+            fresh.update(step.ins if stacked_inputs else step.returnable)
     return fresh
 
 

@@ -10,7 +10,7 @@ differentiated again. fastgrad.api.control_flow builds it from a user's function
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,12 +88,14 @@ def scan_loop(
     arrays: Sequence[np.ndarray],
     body: Callable[[list[Any]], list[Any]],
     empty: Callable[[int, Aval], np.ndarray] | None = None,
+    private: Collection[int] = (),
 ) -> list[np.ndarray]:
     """Run `call` on concrete arrays, calling `body(args) -> outputs` once per step.
 
     Stacked outputs are allocated once (`empty(k, aval)` gives the k-th, when given) and
     filled in place; slices of stacked inputs are views. The runtime's compiled loop calls
-    this with its compiled body.
+    this with its compiled body, and says which stacked outputs are `private` (no caller
+    sees them): one that is another shifted by a step (`shifted_outputs`) is then a view.
     """
     nc, ncar = call.n_consts, call.n_carry
     avals = call.input_avals()
@@ -101,17 +103,63 @@ def scan_loop(
     consts, carry = arrays[:nc], arrays[nc : nc + ncar]
     xs = [np.ascontiguousarray(x) for x in arrays[nc + ncar :]]
     stacked = call.output_avals()[ncar:]
-    ys = [empty(k, a) if empty else np.empty(a.shape, a.dtype) for k, a in enumerate(stacked)]
+    ys: list[Any] = [None] * len(stacked)
+    derived = set()  # stacked outputs that are another one shifted: no step writes them
+    for k, before, after in shifted_outputs(call):
+        if before not in private:
+            continue
+        # One array of length + 1 rows holds both stacks: the carry's stack is the other
+        # one shifted by a row, its initial value in the extra row.
+        aval = stacked[after]
+        rows = Aval((call.length + 1, *aval.shape[1:]), aval.dtype)
+        both = empty(-1 - after, rows) if empty else np.empty(rows.shape, rows.dtype)
+        first, rest = (both[:-1], both[1:]) if call.reverse else (both[1:], both[:-1])
+        ys[after], ys[before] = first, rest
+        both[-1 if call.reverse else 0] = carry[k]
+        derived.add(before)
+    for j, a in enumerate(stacked):
+        if ys[j] is None:
+            ys[j] = empty(j, a) if empty else np.empty(a.shape, a.dtype)
+    stores = [(y, ncar + j) for j, y in enumerate(ys) if j not in derived]
     steps = range(call.length - 1, -1, -1) if call.reverse else range(call.length)
     for t in steps:
         outs = body([*consts, *carry, *(x[t] for x in xs)])
         carry = outs[:ncar]
-        for y, out in zip(ys, outs[ncar:], strict=True):
-            y[t] = out
+        for y, j in stores:
+            y[t] = outs[j]
     carry = [
         np.asarray(c, dtype=v.aval.dtype) for c, v in zip(carry, call.body.outputs, strict=False)
     ]
     return [*carry, *ys]
+
+
+def shifted_outputs(call: ScanCall) -> list[tuple[int, int, int]]:
+    """(k, before, after) for each carry k whose input is stacked output `before` and
+    whose output is stacked output `after`: `before` is `after` shifted by one step (the
+    forward scan of a VJP stacks h_{t-1} as a residual beside the h_t a user stacks).
+
+    >>> from fastgrad.core.tracing import Trace
+    >>> with Trace() as trace:
+    ...     h = trace.new_input(Aval((2,), np.dtype(np.float64)), "h")
+    ...     new = h * 2.0
+    >>> call = ScanCall(trace.to_graph([new, new, h]), 0, 1, 5)
+    >>> shifted_outputs(call)
+    [(0, 1, 0)]
+    """
+    found = call.derived.get("shifted")
+    if found is None:
+        nc, ncar = call.n_consts, call.n_carry
+        ys = call.body.outputs[ncar:]
+        found, used = [], set()
+        for k in range(ncar):
+            carry_in, carry_out = call.body.inputs[nc + k], call.body.outputs[k]
+            before = next((j for j, v in enumerate(ys) if v is carry_in and j not in used), None)
+            after = next((j for j, v in enumerate(ys) if v is carry_out and j not in used), None)
+            if before is not None and after is not None and before != after:
+                found.append((k, before, after))
+                used.update((before, after))
+        call.derived["shifted"] = found
+    return list(found)
 
 
 def _scan_eval(*avals: Aval, call: ScanCall, index: int) -> Aval:
