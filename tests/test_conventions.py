@@ -417,6 +417,14 @@ def test_scaled_bessel_at_zero():
     assert_orders(lambda x: fss.ive(2.0, x), (zero,), [[0.0, 0.0], [0.25, 0.25], [0.0, 0.0]])
 
 
+def test_xlogy_at_zero():
+    import fastgrad.scipy.special as fss
+
+    zero = [0.0, 0.0]
+    assert_orders(lambda x, y: fss.xlogy(x, y), (zero, [0.0, -1.0]), [[0.0, 0.0]] * 3)
+    assert_orders(lambda x, y: fss.xlog1py(x, y), (zero, [-1.0, -2.0]), [[0.0, 0.0]] * 3)
+
+
 def test_the_table_and_the_tests_agree():
     rows = documented_rows()
     assert len(rows) == len(set(rows)), "a row of docs/conventions.md is there twice"

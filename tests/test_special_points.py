@@ -687,13 +687,15 @@ _FSS: dict[str, tuple[Any, tuple[Point, ...]]] = {
     ),
     "xlogy": (
         _mp_xlog(0),
-        ((1.5, 2.0), (0.0, 0.0), (0.0, 1.0), (0.0, 2.5), (0.0, -1.0), (2.0, 0.0), (-1.0, 0.5),
-         (1.0, inf), (0.0, nan), (nan, 1.0)),
+        ((1.5, 2.0), at(0.0, 0.0, convention="xlogy-at-zero"), (0.0, 1.0), (0.0, 2.5),
+         at(0.0, -1.0, convention="xlogy-at-zero"), (2.0, 0.0), (-1.0, 0.5), (1.0, inf),
+         (0.0, nan), (nan, 1.0)),
     ),
     "xlog1py": (
         _mp_xlog(1),
-        ((1.5, 2.0), (0.0, -1.0), (0.0, 0.0), (0.0, -2.0), (2.0, -1.0), (0.5, -0.5),
-         (1.0, inf), (0.0, nan)),
+        ((1.5, 2.0), at(0.0, -1.0, convention="xlogy-at-zero"), (0.0, 0.0),
+         at(0.0, -2.0, convention="xlogy-at-zero"), (2.0, -1.0), (0.5, -0.5), (1.0, inf),
+         (0.0, nan)),
     ),
     "rel_entr": (
         _mp_relative_entropy(lambda x, y: mpmath.mpf(0)),
