@@ -35,6 +35,8 @@ from typing import Any
 import mpmath
 import numpy as np
 
+import mpmath_scipy
+
 mp = mpmath.mp
 NAN, INF = mpmath.nan, mpmath.inf
 
@@ -280,6 +282,8 @@ SCALAR: dict[str, Callable[..., Any]] = {
     "betaln": lambda a, b: mpmath.log(abs(mpmath.beta(a, b))),
     "i0e": _scaled_bessel(0),
     "i1e": _scaled_bessel(1),
+    # scipy.special's functions with an order or shape parameter (held fixed).
+    **mpmath_scipy.SCALAR,
 }
 
 
@@ -585,6 +589,8 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "scatter_min": _scatter(_minimum),
     "scatter_max": _scatter(_maximum),
     "cumsum": _cumsum,
+    # scipy.linalg's matrix functions and LU.
+    **{name: _per_matrix(f) for name, f in mpmath_scipy.LINALG.items()},
 }
 
 # Ops that are never differentiated (boolean or integer results): NumPy's value is checked.
@@ -594,7 +600,12 @@ VALUE_ONLY: dict[str, Callable[..., Any]] = {
     "argsort": lambda x, axis, kind: np.argsort(x, axis=axis, kind=kind),
     "argpartition": lambda x, axis, kth: np.argpartition(x, kth, axis=axis),
     "searchsorted": lambda a, v, side: np.searchsorted(a, v, side=side),
-}
+    **{name: getattr(np, name) for name in (
+        "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift",
+        "bitwise_count", "gcd", "lcm")},
+    "lu_pivots": lambda a: mpmath_scipy.lu_pivots(a),
+    "pivot_permutation": lambda piv, inverse: mpmath_scipy.pivot_permutation(piv, inverse),
+}  # fmt: skip
 
 
 def mp_function(name: str) -> Callable[..., Any] | None:

@@ -293,6 +293,11 @@ def test_edges_of_the_domain():
     assert_orders(fnp.arccos, ([1.0, -1.0],), [[-inf, -inf]])
     assert_orders(fnp.arccosh, ([1.0],), [[inf]])
     assert_orders(lambda x: fnp.power(x, 0.5), ([0.0],), [[inf], [-inf], [inf]])
+    import fastgrad.scipy.special as fss
+
+    assert_orders(fss.entr, ([0.0],), [[inf], [-inf], [inf]])
+    assert_orders(lambda x: fss.rel_entr(x, 2.0), ([0.0],), [[-inf], [inf], [-inf]])
+    assert_orders(lambda x: fss.kl_div(x, 2.0), ([0.0],), [[-inf], [inf], [-inf]])
 
 
 def test_overflow():
@@ -455,6 +460,19 @@ def test_scaled_bessel_at_zero():
     # Next to 0 the derivatives are the one-sided ones (from the right here).
     assert_orders(fss.i1e, ([1e-30],), [[0.5], [-1.0], [1.875]])
     assert_orders(fss.i0e, ([1e-30],), [[-1.0], [1.5], [-2.5]])
+    # ive of integer order, the same functions (and ive(2, x) = x^2/8 -+ x^3/8 + ...).
+    zero = [0.0, -0.0]
+    assert_orders(lambda x: fss.ive(0.0, x), (zero,), [[0.0, 0.0], [1.5, 1.5], [0.0, 0.0]])
+    assert_orders(lambda x: fss.ive(1.0, x), (zero,), [[0.5, 0.5], [0.0, 0.0], [1.875, 1.875]])
+    assert_orders(lambda x: fss.ive(2.0, x), (zero,), [[0.0, 0.0], [0.25, 0.25], [0.0, 0.0]])
+
+
+def test_xlogy_at_zero():
+    import fastgrad.scipy.special as fss
+
+    zero = [0.0, 0.0]
+    assert_orders(lambda x, y: fss.xlogy(x, y), (zero, [0.0, -1.0]), [[0.0, 0.0]] * 3)
+    assert_orders(lambda x, y: fss.xlog1py(x, y), (zero, [-1.0, -2.0]), [[0.0, 0.0]] * 3)
 
 
 def test_the_table_and_the_tests_agree():

@@ -34,7 +34,8 @@ import fastgrad as fg
 import fastgrad.numpy as fnp
 import fastgrad.scipy.special as fss
 import mpmath_oracle as oracle
-from fastgrad.core.primitive import REGISTRY, Point, at
+from numpy_values import VALUES
+from fastgrad.core.primitive import REGISTRY, Point, at, points
 from fastgrad.core.tracing import bind
 from fastgrad.testing import directional_derivative
 
@@ -72,33 +73,7 @@ EXEMPT = {
 # registry tests below. Remove a name when it gets its points.
 PENDING = set(
     "debug_print at"
-    # scipy.special functions with an order or shape parameter they have no derivative in:
-    # the audit differentiates every float operand (and Riemann's zeta has no derivative)
-    " gammainc gammaincc betainc gammaincinv gammainccinv betaincinv stdtr stdtrit zeta"
-    " riemann_zeta jv yv iv kv ive kve"
-    # scipy.linalg's matrix functions and LU (no mpmath version in the oracle yet)
-    " expm sqrtm solve_sylvester lu lu_pivots pivot_permutation"
-    # integer functions (no derivative: NumPy's value is the oracle) and fastgrad.numpy
-    # functions composed of others
-    " bitwise_and bitwise_or bitwise_xor invert left_shift right_shift bitwise_count gcd lcm"
-    " insert apply_along_axis apply_over_axes polyfit union1d intersect1d setdiff1d setxor1d"
-    # fastgrad.numpy functions composed of other ops, added with the NumPy breadth
-    " all allclose any argwhere array_equal array_equiv"
-    " bincount block broadcast_arrays"
-    "  count_nonzero "
-    " diag_indices_from"
-    " digitize divmod einsum_path empty_like"
-    " flatnonzero   histogram"
-    "  isclose iscomplex iscomplexobj isin isneginf isposinf"
-    " isreal isrealobj isscalar  "
-    " meshgrid modf  nanargmax nanargmin"
-    " ndim"
-    " nonzero partition "
-    " put_along_axis "
-    " ravel_multi_index result_type select"
-    " shape signbit size"
-    " tril_indices_from triu_indices_from unique unravel_index"
-    " arange full ".split()
+    .split()
 )
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 
@@ -665,6 +640,219 @@ for _name in ("round", "around"):
     )  # fmt: skip
 
 
+# ---------------------------------------------------------------- fastgrad.scipy.special
+# Its functions composed of others (fastgrad.scipy.special's names are covered as
+# fastgrad.numpy's are: test_every_public_function_is_covered).
+
+
+def _mp_logit(p: Any) -> Any:
+    if p < 0 or p > 1:
+        return mpmath.nan
+    return -mpmath.inf if p == 0 else mpmath.inf if p == 1 else mpmath.log(p / (1 - p))
+
+
+def _mp_xlog(shift: int) -> Any:
+    """xlogy (shift 0) and xlog1py (shift 1): x log(y + shift), 0 where x == 0 (unless y is
+    nan)."""
+    return lambda x, y: mpmath.mpf(0) if x == 0 and not oracle.is_nan(y) else x * mpmath.log(
+        y + shift
+    )
+
+
+def _mp_relative_entropy(extra: Any) -> Any:
+    """x log(x / y) + extra(x, y) for x, y > 0; extra(0, y) where x == 0 <= y; inf else."""
+
+    def f(x: Any, y: Any) -> Any:
+        if oracle.is_nan(x) or oracle.is_nan(y):
+            return mpmath.nan
+        if x > 0 and y > 0:
+            return x * mpmath.log(x / y) + extra(x, y)
+        return extra(x, y) if x == 0 and y >= 0 else mpmath.inf
+
+    return f
+
+
+_FSS_NONFINITE = (inf, -inf, nan)
+_FSS: dict[str, tuple[Any, tuple[Point, ...]]] = {
+    "expit": (oracle._sigmoid, (0.0, 2.0, -40.0, 40.0, 1000.0, -1000.0, *_FSS_NONFINITE)),
+    "log_expit": (
+        lambda x: -mpmath.log1p(mpmath.exp(-x)),
+        (0.0, 2.0, 40.0, -40.0, 1000.0, -1000.0, *_FSS_NONFINITE),
+    ),
+    "logit": (_mp_logit, (0.5, 0.25, 1e-10, 0.0, 1.0, 1.5, -0.5, nan)),
+    "ndtr": (mpmath.ncdf, (0.0, 2.0, -2.0, -40.0, 10.0, 40.0, *_FSS_NONFINITE)),
+    "entr": (
+        lambda x: -mpmath.inf if x < 0 else mpmath.mpf(0) if x == 0 else -x * mpmath.log(x),
+        (0.5, 1.0, 2.0, 1e-10, 0.0, -0.0, -1.0, inf, -inf, nan),
+    ),
+    "xlogy": (
+        _mp_xlog(0),
+        ((1.5, 2.0), at(0.0, 0.0, convention="xlogy-at-zero"), (0.0, 1.0), (0.0, 2.5),
+         at(0.0, -1.0, convention="xlogy-at-zero"), (2.0, 0.0), (-1.0, 0.5), (1.0, inf),
+         (0.0, nan), (nan, 1.0)),
+    ),
+    "xlog1py": (
+        _mp_xlog(1),
+        ((1.5, 2.0), at(0.0, -1.0, convention="xlogy-at-zero"), (0.0, 0.0),
+         at(0.0, -2.0, convention="xlogy-at-zero"), (2.0, -1.0), (0.5, -0.5), (1.0, inf),
+         (0.0, nan)),
+    ),
+    "rel_entr": (
+        _mp_relative_entropy(lambda x, y: mpmath.mpf(0)),
+        ((2.0, 1.0), (1.0, 1.0), (0.5, 3.0), (0.0, 1.0), (1.0, 0.0), (-1.0, 1.0), (0.0, -1.0),
+         (1.0, inf), (nan, 1.0)),
+    ),
+    "kl_div": (
+        _mp_relative_entropy(lambda x, y: y - x),
+        ((2.0, 1.0), (1.0, 1.0), (0.5, 3.0), (0.0, 1.0), (1.0, 0.0), (-1.0, 1.0), (0.0, -1.0),
+         (1.0, inf), (nan, 1.0)),
+    ),
+    # The Bessel functions of order 0 and 1: jv, yv, kv, kve at a fixed order (tested at
+    # more orders in their records).
+    **{name: (lambda x, _f=f, _n=n: _f(_n, x), (0.0, 1.0, 2.5, 30.0, 1e3, inf, nan))
+       for name, f, n in (("j0", mpmath.besselj, 0), ("j1", mpmath.besselj, 1),
+                          ("y0", mpmath.bessely, 0), ("y1", mpmath.bessely, 1),
+                          ("k0", mpmath.besselk, 0), ("k1", mpmath.besselk, 1))},
+    "k0e": (lambda x: mpmath.exp(x) * mpmath.besselk(0, x), (0.0, 1.0, 2.5, 30.0, 1e3, nan)),
+    "k1e": (lambda x: mpmath.exp(x) * mpmath.besselk(1, x), (0.0, 1.0, 2.5, 30.0, 1e3, nan)),
+}  # fmt: skip
+for _name, (_f, _pts) in _FSS.items():
+    COMPOSITES[_name] = Composite(
+        _scalar(_f), points(*_pts), elementwise=True, fg=getattr(fss, _name)
+    )
+
+
+# ---------------------------------------------------------------- selecting and assembling
+# fastgrad.numpy functions with integer, boolean or shape parameters whose float results
+# are differentiable: NumPy's own function on object arrays of mpf is the oracle (they
+# move, select and add entries), at ties, edges, jumps (with their convention) and size-0
+# and size-1 axes. The parts of functions with several results are concatenated.
+
+
+def _joined(fn: Any) -> Any:
+    """fn's results (a tuple or list of arrays) raveled and concatenated, in NumPy or fnp."""
+    on_objects = fn.__module__.startswith("numpy")
+
+    def joined(*a: Any, **kw: Any) -> Any:
+        parts = fn(*a, **kw)
+        if on_objects:
+            return np.concatenate([np.ravel(np.asarray(p, dtype=object)) for p in parts])
+        return fnp.concatenate([fnp.ravel(p) for p in parts])
+
+    return joined
+
+
+def _mp_modf(x: Any) -> Any:
+    return np.array([[v - oracle._round_to_zero(v) for v in x],
+                     [oracle._round_to_zero(v) for v in x]], dtype=object)  # fmt: skip
+
+
+# On both edges, inside, and on an inner edge (the bin to its right, as NumPy).
+_BINNED = np.array([0.0, 0.3, 1.0, 2.0, 1.6])
+
+
+def _mp_histogram(weights: Any, bins: int = 4) -> Any:
+    edges = np.linspace(_BINNED.min(), _BINNED.max(), bins + 1)
+    which = np.minimum(np.searchsorted(edges, _BINNED, side="right") - 1, bins - 1)
+    sums = [mpmath.mpf(0)] * bins
+    for b, w in zip(which, weights, strict=True):
+        sums[b] += w
+    return oracle._mp_array(np.array(sums, dtype=object))
+
+
+def _mp_polyfit(x: Any, y: Any, deg: int) -> Any:
+    """The least-squares coefficients, highest power first: (V^T V)^-1 V^T y."""
+    v = mpmath.matrix([[xi ** (deg - j) for j in range(deg + 1)] for xi in x])
+    c = mpmath.lu_solve(v.T * v, v.T * mpmath.matrix(list(y)))
+    return oracle._mp_array(np.array([c[j] for j in range(deg + 1)], dtype=object))
+
+
+_SELECT_AT = (lambda a, b: [a > 0, a < -1], lambda a, b: [a, b * 2])
+_ASSEMBLED: dict[str, Composite] = {
+    "modf": Composite(
+        lambda x: oracle._mp_array(_mp_modf(x)),
+        (at(np.array([1.25, -2.75, 0.0, -0.0, 1000.5])),
+         at(np.array([2.0, -3.0]), convention="piecewise-constant")),
+        fg=lambda x: fnp.stack(fnp.modf(x)),
+    ),
+    "divmod": Composite(
+        lambda x, y: oracle._mp_array(np.array(
+            [[mpmath.floor(a / b), oracle.SCALAR["remainder"](a, b)] for a, b in zip(x, y)],
+            dtype=object).T),
+        (at(np.array([2.5, -2.5, 7.0]), np.array([0.75, 0.75, -2.0])),
+         at(np.array([1.5, -3.0]), np.array([0.75, 1.5]), convention="remainder-at-jumps")),
+        fg=lambda x, y: fnp.stack(fnp.divmod(x, y)),
+    ),
+    "select": Composite(
+        lambda a, b: oracle._mp_array(np.select(
+            [np.array([v > 0 for v in a]), np.array([v < -1 for v in a])],
+            [np.asarray(a, dtype=object), np.asarray(b, dtype=object) * 2], mpmath.mpf(0.5))),
+        (at(np.array([1.5, -2.0, 0.5, -0.5]), np.array([0.25, 3.0, -1.0, 2.0])),
+         at(np.array([0.0, -1.0]), np.array([1.0, 2.0]), convention="where")),
+        fg=lambda a, b: fnp.select(_SELECT_AT[0](a, b), _SELECT_AT[1](a, b), 0.5),
+    ),
+    "partition": Composite(
+        # The kth entries (the others' order is unspecified): sorted's.
+        lambda x, kth, axis: np.take(oracle._sort(x, axis), kth, axis=axis),
+        (at(_V, 1, axis=1), at(_V, 0, axis=0), at(_TIES3, 1, axis=1, convention="sort-ties")),
+        fg=lambda x, kth, axis: fnp.take(fnp.partition(x, kth, axis), kth, axis=axis),
+    ),
+    "put_along_axis": Composite(
+        _on_objects(lambda a, i, v, axis: _put(a, i, v, axis)),
+        (at(_V, np.array([[2], [0]]), _COL, axis=1), at(_V, np.array([[0, 1, 1]]), _V[:1], axis=0)),
+        fg=lambda a, i, v, axis: fnp.put_along_axis(a, i, v, axis, inplace=False),
+    ),
+    "insert": Composite(
+        _on_objects(np.insert),
+        (at(_V, 1, 9.0, axis=1), at(_ROW, [0, 4], _ROW[:2]), at(_V, 2, _V[0], axis=0)),
+    ),
+    "block": Composite(
+        _on_objects(lambda a, b, c: np.block([[a, b], [c, c]])),
+        (at(_V, _COL, np.ones((2, 2))),),
+        fg=lambda a, b, c: fnp.block([[a, b], [c, c]]),
+    ),
+    "broadcast_arrays": Composite(
+        _on_objects(_joined(np.broadcast_arrays)), (at(_V, _COL), at(_ROW, np.array(2.5))),
+        fg=_joined(fnp.broadcast_arrays),
+    ),
+    "meshgrid": Composite(
+        _on_objects(_joined(np.meshgrid)),
+        (at(_ROW, _V[0]), at(_ROW, _V[0], indexing="ij"), at(_ROW, np.zeros(0))),
+        fg=_joined(fnp.meshgrid),
+    ),
+    "full": Composite(
+        lambda shape, fill_value: oracle._mp_array(np.full(shape, fill_value, dtype=object)),
+        (at((2, 3), 1.5), at((0,), 2.0), at((), nan)),
+    ),
+    "histogram": Composite(
+        # The weights' sums per bin (the values binned decide the shape: they are static).
+        _mp_histogram,
+        (at(_ROW[[0, 1, 2, 3, 0]]), at(np.array([inf, 1.0, nan, 0.5, -1.0]))),
+        fg=lambda w: fnp.histogram(_BINNED, 4, weights=w)[0],
+    ),
+    "polyfit": Composite(_mp_polyfit, (at(_ROW, _ROW[::-1] * 2, 1), at(_ROW[:3], _V[0], 2))),
+    "apply_along_axis": Composite(
+        _on_objects(lambda a: np.apply_along_axis(lambda r: r * r[::-1], 1, a)),
+        (at(_V),),
+        fg=lambda a: fnp.apply_along_axis(lambda r: r * r[::-1], 1, a),
+    ),
+    "apply_over_axes": Composite(
+        _on_objects(lambda a: np.apply_over_axes(np.sum, a, [0, 1])),
+        (at(_V),),
+        fg=lambda a: fnp.apply_over_axes(fnp.sum, a, [0, 1]),
+    ),
+}  # fmt: skip
+
+
+def _put(a: Any, indices: Any, values: Any, axis: int) -> Any:
+    out = np.array(a, dtype=object)
+    np.put_along_axis(out, indices, values, axis)
+    return out
+
+
+COMPOSITES.update(_ASSEMBLED)
+
+
 # fastgrad.numpy names that are NumPy's own (constants, array creation).
 NUMPY_NAMES = {name for name in fnp.__all__ if getattr(np, name, None) is getattr(fnp, name)}
 
@@ -682,7 +870,7 @@ def test_every_op_has_special_points():
 
 
 def test_pending_lists_only_uncovered_names():
-    covered = {n for n, p in REGISTRY.items() if p.special_points} | set(COMPOSITES)
+    covered = {n for n, p in REGISTRY.items() if p.special_points} | set(COMPOSITES) | set(VALUES)
     unknown = PENDING - set(REGISTRY) - set(fnp.__all__)
     assert not (PENDING & covered) and not unknown, (
         f"remove from PENDING: {sorted(PENDING & covered)} (covered), {sorted(unknown)} "
@@ -702,20 +890,21 @@ def test_every_differentiable_op_has_an_oracle():
     )
 
 
-def test_every_numpy_function_is_covered():
+@pytest.mark.parametrize("namespace", [fnp, fss], ids=lambda m: m.__name__)
+def test_every_public_function_is_covered(namespace):
     uncovered = []
-    for name in fnp.__all__:
-        fn = getattr(fnp, name)
-        if name in NUMPY_NAMES | PENDING or name in REGISTRY or name in COMPOSITES:
+    for name in namespace.__all__:
+        fn = getattr(namespace, name)
+        if name in NUMPY_NAMES | PENDING | VALUES.keys() or name in REGISTRY | COMPOSITES:
             continue
-        if any(fn is getattr(fnp, other) for other in list(REGISTRY) + list(COMPOSITES)
-               if hasattr(fnp, other)):  # fmt: skip
-            continue  # an alias (absolute, amax, true_divide...)
+        if any(fn is getattr(namespace, other) for other in list(REGISTRY) + list(COMPOSITES)
+               if hasattr(namespace, other)):  # fmt: skip
+            continue  # an alias (absolute, amax, true_divide, psi...)
         uncovered.append(name)
     assert not uncovered, (
-        f"fastgrad.numpy functions without special points: {uncovered}. A function that "
-        "applies a primitive of the same name is covered by the primitive's record; for "
-        "one composed of several, add an entry to COMPOSITES in "
+        f"{namespace.__name__} functions without special points: {uncovered}. A function "
+        "that applies a primitive of the same name is covered by the primitive's record; "
+        "for one composed of several, add an entry to COMPOSITES in "
         "tests/test_special_points.py (its mpmath version and its points)."
     )
 
@@ -735,6 +924,7 @@ class Case:
     floats: list[np.ndarray]  # the float args, in the dtype under test
     where: list[int]  # their positions among the args
     elementwise: bool  # scalar args: batched into arrays, derivatives per element
+    fixed: dict[int, np.ndarray]  # float args held fixed (the op's held_fixed), in the dtype
 
     @property
     def label(self) -> str:
@@ -742,6 +932,8 @@ class Case:
 
     def args(self, floats: Any, others: Any = None) -> list[Any]:
         args = list(self.point.args if others is None else others)
+        if others is None:
+            args = [self.fixed.get(i, a) for i, a in enumerate(args)]
         for i, x in zip(self.where, floats, strict=True):
             args[i] = x
         return [np.asarray(a) if isinstance(a, bool) else a for a in args]
@@ -750,7 +942,10 @@ class Case:
         return self.op(*self.args(floats), **self.point.params)
 
     def mp_fun(self, *floats: Any) -> Any:
-        return self.mp_op(*self.args(floats), **self.point.params)
+        args = self.args(floats)
+        for i in self.fixed:  # the point's own (exact) number
+            args[i] = oracle.to_mp(np.float64(self.point.args[i]))
+        return self.mp_op(*args, **self.point.params)
 
 
 def _is_float(a: Any) -> bool:
@@ -773,12 +968,14 @@ def cases(name: str, dtype: Any) -> list[Case]:
                 f"{name} has no oracle: write it again with mpmath in tests/mpmath_oracle.py"
             )
         scalar = [all(isinstance(a, float | bool | int) for a in pt.args) for pt in pts]
+    held = REGISTRY[name].held_fixed if name in REGISTRY else ()
     out = []
     for seed, (pt, elementwise) in enumerate(zip(pts, scalar, strict=True)):
-        where = [i for i, a in enumerate(pt.args) if _is_float(a)]
+        where = [i for i, a in enumerate(pt.args) if _is_float(a) and i not in held]
         with np.errstate(over="ignore"):  # beyond float32's range: inf
             floats = [np.asarray(pt.args[i], dtype=dtype) for i in where]
-        out.append(Case(name, seed, pt, op, mp_op, floats, where, elementwise))
+            fixed = {i: np.asarray(pt.args[i], dtype=dtype) for i in held}
+        out.append(Case(name, seed, pt, op, mp_op, floats, where, elementwise, fixed))
     return out
 
 
@@ -877,7 +1074,9 @@ def numpy_value(case: Case) -> Any:
 def check_value(case: Case, value: Any, mp_value: Any) -> list[str]:
     numpy_like = numpy_value(case)
     if value.dtype.kind != "f":
-        if numpy_like is not None and not np.array_equal(value, numpy_like):
+        if numpy_like is not None and (
+            not np.array_equal(value, numpy_like) or value.dtype != np.asarray(numpy_like).dtype
+        ):
             return [f"{case.label}: value {value!r}, NumPy says {numpy_like!r}"]
         return []
     if case.elementwise:
@@ -909,16 +1108,26 @@ def _needs_convention(case: Case, k: int) -> str:
     )
 
 
+def _stacked(group: list[Case]) -> tuple[list[Any], list[np.ndarray]]:
+    """An elementwise batch's args: the other args (None where a float is differentiated;
+    held-fixed floats in the dtype under test) and the differentiated floats, stacked."""
+    first = group[0]
+    others = [
+        None if j in first.where
+        else np.stack([c.fixed[j] for c in group]) if j in first.fixed
+        else np.array([c.point.args[j] for c in group])
+        for j in range(len(first.point.args))
+    ]  # fmt: skip
+    floats = [np.stack([c.floats[i] for c in group]) for i in range(len(first.where))]
+    return others, floats
+
+
 def check_cases(group: list[Case], dtype: Any, jit: Any = None) -> list[str]:
     """Check points at once: one elementwise batch (the points stacked into arrays,
     derivatives per element), or one array point."""
     first = group[0]
     if first.elementwise:
-        others = [
-            np.array([c.point.args[j] for c in group]) if j not in first.where else None
-            for j in range(len(first.point.args))
-        ]
-        floats = [np.stack([c.floats[i] for c in group]) for i in range(len(first.where))]
+        others, floats = _stacked(group)
 
         def fun(*fl: Any) -> Any:
             return first.op(*first.args(fl, others), **first.point.params)
@@ -931,6 +1140,12 @@ def check_cases(group: list[Case], dtype: Any, jit: Any = None) -> list[str]:
     if values.dtype.kind != "f":
         for i, c in enumerate(group):
             failures += check_value(c, values[i] if first.elementwise else values, None)
+        return failures
+    if not first.where:  # every float held fixed (riemann_zeta): the value only
+        for i, c in enumerate(group):
+            with mpmath.workprec(oracle.P1), np.errstate(all="ignore"):
+                mp_value = oracle.guard(c.mp_fun)()
+            failures += check_value(c, values[i] if first.elementwise else values, mp_value)
         return failures
     us = [cotangent(c, values) for c in group]
     dirs = [directions(c) for c in group]
@@ -1035,11 +1250,7 @@ def _elementwise_batches(dtype: Any) -> list[tuple[str, Any, list[np.ndarray], A
             continue
         for group in groups(name, dtype):
             first = group[0]
-            others = [
-                np.array([c.point.args[j] for c in group]) if j not in first.where else None
-                for j in range(len(first.point.args))
-            ]
-            floats = [np.stack([c.floats[i] for c in group]) for i in range(len(first.where))]
+            others, floats = _stacked(group)
 
             def fun(*fl: Any, _first: Case = first, _others: Any = others) -> Any:
                 return _first.op(*_first.args(fl, _others), **_first.point.params)
@@ -1080,4 +1291,97 @@ def test_fused_kernels_agree_with_the_reference_at_special_points(dtype):
             same |= np.isfinite(r) & (np.abs(f - r) <= rtol * np.maximum(1, np.abs(r)))
         if not np.all(same):
             failures.append(f"{name} {what}: fused {f[~same]}, reference {r[~same]}")
+    assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------- operands held fixed
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in REGISTRY.items() if p.held_fixed))
+def test_a_derivative_in_an_operand_held_fixed_raises(name):
+    """The audit differentiates the other operands; in these, reverse and forward mode
+    raise a ValueError that names the operand (never a silent 0), and hold it fixed
+    behind stop_gradient."""
+    prim = REGISTRY[name]
+    args = [np.float64(a) for a in prim.special_points[0].args]
+    for i in prim.held_fixed:
+
+        def f(p: Any, _i: int = i, stop: bool = False) -> Any:
+            xs = list(args)
+            xs[_i] = fg.stop_gradient(p) if stop else p
+            return bind(prim, *xs)
+
+        for run in (fg.grad(f), lambda p: fg.jvp(f, (p,), (np.float64(1.0),))[1]):
+            with pytest.raises(ValueError, match=f"{name.removeprefix('riemann_')}: no deriv"):
+                run(args[i])
+        assert fg.grad(lambda p: f(p, stop=True))(args[i]) == 0.0
+
+
+# ---------------------------------------------------------------- values only
+
+
+def _leaves(x: Any) -> list[Any]:
+    return [y for item in x for y in _leaves(item)] if isinstance(x, tuple | list) else [x]
+
+
+def _same_as_numpy(got: Any, want: Any, same: str) -> bool:
+    got, want = _leaves(got), _leaves(want)
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, str | np.dtype) or isinstance(w, type):
+            if g != w:
+                return False
+            continue
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return False
+        if same == "value" and not np.array_equal(g, w, equal_nan=w.dtype.kind in "fc"):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_values_follow_numpy(name):
+    """Eager and traced, the value (dtype, shape) is NumPy's; where the result's shape
+    depends on traced values, tracing raises an error naming them; no gradient flows
+    through the results (a sum of them, cast to float, adds 0 to x's gradient)."""
+    fn, failures = getattr(fnp, name), []
+    for k, val in enumerate(VALUES[name]):
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(*val.args, **val.kwargs)
+            if not _same_as_numpy(fn(*val.args, **val.kwargs), want, val.same):
+                failures.append(f"point {k}: eager {fn(*val.args, **val.kwargs)!r}, NumPy {want!r}")
+        traced = [i for i, a in enumerate(val.args)
+                  if isinstance(a, np.ndarray) and a.dtype.kind in "fiub" and i not in val.static]  # fmt: skip
+
+        def call(*xs: Any, _val: Values = val, _traced: list[int] = traced) -> Any:
+            args = list(_val.args)
+            for i, x in zip(_traced, xs, strict=True):
+                args[i] = x
+            return fn(*args, **_val.kwargs)
+
+        if not traced:
+            continue
+        xs = [val.args[i] for i in traced]
+        if val.data_dependent:
+            with pytest.raises(TypeError, match="depends on the values"):
+                fg.jit(call)(*xs)
+            continue
+        with np.errstate(all="ignore"):
+            got = fg.jit(call)(*xs)
+        if not _same_as_numpy(got, want, val.same):
+            failures.append(f"point {k}: traced {got!r}, NumPy {want!r}")
+        floats = [j for j, x in enumerate(xs) if x.dtype.kind == "f"]
+        if floats and val.same == "value":
+            j = floats[0]
+
+            def total(x: Any, _xs: list[Any] = xs, _j: int = j, _call: Any = call) -> Any:
+                out = _call(*_xs[:_j], x, *_xs[_j + 1 :])
+                arrays = [o for o in _leaves(out) if not isinstance(o, int | str | type)]
+                return fnp.sum(x) + sum(fnp.sum(fnp.astype(o, x.dtype)) for o in arrays)
+
+            grad = fg.grad(total)(np.where(np.isfinite(xs[j]), xs[j], 0.5))
+            if not np.array_equal(grad, np.ones_like(xs[j])):
+                failures.append(f"point {k}: a gradient flowed through the results: {grad!r}")
     assert not failures, "\n".join(failures)

@@ -83,6 +83,10 @@ class Primitive:
       edges, huge and non-finite values, size-0 and size-1 axes. Tests check the value and
       the derivatives at orders 1 to 3, in every mode, against an arbitrary-precision oracle
       there (tests/test_special_points.py); every op must list some.
+    - `held_fixed` lists the positions of the inputs the op has no derivative in (the
+      order of a Bessel function, the shape of an incomplete gamma function): its VJP
+      gives `NoDerivative` there. Tests differentiate the other float inputs and check
+      that asking for these raises.
     - `effect` marks an op run for what it does (debug printing), not for its value: its
       node is never pruned, merged or folded, and its first input is a token, the output
       of the effect before it, so that effects run in program order (core.tracing).
@@ -103,6 +107,7 @@ class Primitive:
     ufunc: Any = None
     loop: str | None = None
     special_points: tuple[Point, ...] = ()
+    held_fixed: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     effect: bool = False
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import Tracer, aval_of
 from fastgrad.ops.base import apply_elementwise, batch_stacked
 from fastgrad.ops.elementwise import logical_and, logical_not, logical_or, logical_xor
@@ -46,10 +46,29 @@ def _integer_eval(name: str, ufunc: Any, kinds: str) -> Callable[..., Aval]:
 _KINDS: dict[str, str] = {}  # name -> the dtype kinds it takes
 
 
+# Special points: 0, -1 (all bits set), the extremes of int64, uint8's; shifts by 0 and by
+# the width less one; booleans for the logical ones; gcd and lcm of 0 and of negatives.
+_I64 = np.iinfo(np.int64)
+_INTS = np.array([0, -1, 1, 6, -4, _I64.max, _I64.min, 12])
+_OTHERS = np.array([0, 5, -1, -4, 6, 1, -1, 18])
+_U8 = np.array([0, 255, 1, 128], dtype=np.uint8)
+_POINTS = {
+    "unary": (at(_INTS), at(_U8)),
+    "binary": (at(_INTS, _OTHERS), at(_U8, _U8[::-1])),
+    "logical": (at(_INTS, _OTHERS), at(_U8, _U8[::-1]),
+                at(np.array([True, False, True]), np.array([True, True, False]))),
+    "shift": (at(np.array([1, -8, 5, -1, 0]), np.array([0, 1, 63, 62, 3])),
+              at(_U8, np.array([0, 7, 1, 3], dtype=np.uint8))),
+}  # fmt: skip
+
+
 def _integer_record(name: str, ufunc: Any, kinds: str = "iu") -> None:
     _KINDS[name] = kinds
+    kind = "logical" if "b" in kinds else "unary" if ufunc.nin == 1 else "binary"
+    kind = "shift" if "shift" in name else kind
     register(
-        Primitive(name, _integer_eval(name, ufunc, kinds), ufunc, None, batch=batch_stacked(name))
+        Primitive(name, _integer_eval(name, ufunc, kinds), ufunc, None, batch=batch_stacked(name),
+                  special_points=_POINTS[kind])  # fmt: skip
     )
 
 

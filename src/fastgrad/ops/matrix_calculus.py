@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.core.ir import Aval
-from fastgrad.core.primitive import Primitive, register
+from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import aval_of, bind
 from fastgrad.ops.base import batch_stacked, broadcast_shapes, broadcast_to, reshape
 from fastgrad.ops.linalg import (
@@ -57,8 +57,28 @@ def _square_float(fn: str) -> Callable[..., Aval]:
     return abstract_eval
 
 
-def _record(name: str, impl: Any, vjp: Any, jvp: Any) -> Primitive:
-    return register(Primitive(name, _square_float(name), impl, vjp, jvp, batch=batch_stacked(name)))
+def _record(name: str, impl: Any, vjp: Any, jvp: Any, special_points: Any) -> Primitive:
+    return register(Primitive(name, _square_float(name), impl, vjp, jvp,
+                              batch=batch_stacked(name), special_points=special_points))
+
+
+# Special points: the zero matrix, a nilpotent one, a diagonal one with a repeated entry
+# (a repeated eigenvalue), a rotation generator (complex eigenvalues), a general one, one
+# that LU must pivot and one near a singular one (sqrtm's derivative grows as 1/sqrt).
+_ZERO, _NILPOTENT = np.zeros((2, 2)), np.array([[0.0, 1.0], [0.0, 0.0]])
+_REPEATED = np.diag([2.0, 2.0, 0.5])
+_GENERAL = np.array([[1.5, -0.5, 0.25], [0.75, 2.0, -1.0], [0.5, 0.25, 3.0]])
+_SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.25], [0.5, 0.25, 2.0]])
+_PIVOTED = np.array([[0.5, 2.0, 1.0], [3.0, -1.0, 0.5], [1.0, 1.5, -2.0]])
+_LINALG_POINTS = {
+    "expm": (at(_ZERO), at(_NILPOTENT), at(_REPEATED), at(np.array([[0.0, -2.0], [2.0, 0.0]])),
+             at(_GENERAL), at(_GENERAL[None].repeat(2, axis=0))),
+    "sqrtm": (at(_SPD), at(_REPEATED), at(np.array([[4.0, 1.0], [0.0, 9.0]])),
+              at(np.diag([1e-6, 1.0]))),
+    "solve_sylvester": (at(_SPD, _REPEATED, _GENERAL), at(_REPEATED, _REPEATED, _GENERAL),
+                        at(_SPD[:2, :2], _GENERAL, _GENERAL[:2])),
+    "lu": (at(_GENERAL), at(_PIVOTED), at(_SPD), at(np.array([[2.0]]))),
+}  # fmt: skip
 
 
 def _corner(x: Any, n: int) -> Any:
@@ -89,6 +109,7 @@ EXPM = _record(
     _expm_impl,
     lambda g, out, a: (frechet_expm(mT(a), g),),
     lambda t, out, a: frechet_expm(a, t[0]),
+    _LINALG_POINTS["expm"],
 )
 
 # ---------------------------------------------------------------- solve_sylvester
@@ -126,6 +147,7 @@ SYLVESTER = register(
         _sylvester_vjp,
         _sylvester_jvp,
         batch=batch_stacked("solve_sylvester"),
+        special_points=_LINALG_POINTS["solve_sylvester"],
     )
 )
 
@@ -150,6 +172,7 @@ SQRTM = _record(
     _sqrtm_impl,
     lambda g, out, a: (bind(SYLVESTER, mT(out), mT(out), g),),
     lambda t, out, a: bind(SYLVESTER, out, out, t[0]),
+    _LINALG_POINTS["sqrtm"],
 )
 
 # ---------------------------------------------------------------- lu
@@ -199,7 +222,8 @@ def _lu_jvp(t: Any, out: Any, a: Any) -> Any:
     return pack([zeros_like(p), d_lower, d_upper], aval_of(out).shape[:-1])
 
 
-LU = register(Primitive("lu", _lu_eval, _lu_impl, _lu_vjp, _lu_jvp, batch=batch_stacked("lu")))
+LU = register(Primitive("lu", _lu_eval, _lu_impl, _lu_vjp, _lu_jvp, batch=batch_stacked("lu"),
+                        special_points=_LINALG_POINTS["lu"]))
 
 # lu_factor's pivots (row i was swapped with row piv[i], in turn) and the permutation they
 # make: integers, never differentiated.
@@ -227,7 +251,8 @@ def _permutation_impl(piv: np.ndarray, *, inverse: bool) -> np.ndarray:
 
 
 LU_PIVOTS = register(
-    Primitive("lu_pivots", _pivots_eval, _pivots_impl, None, batch=batch_stacked("lu_pivots"))
+    Primitive("lu_pivots", _pivots_eval, _pivots_impl, None, batch=batch_stacked("lu_pivots"),
+              special_points=(*_LINALG_POINTS["lu"], at(np.array([[1.0, 2.0], [-1.0, 0.5]]))))
 )
 PIVOT_PERMUTATION = register(
     Primitive(
@@ -236,6 +261,9 @@ PIVOT_PERMUTATION = register(
         _permutation_impl,
         None,
         batch=batch_stacked("pivot_permutation"),
+        special_points=tuple(at(np.array(piv, np.int32), inverse=inverse)
+                             for piv in ([2, 2, 2], [0, 1, 2], [1, 2, 2], [0])
+                             for inverse in (False, True)),
     )
 )
 

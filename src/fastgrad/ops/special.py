@@ -39,8 +39,8 @@ from fastgrad.ops.elementwise import (
     sign,
     where,
 )
-from fastgrad.ops.math import exp, log, log1p, log_sigmoid, sigmoid
-from fastgrad.ops.shape import zeros_like
+from fastgrad.ops.math import cosh, exp, log, log1p, log_sigmoid, sigmoid, sqrt
+from fastgrad.ops.shape import ones_like, zeros_like
 
 __all__: list[str] = []  # public under fastgrad.scipy.special
 
@@ -561,17 +561,18 @@ def entr(x: Any) -> Any:
     >>> float(entr(0.5)), float(entr(0.0)), float(entr(-1.0))
     (0.34657359027997264, 0.0, -inf)
     """
-    negative = x < 0
-    return where(negative, -np.inf, 0.0 - xlogy(x, where(negative, 1.0, x)))  # +0.0 at 0
+    return 0.0 - rel_entr(x, ones_like(x))  # +0.0 at 0
 
 
 def _relative_entropy(x: Any, y: Any, extra: Callable[[Any, Any], Any]) -> Any:
-    # x log(x / y) + extra(x, y) for x, y > 0; extra(0, y) for x == 0 <= y; inf otherwise.
-    inside = logical_and(x > 0, y > 0)
-    xs, ys = where(inside, x, 1.0), where(inside, y, 1.0)
-    edge = where(logical_and(x == 0, y >= 0), extra(x, y), np.inf)
-    value = where(inside, xs * log(xs / ys) + extra(xs, ys), edge)
-    return where(logical_or(isnan(x), isnan(y)), np.nan, value)
+    # x log(x / y) + extra(x, y) for x, y > 0; extra(0, y) for x == 0 <= y; inf (nan for nan)
+    # else. Pieces on safe stand-ins: at x == 0 -sqrt(x)'s derivatives (-inf, not a silent 0),
+    # outside cosh(x) * inf's (inf or nan at every order).
+    inside, edge = logical_and(x > 0, y > 0), logical_and(x == 0, y >= 0)
+    xs, ys, xe, ye = (where(c, v, 1.0) for c in (inside, edge) for v in (x, y))
+    xo, yo = (where(logical_or(inside, edge), 0.0, v) for v in (x, y))
+    at_edge = where(edge, extra(xe, ye) - sqrt(xe), (cosh(xo) + cosh(yo)) * np.inf)
+    return where(inside, xs * log(xs / ys) + extra(xs, ys), at_edge)
 
 
 @quiet

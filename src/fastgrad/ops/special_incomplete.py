@@ -17,7 +17,7 @@ import numpy as np
 from fastgrad.core.primitive import NoDerivative, Point, Primitive, points, register
 from fastgrad.ops.base import batch_stacked
 from fastgrad.ops.elementwise import abs, where
-from fastgrad.ops.math import exp, log, log1p
+from fastgrad.ops.math import exp, log, log1p, power
 from fastgrad.ops.special import (
     _apply,
     _same_float_eval,
@@ -38,13 +38,15 @@ def scipy_special(
     name: str,
     vjp: Callable[..., Any],
     jvp: Callable[..., Any],
+    fixed: tuple[int, ...],
     domain: tuple[str, ...],
     special_points: tuple[Point, ...] = (),
     scipy_name: str | None = None,
 ) -> Primitive:
     """Register an elementwise function computed by SciPy's ufunc `scipy_name` (`name` by
-    default) as a library call over whole arrays, its result in the operands' dtype. SciPy
-    runs in float64: some of its float32 loops (stdtrit) lose digits."""
+    default) as a library call over whole arrays, its result in the operands' dtype, with
+    no derivative in its operands `fixed`. SciPy runs in float64: some of its float32
+    loops (stdtrit) lose digits."""
     ufunc_name = scipy_name or name
 
     def impl(*xs: np.ndarray) -> np.ndarray:
@@ -63,16 +65,17 @@ def scipy_special(
             batch_stacked(name),
             domain=domain,
             special_points=special_points,
+            held_fixed=fixed,
         )
     )
 
 
 def held_fixed(
     name: str, fixed: Sequence[str], derivative: Callable[..., Any]
-) -> tuple[Callable[..., Any], Callable[..., Any]]:
+) -> tuple[Callable[..., Any], Callable[..., Any], tuple[int, ...]]:
     """VJP and JVP of f(p1, ..., x) whose derivative in its last operand x is
     `derivative(out, p1, ..., x)` and which has none in the parameters p1, ... (named
-    `fixed` in the error a gradient flowing to one of them raises)."""
+    `fixed` in the error a gradient flowing to one of them raises), and their positions."""
 
     def missing(param: str) -> NoDerivative:
         return NoDerivative(
@@ -90,14 +93,30 @@ def held_fixed(
                 raise missing(param).error()
         return None if t[-1] is None else t[-1] * derivative(out, *args)
 
-    return vjp, jvp
+    return vjp, jvp, tuple(range(len(fixed)))
 
 
 def _away_from_inf(x: Any, f: Callable[[Any], Any], at_inf: float, both: bool = False) -> Any:
     """f(x), or `at_inf` where x is +inf (or -inf too, with `both`); f is computed on a safe
-    stand-in there, so that no inf - inf leaks into its derivatives."""
+    stand-in there, so that no inf - inf leaks into its derivatives. An infinite `at_inf`
+    is abs(x) itself: its derivatives are infinite too (or nan), where a constant's would
+    be a silent 0 (gammaincinv''(a, 1), tests/test_special_points.py)."""
     infinite = (abs(x) if both else x) == math.inf
-    return where(infinite, at_inf, f(where(infinite, 1.0, x)))
+    edge = abs(x) if at_inf == math.inf else at_inf
+    return where(infinite, edge, f(where(infinite, 1.0, x)))
+
+
+def _at_edges(x: Any, edges: Sequence[float], log_form: Any, power_form: Any) -> Any:
+    """A density exp(log_form(x)) away from `edges`, and power_form(x) (its powers of x and
+    1 - x written out) at them: there the log's derivatives are infinite (log(x)' at 0)
+    and meet the density's 0, inf * 0, where the power's are x**(a-1)'s own (gammainc''(2,
+    0) = 1). Each form is computed on a safe stand-in where it is not selected."""
+    at_edge = x == edges[0]
+    for e in edges[1:]:
+        at_edge = at_edge | (x == e)
+    middle = sum(edges) / len(edges) if len(edges) > 1 else 1.0
+    return where(at_edge, power_form(where(at_edge, x, middle)),
+                 exp(log_form(where(at_edge, middle, x))))  # fmt: skip
 
 
 # The log densities whose integrals these functions are (also scipy.stats' log densities).
@@ -115,18 +134,24 @@ def beta_log_density(a: Any, b: Any, x: Any) -> Any:
 
 def t_log_density(df: Any, t: Any) -> Any:
     """The log density of Student's t distribution with df degrees of freedom."""
-    half = (df + 1.0) * 0.5
-    return (
-        gammaln(half)
-        - gammaln(df * 0.5)
-        - 0.5 * (log(df) + math.log(math.pi))
-        - half * log1p(t * t / df)
-    )
+    # 1 / (sqrt(df) B(df/2, 1/2)) (1 + t^2/df)^-((df+1)/2): betaln, not the difference of
+    # two gammaln, which cancels digits at large df (float32 stdtrit' at df = 1000: 1e-4).
+    return -betaln(df * 0.5, 0.5) - 0.5 * log(df) - (df + 1.0) * 0.5 * log1p(t * t / df)
 
 
 def _gamma_density(out: Any, a: Any, x: Any) -> Any:
     # d/dx P(a, x), 0 at x = +inf
-    return _away_from_inf(x, lambda x: exp(gamma_log_density(a, x)), 0.0)
+    def density(x: Any) -> Any:
+        return _at_edges(x, (0.0,), lambda x: gamma_log_density(a, x),
+                         lambda x: power(x, a - 1.0) * exp(-x - gammaln(a)))  # fmt: skip
+
+    return _away_from_inf(x, density, 0.0)
+
+
+def _beta_density(out: Any, a: Any, b: Any, x: Any) -> Any:
+    # d/dx I_x(a, b)
+    return _at_edges(x, (0.0, 1.0), lambda x: beta_log_density(a, b, x),
+                     lambda x: power(x, a - 1.0) * power(1.0 - x, b - 1.0) * exp(-betaln(a, b)))
 
 
 def _inverse_gamma_slope(out: Any, a: Any, y: Any) -> Any:
@@ -147,7 +172,7 @@ def _inverse_t_slope(out: Any, df: Any, p: Any) -> Any:
     return _away_from_inf(out, lambda t: exp(-t_log_density(df, t)), math.inf, both=True)
 
 
-def _no_derivative(name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _no_derivative(name: str) -> tuple[Callable[..., Any], Callable[..., Any], tuple[int]]:
     """VJP and JVP of a one-operand function with no derivative available."""
     missing = NoDerivative(
         f"{name}: no derivative with respect to x (SciPy has no function for it). Wrap "
@@ -157,34 +182,64 @@ def _no_derivative(name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
     def jvp(t: Sequence[Any], out: Any, x: Any) -> Any:
         raise missing.error()
 
-    return (lambda g, out, x: (missing,)), jvp
+    return (lambda g, out, x: (missing,)), jvp, (0,)
 
 
-# fmt: off
+# Special points (a, x): x at 0 (where the derivative is 1, 0 or infinite as a is 1, above
+# or below 1) and at the edges of the domain, integer and half-integer shapes, large x and
+# large shapes, tiny x, infinities and nan.
+_GAMMA_POINTS = points((1.0, 0.0), (0.5, 0.0), (2.0, 0.0), (2.5, 1.5), (0.5, 2.0),
+                       (3.0, 3.0), (2.0, 50.0), (100.0, 100.0), (0.5, 1e-30), (2.0, -1.0),
+                       (1.0, inf), (2.0, nan))
+# (At y = 0 with a = 1/n, x ~ y**n: orders 2 and up are finite but come out nan, as
+# slope'(0) * 0 = inf * 0; at other a < 1 they diverge, as tested at a = 0.75.)
+_GAMMA_INVERSE_POINTS = points((2.0, 0.5), (0.5, 0.25), (1.0, 0.0), (2.0, 0.0), (0.75, 0.0),
+                               (2.0, 1.0), (3.0, 1e-10), (2.0, 0.999), (100.0, 0.5),
+                               (2.0, 1.5), (2.0, nan))
+_BETA_POINTS = points((2.0, 3.0, 0.5), (0.5, 0.5, 0.25), (1.0, 1.0, 0.0), (0.5, 2.0, 0.0),
+                      (2.0, 0.5, 1.0), (2.0, 3.0, 1.0), (2.0, 3.0, 0.0), (1.0, 1.0, 1.0),
+                      (50.0, 50.0, 0.5), (2.0, 3.0, 1.5), (2.0, 3.0, nan))
+_BETA_INVERSE_POINTS = points((2.0, 3.0, 0.6875), (0.5, 0.5, 0.5), (2.0, 3.0, 0.0),
+                              (2.0, 3.0, 1.0), (1.0, 1.0, 0.25), (50.0, 50.0, 0.5),
+                              (2.0, 3.0, 1.5), (2.0, 3.0, nan))
+_T_POINTS = points((3.0, 0.0), (1.0, 1.0), (2.5, 2.0), (0.5, -3.0), (1000.0, 0.5),
+                   (1.0, -1e10), (1.0, inf), (3.0, -inf), (3.0, nan))
+_T_INVERSE_POINTS = points((3.0, 0.5), (1.0, 0.75), (2.5, 0.125), (3.0, 1e-10), (1.0, 0.0),
+                           (1.0, 1.0), (1000.0, 0.5), (3.0, 1.5), (3.0, nan))
+# Hurwitz's zeta at integer and half-integer x, q near its pole at 0 and large, x at its
+# pole 1; Riemann's at its pole, its trivial zero -2, x < 1, large x.
+_ZETA_POINTS = points((2.0, 1.0), (2.0, 2.0), (3.0, 0.5), (1.5, 0.001), (2.0, 1e10),
+                      (2.0, 0.0), (1.0, 1.0), (2.0, inf), (2.0, nan))
+_RIEMANN_POINTS = points(2.0, 0.0, -1.0, 0.5, 1.0, -2.0, 50.0, inf, nan)
+
 scipy_special("gammainc", *held_fixed("gammainc", ["a"], _gamma_density),
-              ("positive", "positive"))
+              ("positive", "positive"), _GAMMA_POINTS)
 scipy_special("gammaincc", *held_fixed("gammaincc", ["a"], lambda *xs: -_gamma_density(*xs)),
-              ("positive", "positive"))
+              ("positive", "positive"), _GAMMA_POINTS)
 scipy_special("gammaincinv", *held_fixed("gammaincinv", ["a"], _inverse_gamma_slope),
-              ("positive", "unit_interval"))
+              ("positive", "unit_interval"), _GAMMA_INVERSE_POINTS)
 scipy_special("gammainccinv",
               *held_fixed("gammainccinv", ["a"], lambda *xs: -_inverse_gamma_slope(*xs)),
-              ("positive", "unit_interval"))
-scipy_special("betainc", *held_fixed(
-    "betainc", ["a", "b"], lambda out, a, b, x: exp(beta_log_density(a, b, x))),
-    ("positive", "positive", "unit_interval"))
+              ("positive", "unit_interval"), _GAMMA_INVERSE_POINTS)
+scipy_special("betainc", *held_fixed("betainc", ["a", "b"], _beta_density),
+    ("positive", "positive", "unit_interval"), _BETA_POINTS)
 scipy_special("betaincinv", *held_fixed(
     "betaincinv", ["a", "b"], lambda out, a, b, y: exp(-beta_log_density(a, b, out))),
-    ("positive", "positive", "unit_interval"))
-scipy_special("stdtr", *held_fixed("stdtr", ["df"], _t_density), ("positive", "real"))
+    ("positive", "positive", "unit_interval"), _BETA_INVERSE_POINTS)
+scipy_special("stdtr", *held_fixed("stdtr", ["df"], _t_density), ("positive", "real"),
+              _T_POINTS)
 scipy_special("stdtrit", *held_fixed("stdtrit", ["df"], _inverse_t_slope),
-              ("positive", "unit_interval"))
+              ("positive", "unit_interval"), _T_INVERSE_POINTS)
 scipy_special("erfcx", *held_fixed("erfcx", [], _erfcx_derivative), ("real",),
               points(0.0, -0.0, 0.5, -3.0, 5.0, 30.0, -26.0, -27.0, 1e-300, inf, -inf, nan))
 # Hurwitz's zeta(x, q): d/dq = -x zeta(x + 1, q); Riemann's zeta(x) (also for x < 1).
-scipy_special("zeta", *held_fixed("zeta", ["x"], lambda out, x, q: -x * zeta(x + 1.0, q)),
-              ("above_one", "positive"))
-scipy_special("riemann_zeta", *_no_derivative("zeta"), ("above_one",), scipy_name="zeta")
+# At x = 1 zeta is inf for every q: `out * 0.0` makes the derivatives nan there, as they
+# are, where -x zeta(x + 1, q) alone is finite.
+scipy_special("zeta", *held_fixed("zeta", ["x"],
+                                  lambda out, x, q: -x * zeta(x + 1.0, q) + out * 0.0),
+              ("above_one", "positive"), _ZETA_POINTS)
+scipy_special("riemann_zeta", *_no_derivative("zeta"), ("above_one",), _RIEMANN_POINTS,
+              scipy_name="zeta")
 # fmt: on
 
 
