@@ -529,7 +529,7 @@ def _segment_others(seg: Any, w: Any, *ts: Any) -> Any:
     out = np.empty(len(ids), dtype=object)
     for k in range(len(ids)):
         poly = {0: mpmath.mpf(1)}  # monomial (bits of the e's) -> coefficient
-        for factor in (l for l in range(len(ids)) if l != k and ids[l] == ids[k]):
+        for factor in (j for j in range(len(ids)) if j != k and ids[j] == ids[k]):
             terms = {0: w[factor], **{1 << i: ts[i][factor] for i in range(m)}}
             product: dict[int, Any] = {}
             for p, cp in poly.items():

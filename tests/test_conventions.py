@@ -389,10 +389,10 @@ def _second_derivatives_at_repeated_values() -> None:
         low = [values[t][0] for t in (-h, 0, h)]
         assert abs((low[2] - low[1]) / h + 1) < 1e-9 and abs((low[1] - low[0]) / h - 1) < 1e-9
         for f, want in ((lambda x: x * x, 5.0), (mpmath.exp, 9.778377430600246)):
-            total = [sum(f(x) for x in values[t]) for t in (-h, 0, h)]
+            total = [sum(f(x) for x in values[t]) for t in (-h, 0, h)]  # noqa: B023
             assert abs((total[0] + total[2] - 2 * total[1]) / h**2 - want) < 1e-9
     for f in (lambda x: x * x, fnp.exp):
-        hvp = fg.jvp(fg.grad(lambda m: fnp.sum(f(fnp.linalg.eigvalsh(m)))), (a,), (e,))[1]
+        hvp = fg.jvp(fg.grad(lambda m: fnp.sum(f(fnp.linalg.eigvalsh(m)))), (a,), (e,))[1]  # noqa: B023
         assert np.isnan(hvp).any()
 
 
@@ -429,8 +429,9 @@ def _slogdet_at_singular_matrices(dtype: type) -> None:
         t = np.ones_like(a)
         grads = [fg.grad(f)(a), fg.jit(fg.grad(f))(a), fg.jvp(f, (a,), (t,))[1]]
         seconds = [fg.hessian(f)(a), fg.jvp(fg.grad(f), (a,), (t,))[1]]
-        thirds = [fg.grad(lambda m: fnp.sum(fg.hessian(f)(m)[0, :, :, 0]))(a),
-                  fg.jvp(lambda m: fg.jvp(fg.grad(f), (m,), (t,))[1], (a,), (t,))[1]]  # fmt: skip
+        thirds = [fg.grad(lambda m, f=f: fnp.sum(fg.hessian(f)(m)[0, :, :, 0]))(a),
+                  fg.jvp(lambda m, f=f, t=t: fg.jvp(fg.grad(f), (m,), (t,))[1],
+                         (a,), (t,))[1]]  # fmt: skip
         assert np.isnan(grads[2])
         for d in grads[:2] + seconds[1:] + thirds:
             assert np.isnan(d[0]).all()

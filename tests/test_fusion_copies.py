@@ -56,3 +56,21 @@ def test_mixture_gradient_stores_no_stack_and_matches_the_interpreter(dtype):
 def test_copied_work_keeps_second_derivatives():
     args = inputs(np.float64, n=40)
     fg.testing.check_grads(mixture_nll, args, order=2, modes=("rev",))
+
+
+def test_a_plan_with_copied_work_is_not_stored_as_the_graphs_plan():
+    """The plan cache stores loops by their nodes' places in the graph; fusion's copies are
+    in no graph, so such a plan is refused (Uncacheable) rather than stored wrong (a
+    gradient of det through jvp hit a KeyError here when the two met)."""
+    from fastgrad.compiler.fusion import Loop, partition
+    from fastgrad.compiler.passes import simplify
+    from fastgrad.compiler.plan_codec import Uncacheable, encode_plan
+
+    f = fg.value_and_grad(mixture_nll, argnums=(0, 1, 2))
+    traced = fg.make_graph(f)(*inputs(np.float64))
+    graph = simplify(traced)
+    steps = partition(graph)
+    in_graph = {id(n) for n in graph.nodes}
+    assert any(id(n) not in in_graph for s in steps if isinstance(s, Loop) for n in s.nodes)
+    with pytest.raises(Uncacheable, match="fusion made"):
+        encode_plan(traced, graph, steps, {})

@@ -303,7 +303,9 @@ def test_det_gradient_in_a_stack_of_singular_and_regular_matrices():
     rank2 = np.array([[1.0, 2.0, 3.0], [2.0, -1.0, 0.5], [3.0, 1.0, 3.5]])
     stack = np.stack([A[0], rank2, A[1] * 1e-3, np.zeros((3, 3))])
     f = lambda a: fnp.sum(la.det(a) * np.array([1.0, 2.0, -1.0, 0.5]))  # noqa: E731
-    want = np.stack([w * _cofactors_by_minors(m) for w, m in zip([1, 2, -1, 0.5], stack)])
+    want = np.stack(
+        [w * _cofactors_by_minors(m) for w, m in zip([1, 2, -1, 0.5], stack, strict=True)]
+    )
     for grad in (fg.grad(f), fg.jit(fg.grad(f))):
         np.testing.assert_allclose(grad(stack), want, rtol=1e-12, atol=1e-12)
     e = rng.standard_normal(stack.shape)

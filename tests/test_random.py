@@ -170,7 +170,10 @@ def test_normal_pairs_are_independent():
     z = fr.normal(fr.key(12), (N,)).reshape(-1, 2)
     assert abs(np.corrcoef(z.T)[0, 1]) < 4 / np.sqrt(N / 2)
     assert stats.kstest(np.sum(z * z, axis=1), stats.expon(scale=2.0).cdf).pvalue > 1e-3
-    assert stats.kstest(np.arctan2(z[:, 1], z[:, 0]), stats.uniform(-np.pi, 2 * np.pi).cdf).pvalue > 1e-3
+    assert (
+        stats.kstest(np.arctan2(z[:, 1], z[:, 0]), stats.uniform(-np.pi, 2 * np.pi).cdf).pvalue
+        > 1e-3
+    )
 
 
 def test_keys():

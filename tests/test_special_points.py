@@ -34,10 +34,10 @@ import fastgrad as fg
 import fastgrad.numpy as fnp
 import fastgrad.scipy.special as fss
 import mpmath_oracle as oracle
-from numpy_values import VALUES
 from fastgrad.core.primitive import REGISTRY, Point, at, points
 from fastgrad.core.tracing import bind
 from fastgrad.testing import directional_derivative
+from numpy_values import VALUES, Values
 
 inf, nan = math.inf, math.nan
 DTYPES = [np.float32, np.float64]
@@ -71,10 +71,7 @@ EXEMPT = {
 # numbers before this audit covered them: each still needs special points and an oracle.
 # Listed here so that the gap is visible; any op not listed (a new one) fails the
 # registry tests below. Remove a name when it gets its points.
-PENDING = set(
-    "debug_print at"
-    .split()
-)
+PENDING = set("debug_print at".split())
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 
 
@@ -654,8 +651,8 @@ def _mp_logit(p: Any) -> Any:
 def _mp_xlog(shift: int) -> Any:
     """xlogy (shift 0) and xlog1py (shift 1): x log(y + shift), 0 where x == 0 (unless y is
     nan)."""
-    return lambda x, y: mpmath.mpf(0) if x == 0 and not oracle.is_nan(y) else x * mpmath.log(
-        y + shift
+    return lambda x, y: (
+        mpmath.mpf(0) if x == 0 and not oracle.is_nan(y) else x * mpmath.log(y + shift)
     )
 
 
@@ -777,7 +774,8 @@ _ASSEMBLED: dict[str, Composite] = {
     ),
     "divmod": Composite(
         lambda x, y: oracle._mp_array(np.array(
-            [[mpmath.floor(a / b), oracle.SCALAR["remainder"](a, b)] for a, b in zip(x, y)],
+            [[mpmath.floor(a / b), oracle.SCALAR["remainder"](a, b)]
+             for a, b in zip(x, y, strict=True)],
             dtype=object).T),
         (at(np.array([2.5, -2.5, 7.0]), np.array([0.75, 0.75, -2.0])),
          at(np.array([1.5, -3.0]), np.array([0.75, 1.5]), convention="remainder-at-jumps")),
@@ -1353,7 +1351,8 @@ def test_values_follow_numpy(name):
             if not _same_as_numpy(fn(*val.args, **val.kwargs), want, val.same):
                 failures.append(f"point {k}: eager {fn(*val.args, **val.kwargs)!r}, NumPy {want!r}")
         traced = [i for i, a in enumerate(val.args)
-                  if isinstance(a, np.ndarray) and a.dtype.kind in "fiub" and i not in val.static]  # fmt: skip
+                  if isinstance(a, np.ndarray) and a.dtype.kind in "fiub"
+                  and i not in val.static]  # fmt: skip
 
         def call(*xs: Any, _val: Values = val, _traced: list[int] = traced) -> Any:
             args = list(_val.args)

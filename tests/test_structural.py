@@ -146,8 +146,12 @@ CASES = {
     "segment_others": [
         (
             lambda w: segment_others(REPEATS.ravel(), w),
-            lambda w: np.array([np.prod(w[REPEATS.ravel() == r]) / x
-                                for r, x in zip(REPEATS.ravel(), w, strict=True)]),
+            lambda w: np.array(
+                [
+                    np.prod(w[REPEATS.ravel() == r]) / x
+                    for r, x in zip(REPEATS.ravel(), w, strict=True)
+                ]
+            ),
             (B.ravel()[: REPEATS.size] + 2.0,),
         )
     ],

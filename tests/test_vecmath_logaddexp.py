@@ -10,11 +10,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
-from test_vecmath import _PACKED, _host_has_avx2
-from test_vecmath_power import _LOOPS, binary
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
+from test_vecmath import _PACKED, _host_has_avx2
+from test_vecmath_power import _LOOPS, binary
 
 DTYPES = [np.float64, np.float32]
 inf, nan = np.inf, np.nan

@@ -184,12 +184,13 @@ CASES = {
     "inv": (lambda a: fnp.linalg.inv(a + 4 * np.eye(3)), [(3, 3)]),
     "det": (lambda a: fnp.linalg.det(a + 4 * np.eye(3)), [(3, 3)]),
     # det's rule: the SVD of the selected matrices, the inverse or the identity.
-    "masked_svd": (lambda a: masked_svd(np.array([True, False]), a + 4 * np.eye(3))[1],
-                   [(2, 3, 3)]),
+    "masked_svd": (
+        lambda a: masked_svd(np.array([True, False]), a + 4 * np.eye(3))[1],
+        [(2, 3, 3)],
+    ),
     "safe_inverse": (lambda a: safe_inverse(a), [(2, 2)]),
     # x.at[].multiply's rule: the product of the others per group (with a tangent).
-    "segment_others": (lambda w, t: segment_others(np.array([1, 0, 1, 1]), w, t),
-                       [(4,), (4,)]),
+    "segment_others": (lambda w, t: segment_others(np.array([1, 0, 1, 1]), w, t), [(4,), (4,)]),
     "slogdet": (lambda a: fnp.linalg.slogdet(a + 4 * np.eye(3)), [(3, 3)]),
     "cholesky": (lambda a: fnp.linalg.cholesky(a @ a.T + 3 * np.eye(3)), [(3, 3)]),
     "triangular_solve": (

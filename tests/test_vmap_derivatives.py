@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_vmap import CASES, ELEMENTWISE, SPECIAL, batched_args, check, domains_of
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
@@ -18,6 +17,7 @@ from fastgrad.core.primitive import REGISTRY
 from fastgrad.core.pytree import flatten
 from fastgrad.core.tracing import aval_of
 from fastgrad.testing import strategies as fst
+from test_vmap import CASES, ELEMENTWISE, SPECIAL, batched_args, check, domains_of
 
 
 def _total(out):
@@ -53,7 +53,9 @@ def _orders(f, args, last_only=False):
 def _differentiable(f, args, axes):
     """Whether f's output (on example 0) has a float leaf: an integer or boolean result has
     no derivative to batch."""
-    example = [a if ax is None else np.take(a, 0, axis=ax) for a, ax in zip(args, axes, strict=True)]
+    example = [
+        a if ax is None else np.take(a, 0, axis=ax) for a, ax in zip(args, axes, strict=True)
+    ]
     return any(np.asarray(x).dtype.kind == "f" for x in flatten(f(*example))[0])
 
 
@@ -67,8 +69,10 @@ _SHIFTED = {
     "lu": lambda a: fsl.lu(a + 4 * np.eye(3))[2],
     "qr": lambda a: fnp.linalg.qr(a + 4 * np.eye(3))[1],
 }
-OPS = sorted(set(ELEMENTWISE) - _BOOLEAN) + [f"special:{n}" for n in SPECIAL] + sorted(
-    set(CASES) - _NO_DERIVATIVE
+OPS = (
+    sorted(set(ELEMENTWISE) - _BOOLEAN)
+    + [f"special:{n}" for n in SPECIAL]
+    + sorted(set(CASES) - _NO_DERIVATIVE)
 )
 
 

@@ -200,7 +200,15 @@ def encode_plan(
         return ("ref", k) if k is not None else ("data", *_array_bytes(a))
 
     avals, nodes, index = _encode_nodes(graph, array)
-    node_at = {id(n.out): k for k, n in enumerate(graph.nodes)}
+    node_at = {id(n): k for k, n in enumerate(graph.nodes)}
+
+    def member(n: Any) -> int:
+        # Fusion's copies of cheap work (`_copy_cheap_outputs`) and the readers it rewires
+        # are nodes of the loops only, not of the graph: such a plan is not stored.
+        try:
+            return node_at[id(n)]
+        except KeyError:
+            raise Uncacheable("a loop holds a node that fusion made, not the graph's") from None
 
     def var(v: Var) -> int:
         try:
@@ -211,7 +219,7 @@ def encode_plan(
     encoded_steps: list[Any] = []
     for step in steps:
         if isinstance(step, Call):
-            encoded_steps.append(("call", node_at[id(step.node.out)], step.position))
+            encoded_steps.append(("call", member(step.node), step.position))
             continue
         encoded_steps.append(
             (
@@ -219,7 +227,7 @@ def encode_plan(
                 step.shape,
                 step.position,
                 step.reduce_axes,
-                tuple(node_at[id(n.out)] for n in step.nodes),
+                tuple(member(n) for n in step.nodes),
                 tuple(sorted((index[key], level) for key, level in step.level.items())),
                 tuple(map(var, step.inputs)),
                 tuple(map(var, step.outputs)),

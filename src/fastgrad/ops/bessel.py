@@ -23,8 +23,7 @@ inf, nan = math.inf, math.nan
 
 
 def _bessel(name: str, derivative: Any, special_points: tuple[Point, ...]) -> None:
-    scipy_special(name, *held_fixed(name, ["v"], derivative), ("real", "positive"),
-                  special_points)
+    scipy_special(name, *held_fixed(name, ["v"], derivative), ("real", "positive"), special_points)
 
 
 def _ive_derivative(out: Any, v: Any, x: Any) -> Any:
@@ -45,8 +44,17 @@ def _ive_derivative(out: Any, v: Any, x: Any) -> Any:
 # Special points (v, x): x at 0 (the value 1, 0 or a pole as v is 0, positive or the second
 # kind; the derivative infinite for 0 < v < 1), integer, half-integer and negative orders,
 # negative x (nan for non-integer orders), large x, infinities and nan.
-_COMMON = ((0.0, 1.0), (1.0, 2.0), (0.5, 1.5), (2.5, 30.0), (-1.0, 2.0), (-0.5, 2.0),
-           (0.5, 0.0), (0.0, inf), (0.0, nan))
+_COMMON = (
+    (0.0, 1.0),
+    (1.0, 2.0),
+    (0.5, 1.5),
+    (2.5, 30.0),
+    (-1.0, 2.0),
+    (-0.5, 2.0),
+    (0.5, 0.0),
+    (0.0, inf),
+    (0.0, nan),
+)
 _AT_ZERO = ((0.0, 0.0), (1.0, 0.0), (2.0, 0.0))
 _FIRST_KIND = points(*_COMMON, *_AT_ZERO, (1.0, -2.0), (0.5, -1.0), (0.0, 1e3))
 _SECOND_KIND = points(*_COMMON, *_AT_ZERO, (0.0, -1.0), (0.0, 1e3))

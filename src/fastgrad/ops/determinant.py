@@ -27,8 +27,8 @@ from fastgrad.ops.linalg import (
     unpack,
 )
 from fastgrad.ops.products import matmul
-from fastgrad.ops.shape import concatenate, zeros_like
 from fastgrad.ops.reduction import _prod_others as prod_others
+from fastgrad.ops.shape import concatenate, zeros_like
 
 __all__: list[str] = []  # public as fastgrad.numpy.linalg.det and fastgrad.scipy.linalg.det
 
@@ -189,7 +189,7 @@ def _cofactor(a: Any, d: Any) -> Any:
     Orders above 1 in the SVD branch go through the SVD's derivative: exact where the
     singular values are distinct.
     """
-    n, dtype = aval_of(a).shape[-1], aval_of(a).dtype
+    n = aval_of(a).shape[-1]
     if n == 0:
         return a
     x, near_singular = _safe_inverse_parts(safe_inverse(a), a)

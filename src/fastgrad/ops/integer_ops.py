@@ -67,8 +67,14 @@ def _integer_record(name: str, ufunc: Any, kinds: str = "iu") -> None:
     kind = "logical" if "b" in kinds else "unary" if ufunc.nin == 1 else "binary"
     kind = "shift" if "shift" in name else kind
     register(
-        Primitive(name, _integer_eval(name, ufunc, kinds), ufunc, None, batch=batch_stacked(name),
-                  special_points=_POINTS[kind])  # fmt: skip
+        Primitive(
+            name,
+            _integer_eval(name, ufunc, kinds),
+            ufunc,
+            None,
+            batch=batch_stacked(name),
+            special_points=_POINTS[kind],
+        )  # fmt: skip
     )
 
 

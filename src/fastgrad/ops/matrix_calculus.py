@@ -58,8 +58,17 @@ def _square_float(fn: str) -> Callable[..., Aval]:
 
 
 def _record(name: str, impl: Any, vjp: Any, jvp: Any, special_points: Any) -> Primitive:
-    return register(Primitive(name, _square_float(name), impl, vjp, jvp,
-                              batch=batch_stacked(name), special_points=special_points))
+    return register(
+        Primitive(
+            name,
+            _square_float(name),
+            impl,
+            vjp,
+            jvp,
+            batch=batch_stacked(name),
+            special_points=special_points,
+        )
+    )
 
 
 # Special points: the zero matrix, a nilpotent one, a diagonal one with a repeated entry
@@ -222,8 +231,17 @@ def _lu_jvp(t: Any, out: Any, a: Any) -> Any:
     return pack([zeros_like(p), d_lower, d_upper], aval_of(out).shape[:-1])
 
 
-LU = register(Primitive("lu", _lu_eval, _lu_impl, _lu_vjp, _lu_jvp, batch=batch_stacked("lu"),
-                        special_points=_LINALG_POINTS["lu"]))
+LU = register(
+    Primitive(
+        "lu",
+        _lu_eval,
+        _lu_impl,
+        _lu_vjp,
+        _lu_jvp,
+        batch=batch_stacked("lu"),
+        special_points=_LINALG_POINTS["lu"],
+    )
+)
 
 # lu_factor's pivots (row i was swapped with row piv[i], in turn) and the permutation they
 # make: integers, never differentiated.
@@ -251,8 +269,14 @@ def _permutation_impl(piv: np.ndarray, *, inverse: bool) -> np.ndarray:
 
 
 LU_PIVOTS = register(
-    Primitive("lu_pivots", _pivots_eval, _pivots_impl, None, batch=batch_stacked("lu_pivots"),
-              special_points=(*_LINALG_POINTS["lu"], at(np.array([[1.0, 2.0], [-1.0, 0.5]]))))
+    Primitive(
+        "lu_pivots",
+        _pivots_eval,
+        _pivots_impl,
+        None,
+        batch=batch_stacked("lu_pivots"),
+        special_points=(*_LINALG_POINTS["lu"], at(np.array([[1.0, 2.0], [-1.0, 0.5]]))),
+    )
 )
 PIVOT_PERMUTATION = register(
     Primitive(
@@ -261,9 +285,11 @@ PIVOT_PERMUTATION = register(
         _permutation_impl,
         None,
         batch=batch_stacked("pivot_permutation"),
-        special_points=tuple(at(np.array(piv, np.int32), inverse=inverse)
-                             for piv in ([2, 2, 2], [0, 1, 2], [1, 2, 2], [0])
-                             for inverse in (False, True)),
+        special_points=tuple(
+            at(np.array(piv, np.int32), inverse=inverse)
+            for piv in ([2, 2, 2], [0, 1, 2], [1, 2, 2], [0])
+            for inverse in (False, True)
+        ),
     )
 )
 

@@ -150,8 +150,12 @@ def _gamma_density(out: Any, a: Any, x: Any) -> Any:
 
 def _beta_density(out: Any, a: Any, b: Any, x: Any) -> Any:
     # d/dx I_x(a, b)
-    return _at_edges(x, (0.0, 1.0), lambda x: beta_log_density(a, b, x),
-                     lambda x: power(x, a - 1.0) * power(1.0 - x, b - 1.0) * exp(-betaln(a, b)))
+    return _at_edges(
+        x,
+        (0.0, 1.0),
+        lambda x: beta_log_density(a, b, x),
+        lambda x: power(x, a - 1.0) * power(1.0 - x, b - 1.0) * exp(-betaln(a, b)),
+    )
 
 
 def _inverse_gamma_slope(out: Any, a: Any, y: Any) -> Any:
@@ -188,58 +192,156 @@ def _no_derivative(name: str) -> tuple[Callable[..., Any], Callable[..., Any], t
 # Special points (a, x): x at 0 (where the derivative is 1, 0 or infinite as a is 1, above
 # or below 1) and at the edges of the domain, integer and half-integer shapes, large x and
 # large shapes, tiny x, infinities and nan.
-_GAMMA_POINTS = points((1.0, 0.0), (0.5, 0.0), (2.0, 0.0), (2.5, 1.5), (0.5, 2.0),
-                       (3.0, 3.0), (2.0, 50.0), (100.0, 100.0), (0.5, 1e-30), (2.0, -1.0),
-                       (1.0, inf), (2.0, nan))
+_GAMMA_POINTS = points(
+    (1.0, 0.0),
+    (0.5, 0.0),
+    (2.0, 0.0),
+    (2.5, 1.5),
+    (0.5, 2.0),
+    (3.0, 3.0),
+    (2.0, 50.0),
+    (100.0, 100.0),
+    (0.5, 1e-30),
+    (2.0, -1.0),
+    (1.0, inf),
+    (2.0, nan),
+)
 # (At y = 0 with a = 1/n, x ~ y**n: orders 2 and up are finite but come out nan, as
 # slope'(0) * 0 = inf * 0; at other a < 1 they diverge, as tested at a = 0.75.)
-_GAMMA_INVERSE_POINTS = points((2.0, 0.5), (0.5, 0.25), (1.0, 0.0), (2.0, 0.0), (0.75, 0.0),
-                               (2.0, 1.0), (3.0, 1e-10), (2.0, 0.999), (100.0, 0.5),
-                               (2.0, 1.5), (2.0, nan))
-_BETA_POINTS = points((2.0, 3.0, 0.5), (0.5, 0.5, 0.25), (1.0, 1.0, 0.0), (0.5, 2.0, 0.0),
-                      (2.0, 0.5, 1.0), (2.0, 3.0, 1.0), (2.0, 3.0, 0.0), (1.0, 1.0, 1.0),
-                      (50.0, 50.0, 0.5), (2.0, 3.0, 1.5), (2.0, 3.0, nan))
-_BETA_INVERSE_POINTS = points((2.0, 3.0, 0.6875), (0.5, 0.5, 0.5), (2.0, 3.0, 0.0),
-                              (2.0, 3.0, 1.0), (1.0, 1.0, 0.25), (50.0, 50.0, 0.5),
-                              (2.0, 3.0, 1.5), (2.0, 3.0, nan))
-_T_POINTS = points((3.0, 0.0), (1.0, 1.0), (2.5, 2.0), (0.5, -3.0), (1000.0, 0.5),
-                   (1.0, -1e10), (1.0, inf), (3.0, -inf), (3.0, nan))
-_T_INVERSE_POINTS = points((3.0, 0.5), (1.0, 0.75), (2.5, 0.125), (3.0, 1e-10), (1.0, 0.0),
-                           (1.0, 1.0), (1000.0, 0.5), (3.0, 1.5), (3.0, nan))
+_GAMMA_INVERSE_POINTS = points(
+    (2.0, 0.5),
+    (0.5, 0.25),
+    (1.0, 0.0),
+    (2.0, 0.0),
+    (0.75, 0.0),
+    (2.0, 1.0),
+    (3.0, 1e-10),
+    (2.0, 0.999),
+    (100.0, 0.5),
+    (2.0, 1.5),
+    (2.0, nan),
+)
+_BETA_POINTS = points(
+    (2.0, 3.0, 0.5),
+    (0.5, 0.5, 0.25),
+    (1.0, 1.0, 0.0),
+    (0.5, 2.0, 0.0),
+    (2.0, 0.5, 1.0),
+    (2.0, 3.0, 1.0),
+    (2.0, 3.0, 0.0),
+    (1.0, 1.0, 1.0),
+    (50.0, 50.0, 0.5),
+    (2.0, 3.0, 1.5),
+    (2.0, 3.0, nan),
+)
+_BETA_INVERSE_POINTS = points(
+    (2.0, 3.0, 0.6875),
+    (0.5, 0.5, 0.5),
+    (2.0, 3.0, 0.0),
+    (2.0, 3.0, 1.0),
+    (1.0, 1.0, 0.25),
+    (50.0, 50.0, 0.5),
+    (2.0, 3.0, 1.5),
+    (2.0, 3.0, nan),
+)
+_T_POINTS = points(
+    (3.0, 0.0),
+    (1.0, 1.0),
+    (2.5, 2.0),
+    (0.5, -3.0),
+    (1000.0, 0.5),
+    (1.0, -1e10),
+    (1.0, inf),
+    (3.0, -inf),
+    (3.0, nan),
+)
+_T_INVERSE_POINTS = points(
+    (3.0, 0.5),
+    (1.0, 0.75),
+    (2.5, 0.125),
+    (3.0, 1e-10),
+    (1.0, 0.0),
+    (1.0, 1.0),
+    (1000.0, 0.5),
+    (3.0, 1.5),
+    (3.0, nan),
+)
 # Hurwitz's zeta at integer and half-integer x, q near its pole at 0 and large, x at its
 # pole 1; Riemann's at its pole, its trivial zero -2, x < 1, large x.
-_ZETA_POINTS = points((2.0, 1.0), (2.0, 2.0), (3.0, 0.5), (1.5, 0.001), (2.0, 1e10),
-                      (2.0, 0.0), (1.0, 1.0), (2.0, inf), (2.0, nan))
+_ZETA_POINTS = points(
+    (2.0, 1.0),
+    (2.0, 2.0),
+    (3.0, 0.5),
+    (1.5, 0.001),
+    (2.0, 1e10),
+    (2.0, 0.0),
+    (1.0, 1.0),
+    (2.0, inf),
+    (2.0, nan),
+)
 _RIEMANN_POINTS = points(2.0, 0.0, -1.0, 0.5, 1.0, -2.0, 50.0, inf, nan)
 
-scipy_special("gammainc", *held_fixed("gammainc", ["a"], _gamma_density),
-              ("positive", "positive"), _GAMMA_POINTS)
-scipy_special("gammaincc", *held_fixed("gammaincc", ["a"], lambda *xs: -_gamma_density(*xs)),
-              ("positive", "positive"), _GAMMA_POINTS)
-scipy_special("gammaincinv", *held_fixed("gammaincinv", ["a"], _inverse_gamma_slope),
-              ("positive", "unit_interval"), _GAMMA_INVERSE_POINTS)
-scipy_special("gammainccinv",
-              *held_fixed("gammainccinv", ["a"], lambda *xs: -_inverse_gamma_slope(*xs)),
-              ("positive", "unit_interval"), _GAMMA_INVERSE_POINTS)
-scipy_special("betainc", *held_fixed("betainc", ["a", "b"], _beta_density),
-    ("positive", "positive", "unit_interval"), _BETA_POINTS)
-scipy_special("betaincinv", *held_fixed(
-    "betaincinv", ["a", "b"], lambda out, a, b, y: exp(-beta_log_density(a, b, out))),
-    ("positive", "positive", "unit_interval"), _BETA_INVERSE_POINTS)
-scipy_special("stdtr", *held_fixed("stdtr", ["df"], _t_density), ("positive", "real"),
-              _T_POINTS)
-scipy_special("stdtrit", *held_fixed("stdtrit", ["df"], _inverse_t_slope),
-              ("positive", "unit_interval"), _T_INVERSE_POINTS)
-scipy_special("erfcx", *held_fixed("erfcx", [], _erfcx_derivative), ("real",),
-              points(0.0, -0.0, 0.5, -3.0, 5.0, 30.0, -26.0, -27.0, 1e-300, inf, -inf, nan))
+scipy_special(
+    "gammainc",
+    *held_fixed("gammainc", ["a"], _gamma_density),
+    ("positive", "positive"),
+    _GAMMA_POINTS,
+)
+scipy_special(
+    "gammaincc",
+    *held_fixed("gammaincc", ["a"], lambda *xs: -_gamma_density(*xs)),
+    ("positive", "positive"),
+    _GAMMA_POINTS,
+)
+scipy_special(
+    "gammaincinv",
+    *held_fixed("gammaincinv", ["a"], _inverse_gamma_slope),
+    ("positive", "unit_interval"),
+    _GAMMA_INVERSE_POINTS,
+)
+scipy_special(
+    "gammainccinv",
+    *held_fixed("gammainccinv", ["a"], lambda *xs: -_inverse_gamma_slope(*xs)),
+    ("positive", "unit_interval"),
+    _GAMMA_INVERSE_POINTS,
+)
+scipy_special(
+    "betainc",
+    *held_fixed("betainc", ["a", "b"], _beta_density),
+    ("positive", "positive", "unit_interval"),
+    _BETA_POINTS,
+)
+scipy_special(
+    "betaincinv",
+    *held_fixed("betaincinv", ["a", "b"], lambda out, a, b, y: exp(-beta_log_density(a, b, out))),
+    ("positive", "positive", "unit_interval"),
+    _BETA_INVERSE_POINTS,
+)
+scipy_special("stdtr", *held_fixed("stdtr", ["df"], _t_density), ("positive", "real"), _T_POINTS)
+scipy_special(
+    "stdtrit",
+    *held_fixed("stdtrit", ["df"], _inverse_t_slope),
+    ("positive", "unit_interval"),
+    _T_INVERSE_POINTS,
+)
+scipy_special(
+    "erfcx",
+    *held_fixed("erfcx", [], _erfcx_derivative),
+    ("real",),
+    points(0.0, -0.0, 0.5, -3.0, 5.0, 30.0, -26.0, -27.0, 1e-300, inf, -inf, nan),
+)
 # Hurwitz's zeta(x, q): d/dq = -x zeta(x + 1, q); Riemann's zeta(x) (also for x < 1).
 # At x = 1 zeta is inf for every q: `out * 0.0` makes the derivatives nan there, as they
 # are, where -x zeta(x + 1, q) alone is finite.
-scipy_special("zeta", *held_fixed("zeta", ["x"],
-                                  lambda out, x, q: -x * zeta(x + 1.0, q) + out * 0.0),
-              ("above_one", "positive"), _ZETA_POINTS)
-scipy_special("riemann_zeta", *_no_derivative("zeta"), ("above_one",), _RIEMANN_POINTS,
-              scipy_name="zeta")
+scipy_special(
+    "zeta",
+    *held_fixed("zeta", ["x"], lambda out, x, q: -x * zeta(x + 1.0, q) + out * 0.0),
+    ("above_one", "positive"),
+    _ZETA_POINTS,
+)
+scipy_special(
+    "riemann_zeta", *_no_derivative("zeta"), ("above_one",), _RIEMANN_POINTS, scipy_name="zeta"
+)
 # fmt: on
 
 
