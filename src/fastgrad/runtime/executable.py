@@ -310,17 +310,17 @@ class Executable:
                 self.template[slot[key]] = value
         self._lock = threading.Lock()
         self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
-        self.one_blas_thread = self.small_matmuls or shares_cores(self.plan, graph)
+        self.one_blas_thread = one = self.small_matmuls or shares_cores(self.plan, graph)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
         if looped:
             # The plan's own steps run the loop; copies of them (bound to buffers of
             # their own) serve `run`, for a loop that finds the two arenas in use.
             copies = [copy.copy(s) for s in self.plan]
-            first = _arena(self.plan, self.template, self.outputs, graph.inputs, bound=True)
+            first = _arena(self.plan, self.template, self.outputs, graph.inputs, True, one)
             self._alternating = [first, first.fresh()]
-            self.arena = _arena(copies, self.template, self.outputs, graph.inputs)
+            self.arena = _arena(copies, self.template, self.outputs, graph.inputs, False, one)
         else:
-            self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs)
+            self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs, False, one)
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
         ins = [slot_of(v) for v in n.inputs]
@@ -372,13 +372,8 @@ class Executable:
         # (control_flow.SMALL_MATMUL): waking BLAS's threads costs more than they save.
         # So does a plan whose parallel kernels would share the cores with BLAS's threads
         # (thread_budget.shares_cores). A plan the interpreter runs alone sets both itself
-        # (runtime.plan_table) when its products are small; one that needs one BLAS thread
-        # only to share the cores takes the path below, which sets it around the call.
-        if (
-            self.arena.bare
-            and self.one_blas_thread == self.small_matmuls
-            and self._lock.acquire(blocking=False)
-        ):
+        # (runtime.plan_table).
+        if self.arena.bare and self._lock.acquire(blocking=False):
             try:
                 return self.arena.run(args)
             finally:
@@ -467,6 +462,7 @@ def _arena(
     outputs: list[int],
     inputs: Sequence[Any],
     bound: bool = False,
+    one_blas_thread: bool = False,
 ) -> Arena:
     """Give every intermediate that kernels and matmuls write a preallocated buffer, bind
     the steps to them, and set apart the views of buffers (made once per arena).
@@ -517,16 +513,17 @@ def _arena(
             continue
         steps.append(step)
     _spans(plan, buffers, outputs)
-    lower = _lower if config.runtime == "vm" else None
+    # The interpreter runs BLAS on one thread where the step runner would.
+    lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
     return Arena(template, buffers, static_views, steps, outputs, static, lower)
 
 
-def _lower(*args: Any) -> Any:
+def _lower(*args: Any, one_thread: bool) -> Any:
     """runtime.plan_table's `lower`, imported when a plan is first lowered (its kernels
     compiled): the interpreter imports Numba, which a first call does not wait for."""
     from fastgrad.runtime.plan_table import lower
 
-    return lower(*args)
+    return lower(*args, one_thread=one_thread)
 
 
 def fresh_slots(

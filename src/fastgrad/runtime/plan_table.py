@@ -26,7 +26,6 @@ from fastgrad.core.config import config
 from fastgrad.runtime import adapters
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
-from fastgrad.runtime.control_flow import SMALL_MATMUL
 from fastgrad.runtime.plan_rows import gemm_row, view_offset
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack, run_steps
 
@@ -285,11 +284,13 @@ def lower(
     static: AbstractSet[int],
     outputs: Sequence[int],
     wait: bool = False,
+    one_thread: bool = False,
 ) -> list[Callable[[], None]] | Waiting:
     """The calls of an arena whose steps are settled (`calls[i]` runs `steps[i]` on
     `env`, which holds the values of a run just made), with each run of steps the
     interpreter can take made one call into it; or, while adapters compile in the
-    background (unless `wait` or sync mode), what to wait for before trying again."""
+    background (unless `wait` or sync mode), what to wait for before trying again. With
+    `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread."""
     table = _Table(env, static, wait or config.compile == "sync")
     out: list[Callable[[], None]] = []
     owner: list[Segment | None] = []  # the segment of each step
@@ -318,7 +319,6 @@ def lower(
         return Waiting(table.pending)
     _exports(steps, owner, segments, outputs)
     functions = sorted(table.functions, key=table.functions.__getitem__)
-    one_thread = 0 < _largest_product(steps, env) <= SMALL_MATMUL
     array, at = pack(
         table.code,
         table.starts,
@@ -333,18 +333,6 @@ def lower(
     for segment, place in zip(segments, at, strict=True):
         segment.finish(array, place, one_thread)
     return out
-
-
-def _largest_product(steps: Sequence[Any], env: list[Any]) -> int:
-    """Multiply-adds of the largest single matrix product among `steps` (as the plan's
-    `small_matmuls`: with all of them small, BLAS runs on one thread)."""
-    sizes = [
-        math.prod(step.shape[-2:]) * env[step.ins[0]].shape[-1]
-        for step in steps
-        if type(step).__name__ == "MatmulStep" and len(step.shape) >= 2
-        and env[step.ins[0]].ndim >= 2
-    ]  # fmt: skip
-    return max(sizes, default=0)
 
 
 def _exports(
