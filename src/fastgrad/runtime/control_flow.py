@@ -3,8 +3,9 @@ partitioned and compiled once into its own plan (its kernels cached like any oth
 one plan step runs the loop, calling the body's plan per iteration with preallocated
 stacked outputs and views of the stacked inputs; nothing is traced again.
 
-The loop itself runs in Python (a few microseconds per iteration); a plan runtime with a
-LOOP opcode can take it over from `LoopStep`, which knows the body plans and the slots.
+A scan whose body the plan interpreter runs as one segment runs all its iterations in
+one call into it (runtime.loop_table: the LOOP opcode); other loops run in Python, a few
+microseconds per iteration.
 A loop whose bodies' matmuls are all small runs with BLAS on one thread (see SMALL_MATMUL).
 """
 
@@ -23,6 +24,7 @@ from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Aval, Graph, Node
 from fastgrad.runtime.blas import OneThread, has_local_threads
 from fastgrad.runtime.loop_hoisting import hoist
+from fastgrad.runtime.loop_table import ScanLoop
 from fastgrad.transforms.calls import GroupCall
 from fastgrad.transforms.control_flow import (
     SWITCH,
@@ -73,15 +75,14 @@ class LoopStep:
         self.private: frozenset[int] = frozenset()
         self.stacks = StackPool()
         self._loop: Callable[..., list[Any]]
+        self.looped: ScanLoop | None = None  # the scan's LOOP in the interpreter
         if isinstance(call, ScanCall):
             self.carried = call.n_carry
             hoisted = hoist(call)  # sums after the loop, products before it
-            if hoisted is None:
-                self.bodies = [build(call.body, True)]
-                self._loop = partial(scan_loop, call)
-            else:
-                self.bodies = [build(hoisted.inner.body, True)]
-                self._loop = hoisted.run
+            inner = call if hoisted is None else hoisted.inner
+            self.bodies = [build(inner.body, True)]
+            self._loop = partial(scan_loop, call) if hoisted is None else hoisted.run
+            self.looped = ScanLoop(inner, self.bodies[0])
         elif isinstance(call, WhileCall):
             self.bodies = [build(call.cond, True), build(call.body, True)]
             self.carried = len(call.body.outputs)
@@ -113,10 +114,13 @@ class LoopStep:
         if not self.iterating.acquire(blocking=False):
             return self._loop(arrays, *(b.run for b in self.bodies))
         try:
-            stacks = {}
-            if isinstance(self.call, ScanCall):
+            stacks: dict[str, Any] = {}
+            bodies = [b.iterations() for b in self.bodies]
+            if self.looped is not None:  # a scan
                 stacks = {"empty": self.stacks.empty, "private": self.private}
-            outs = self._loop(arrays, *(b.iterations() for b in self.bodies), **stacks)
+                stacks["loop"] = self.looped.run
+                bodies = [self.looped.watch(bodies[0])]
+            outs = self._loop(arrays, *bodies, **stacks)
             # the carry may be in a body's buffers, which the next call overwrites
             return [np.array(x, copy=True) for x in outs[: self.carried]] + outs[self.carried :]
         finally:

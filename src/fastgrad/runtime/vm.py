@@ -11,6 +11,8 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
   GEMM: [GEMM, function, float64?, trans a, trans b, m, n, k, lda, ldb, ldc, beta,
     pointer a, pointer b, pointer c, count, <count triples of byte offsets into a, b, c>]:
     `c = a @ b (+ c)` per matrix of a batch, through cblas_?gemm (row-major)
+  LOOP: a scan's iterations, each a call of one of two body segments (tables of their
+    own, used in turn) with its inputs' pointers set first; see `_run_loop`
 `ptrs[j]` is the address of operand slot j, filled before each segment runs (or once, for
 buffers and constants).
 """
@@ -25,13 +27,21 @@ from typing import Any
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, literal_unroll, types
+from numba import carray, literal_unroll, njit, types
+from numba.core import cgutils
 from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
 
-KERNEL, VIEW, GEMM = 1, 2, 3
+KERNEL, VIEW, GEMM, LOOP = 1, 2, 3, 4
+# LOOP's entries: where a body input's address comes from (FIXED: an outer pointer; SLICE:
+# an outer pointer plus the step times a stride; CARRY: an outer pointer at the first
+# iteration, then the previous iteration's output), and a body output's (ADDRESS: fixed;
+# POINTER: an entry of the body's pointer table; INPUT: one of its inputs passed through).
+FIXED, SLICE, CARRY = 0, 1, 2
+ADDRESS, POINTER, INPUT = 0, 1, 2
+LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 4, 4
 # The table starts with where its steps' starts, functions, pointers and floats are, the
 # address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small enough
 # to run on one thread (0: leave BLAS's threads as they are), the address of the
@@ -153,6 +163,29 @@ def _element_pointer_typing(typingctx: Any, array: Any, index: Any) -> Any:
     return signature, codegen
 
 
+def _copy_typing(typingctx: Any, destination: Any, source: Any, nbytes: Any) -> Any:
+    """memcpy `nbytes` from integer address `source` to integer address `destination`."""
+    signature = types.void(destination, source, nbytes)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        char_p = ir.IntType(8).as_pointer()
+        to, start = (builder.inttoptr(a, char_p) for a in args[:2])
+        cgutils.raw_memcpy(builder, to, start, args[2], 1)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+def _table_pointer_typing(typingctx: Any, address: Any) -> Any:
+    """Integer `address` as an int64 pointer (another table)."""
+    signature = types.CPointer(types.int64)(address)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+
+    return signature, codegen
+
+
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's, not the caller's.
 _call_adapter: Any = intrinsic(_call_adapter_typing)
 _gemm: Any = intrinsic(_gemm_typing)
@@ -160,6 +193,8 @@ _element_pointer: Any = intrinsic(_element_pointer_typing)
 _float_pointer: Any = intrinsic(_float_pointer_typing)
 _set_threads: Any = intrinsic(_set_threads_typing)
 _call_table: Any = intrinsic(_call_table_typing)
+_copy: Any = intrinsic(_copy_typing)
+_table_pointer: Any = intrinsic(_table_pointer_typing)
 
 
 def _typed_pointer(dtype: Any) -> Any:
@@ -223,8 +258,64 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
                     table[p + 5], table[p + 6], table[p + 7], 1.0, a + table[q], table[p + 8],
                     b + table[q + 1], table[p + 9], beta, c + table[q + 2], table[p + 10],
                 )  # fmt: skip
+        elif op == LOOP:
+            _run_loop(table, p)
     if threads != 0:
         _set_threads(threads, before)
+
+
+@njit(nogil=True)
+def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
+    """The LOOP row at `table[p]`: [LOOP, length, reverse, inputs, outputs, copies,
+    carries, body 0's table address and record, body 1's], then per body input [kind,
+    outer pointer index, stride or output number, pointer index in body 0, in body 1 (-1:
+    unread), its address this iteration]; per body output [kind, address or pointer index
+    in body 0, in body 1, input number, its address after the last iteration]; per stacked
+    output [output number, outer pointer index of the stack, bytes per row, bytes]; per
+    final carry [output number, input number, outer pointer index, bytes]. Iteration i
+    runs body i % 2 (step t: i, or length - 1 - i with `reverse`); what it reads was
+    checked once before the loop (runtime.loop_table)."""
+    ptrs = table[2]
+    length, reverse, n_in, n_out = table[p + 1], table[p + 2], table[p + 3], table[p + 4]
+    n_copy, n_carry = table[p + 5], table[p + 6]
+    ins = p + LOOP_HEAD
+    outs = ins + LOOP_IN * n_in
+    copies = outs + LOOP_OUT * n_out
+    carries = copies + LOOP_COPY * n_copy
+    for i in range(length):
+        t = length - 1 - i if reverse else i
+        parity = i % 2
+        address = table[p + 7 + 2 * parity]
+        head = _table_pointer(address)
+        body = carray(head, (head[6],))
+        body_ptrs = body[2]
+        for e in range(ins, outs, LOOP_IN):
+            kind, outer = table[e], table[ptrs + table[e + 1]]
+            if kind == SLICE:
+                outer += t * table[e + 2]
+            elif kind == CARRY and i > 0:
+                outer = table[outs + LOOP_OUT * table[e + 2] + 4]
+            table[e + 5] = outer
+            index = table[e + 3 + parity]
+            if index >= 0:
+                body[body_ptrs + index] = outer
+        _call_table(body[5], head, table[p + 8 + 2 * parity])
+        for o in range(outs, copies, LOOP_OUT):
+            kind, where = table[o], table[o + 1 + parity]
+            if kind == POINTER:
+                where = body[body_ptrs + where]
+            elif kind == INPUT:
+                where = table[ins + LOOP_IN * table[o + 3] + 5]
+            table[o + 4] = where
+        for c in range(copies, carries, LOOP_COPY):
+            source = table[outs + LOOP_OUT * table[c] + 4]
+            _copy(table[ptrs + table[c + 1]] + t * table[c + 2], source, table[c + 3])
+    for c in range(carries, carries + LOOP_CARRY * n_carry, LOOP_CARRY):
+        if length > 0:
+            source = table[outs + LOOP_OUT * table[c] + 4]
+        else:
+            source = table[ptrs + table[ins + LOOP_IN * table[c + 1] + 1]]
+        _copy(table[ptrs + table[c + 2]], source, table[c + 3])
 
 
 _TABLE_FUNCTION: list[Any] = []  # the compiled `_run_table`, kept alive

@@ -89,6 +89,7 @@ def scan_loop(
     body: Callable[[list[Any]], list[Any]],
     empty: Callable[[int, Aval], np.ndarray] | None = None,
     private: Collection[int] = (),
+    loop: Callable[..., list[Any] | None] | None = None,
 ) -> list[np.ndarray]:
     """Run `call` on concrete arrays, calling `body(args) -> outputs` once per step.
 
@@ -96,6 +97,8 @@ def scan_loop(
     filled in place; slices of stacked inputs are views. The runtime's compiled loop calls
     this with its compiled body, and says which stacked outputs are `private` (no caller
     sees them): one that is another shifted by a step (`shifted_outputs`) is then a view.
+    `loop(consts, carry, xs, stores)`, when given, may run all the steps at once (the
+    plan interpreter's LOOP, runtime.loop_table): it returns the final carry, or None.
     """
     nc, ncar = call.n_consts, call.n_carry
     avals = call.input_avals()
@@ -121,12 +124,14 @@ def scan_loop(
         if ys[j] is None:
             ys[j] = empty(j, a) if empty else np.empty(a.shape, a.dtype)
     stores = [(y, ncar + j) for j, y in enumerate(ys) if j not in derived]
+    final = loop(consts, carry, xs, stores) if loop is not None else None
     steps = range(call.length - 1, -1, -1) if call.reverse else range(call.length)
-    for t in steps:
+    for t in steps if final is None else ():
         outs = body([*consts, *carry, *(x[t] for x in xs)])
         carry = outs[:ncar]
         for y, j in stores:
             y[t] = outs[j]
+    carry = carry if final is None else final
     carry = [
         np.asarray(c, dtype=v.aval.dtype) for c, v in zip(carry, call.body.outputs, strict=False)
     ]

@@ -1,0 +1,286 @@
+"""A scan's iterations run inside the plan interpreter (runtime.vm's LOOP opcode), not one
+Python call per iteration.
+
+A scan's body runs in two arenas used in turn (Executable.iterations). Once each has been
+lowered to a single segment of kernels, matmuls and views (runtime.plan_table), the loop
+is one LOOP row in a table of its own: per iteration it sets the pointers of the body's
+inputs (consts, the row t of each stacked input, the carry: the previous iteration's
+output, or the initial value), calls the body's segment, and copies its stacked outputs
+into row t of their stacks; after the last iteration it copies the final carry out. The
+layouts the body's segments were built for are checked once per call, before the loop,
+for what comes from outside (consts, initial carries, rows of stacked inputs, stacks) and
+once when the row is built for what one iteration hands the next (the carries). Anything
+else (a body with a host step: a library call, a nested loop, a kernel checking indices;
+a layout that differs; the step runner; adapters still compiling) runs today's Python
+loop, scan_loop's, which gives the same bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fastgrad.core.config import config
+from fastgrad.transforms.scan import ScanCall
+
+# Off: every scan runs its Python loop (for side-by-side measures and tests).
+ENABLED = True
+
+Layout = tuple[tuple[int, ...], tuple[int, ...], np.dtype]
+
+
+def _layout(x: Any) -> Layout | None:
+    return (x.shape, x.strides, x.dtype) if type(x) is np.ndarray else None
+
+
+def _contiguous(layout: Layout, shape: tuple[int, ...], dtype: np.dtype) -> bool:
+    """Whether `layout` is a C-contiguous array of `shape` and `dtype` (memcpy copies it)."""
+    have, strides, have_dtype = layout
+    if have != shape or have_dtype != dtype:
+        return False
+    expected, step = [], dtype.itemsize
+    for n in reversed(shape):
+        expected.append(step)
+        step *= n
+    return all(n <= 1 or s == e for n, s, e in zip(shape, strides, reversed(expected), strict=True))
+
+
+class ScanLoop:
+    """The LOOP of one scan (`call`, whose body plan is `body`, built with `looped`):
+    `run` runs all its iterations in one call into the interpreter once it can, else
+    returns None; `watch` wraps the body of a Python loop to see what its iterations
+    give, which the LOOP row is built from."""
+
+    def __init__(self, call: ScanCall, body: Any):
+        self.call, self.body = call, body
+        self.parities = (0,) if call.length == 1 else (0, 1)
+        self.seen: dict[int, list[Layout | None]] = {}  # parity -> its outputs' layouts
+        self.program: _Program | None = None
+        self.failed = False  # the body cannot run in the interpreter: never try again
+        # The interpreter's compile for the loop table's arrays, and the program waiting for it.
+        self.job: tuple[Any, _Program | None] = (None, None)
+
+    def _segments(self) -> list[Any] | None:
+        """The body's segments, one per arena used, once each arena is lowered to one."""
+        from fastgrad.runtime.plan_table import Segment
+
+        found = []
+        for parity in self.parities:
+            arena = self.body._alternating[parity]
+            if arena.lowering or arena.lower is None or arena.env is None:
+                return None
+            calls = arena.calls
+            if len(calls) != 1 or not isinstance(calls[0], Segment):
+                self.failed = arena.settled and arena.lower_when is None
+                return None
+            found.append(calls[0])
+        return found
+
+    def watch(self, body: Callable[[list[Any]], list[Any]]) -> Callable[[list[Any]], list[Any]]:
+        """`body`, noting its outputs' layouts per parity when the LOOP may be built next."""
+        if not ENABLED or self.failed or self.program is not None or self.call.length == 0:
+            return body
+        if self._segments() is None:
+            return body
+        count = iter(range(len(self.parities)))
+
+        def watched(args: list[Any]) -> list[Any]:
+            outs = body(args)
+            i = next(count, None)
+            if i is not None:
+                self.seen[i] = [_layout(x) for x in outs]
+            return outs
+
+        return watched
+
+    def run(
+        self, consts: Sequence[Any], carry: Sequence[Any], xs: Sequence[Any], stores: Any
+    ) -> list[Any] | None:
+        """Run the loop (`stores`: (stack, body output) pairs) in the interpreter and return
+        the final carry, fresh; or None when it cannot (the caller runs its Python loop)."""
+        if not ENABLED or self.failed or self.call.length == 0:
+            return None
+        if self.program is None:
+            self._build(consts, carry, xs, stores)
+            if self.program is None:
+                return None
+        return self.program.run(consts, carry, xs, stores)
+
+    def _build(self, consts: Any, carry: Any, xs: Any, stores: Any) -> None:
+        """Make the program from what the last watched call saw, and have the interpreter
+        compiled for its arrays (on the compile thread: until then, Python loops)."""
+        job, program = self.job
+        if job is None:
+            segments = self._segments() if len(self.seen) == len(self.parities) else None
+            if segments is None:
+                return
+            program = _Program.make(self.call, self.body, segments, self.seen, stores)
+            self.seen = {}
+            arrays = None if program is None else program.arrays(consts, carry, xs, stores)
+            if program is None or arrays is None:
+                self.failed = program is None  # else this call's layouts differ: next one
+                return
+            from fastgrad.runtime import adapters
+
+            wait = config.compile == "sync" or self.body.waits
+            job = adapters.interpreter(tuple(arrays), wait)
+            self.job = (job, program)
+        if not job.settled.is_set():
+            return
+        self.job = (None, None)
+        if job.error is None and job.done.is_set():
+            self.program = program
+        else:
+            self.failed = True
+
+
+class _Program:
+    """A LOOP row in a table of its own, and the layouts its call checks: `checks` (input,
+    layout) of the consts, initial carries and rows of stacked inputs, `stacks` those of
+    the stacks it fills. `keep`: the body tables the row points at."""
+
+    def __init__(
+        self,
+        call: ScanCall,
+        row: list[int],
+        checks: list[tuple[int, Layout]],
+        stacks: list[Layout],
+        keep: list[np.ndarray],
+    ):
+        from fastgrad.runtime.vm import pack
+
+        self.call, self.checks, self.stacks, self.keep = call, checks, stacks, keep
+        count = len(call.body.inputs) + len(stacks) + call.n_carry
+        # Outer pointers: consts, initial carries, stacked inputs, stacks, final carries.
+        self.table, (self.at,) = pack(row, [0], [], count + 1, [], [[0, 1, count, *range(count)]])
+
+    @staticmethod
+    def make(
+        call: ScanCall, body: Any, segments: list[Any], seen: dict[int, Any], stores: Any
+    ) -> _Program | None:
+        """The row for `call` whose body's arenas are the single `segments` (by parity),
+        whose outputs had the layouts `seen`; None when a layout does not allow it."""
+        from fastgrad.runtime import vm
+
+        nc, ncar = call.n_consts, call.n_carry
+        inputs, outputs = body.graph.inputs, body.outputs
+        n_in, n_xs = len(inputs), call.n_xs
+        parities = len(segments)
+        reads = []  # per parity: slot -> layout the segment was built for
+        for segment in segments:
+            layouts = {
+                slot: (shape, strides, dtype) for slot, shape, strides, dtype in segment.reads
+            }
+            if segment.checks or segment.fresh or any(slot >= n_in for slot in layouts):
+                return None
+            reads.append(layouts)
+        first_x = nc + ncar
+        first_stack = first_x + n_xs
+        first_final = first_stack + len(stores)
+        checks: list[tuple[int, Layout]] = []  # (input, layout) per parity 0 then 1
+        entries: list[int] = []
+        for k in range(n_in):
+            kind = vm.FIXED if k < nc else vm.CARRY if k < first_x else vm.SLICE
+            # a carry: the output feeding it; a stacked input: its rows' bytes (C-contiguous)
+            aval = inputs[k].aval
+            stride = k - nc if kind == vm.CARRY else aval.size * aval.dtype.itemsize
+            indices = [seg.table.pointer.get(k, -1) for seg in segments]
+            entries += [kind, k, stride, indices[0], indices[-1], 0]
+        out_entries: list[int] = []
+        for slot in outputs:
+            where = []
+            kinds = set()
+            for parity, segment in enumerate(segments):
+                arena = body._alternating[parity]
+                value = arena.env[slot] if slot < len(arena.env) else None
+                if slot < n_in:
+                    kinds.add(vm.INPUT)
+                    where.append(0)
+                elif slot in arena.static and type(value) is np.ndarray:
+                    kinds.add(vm.ADDRESS)
+                    where.append(value.ctypes.data)
+                elif slot in segment.table.pointer and slot in segment.produced:
+                    kinds.add(vm.POINTER)
+                    where.append(segment.table.pointer[slot])
+                else:
+                    return None
+            if len(kinds) != 1:
+                return None
+            out_entries += [kinds.pop(), where[0], where[-1], slot if slot < n_in else 0, 0]
+        for parity in range(parities):
+            outs = seen[parity]
+            nxt = (parity + 1) % 2 if parities == 2 else 0
+            for k in range(ncar):  # what this iteration hands the next
+                aval = call.body.outputs[k].aval
+                layout = outs[k]
+                if layout is None or not _contiguous(layout, aval.shape, aval.dtype):
+                    return None
+                want = reads[nxt].get(first_x - ncar + k)
+                if want is not None and want != layout:
+                    return None
+            for _, j in stores:
+                aval = call.body.outputs[j].aval
+                if outs[j] is None or not _contiguous(outs[j], aval.shape, aval.dtype):
+                    return None
+        for parity in range(parities):
+            for slot, layout in reads[parity].items():
+                if slot < nc or slot >= first_x:
+                    checks.append((slot, layout))
+        for slot, layout in reads[0].items():
+            if nc <= slot < first_x:
+                checks.append((slot, layout))
+        copies: list[int] = []
+        for i, (y, j) in enumerate(stores):
+            aval = call.body.outputs[j].aval
+            if not _contiguous((y.shape[1:], y.strides[1:], y.dtype), aval.shape, aval.dtype):
+                return None
+            copies += [j, first_stack + i, y.strides[0], y[0].nbytes if len(y) else 0]
+        finals: list[int] = []
+        for k in range(ncar):
+            aval = call.body.outputs[k].aval
+            nbytes = int(np.prod(aval.shape)) * aval.dtype.itemsize
+            finals += [k, nc + k, first_final + k, nbytes]
+        bodies = segments * 2 if parities == 1 else segments
+        head = [vm.LOOP, call.length, int(call.reverse), n_in, len(outputs), len(stores), ncar]
+        for segment in bodies:
+            head += [segment.array.ctypes.data, segment.at]
+        row = [*head, *entries, *out_entries, *copies, *finals]
+        stacks = [(y.shape, y.strides, y.dtype) for y, _ in stores]
+        return _Program(call, row, checks, stacks, [segment.array for segment in bodies])
+
+    def arrays(
+        self, consts: Sequence[Any], carry: Sequence[Any], xs: Sequence[Any], stores: Any
+    ) -> list[Any] | None:
+        """The arrays of the table's outer pointers for this call, fresh final carries
+        among them; None when a layout is not the one the row was built for."""
+        values = [*consts, *carry, *xs]
+        first_x = len(consts) + len(carry)
+        for slot, (shape, strides, dtype) in self.checks:
+            x = values[slot]
+            if type(x) is not np.ndarray or x.dtype != dtype:
+                return None
+            if slot >= first_x:
+                if x.shape[1:] != shape or x.strides[1:] != strides:
+                    return None
+            elif x.shape != shape or x.strides != strides:
+                return None
+        for (y, _), (shape, strides, dtype) in zip(stores, self.stacks, strict=True):
+            if y.shape != shape or y.strides != strides or y.dtype != dtype:
+                return None
+        finals = [
+            np.empty(v.aval.shape, v.aval.dtype) for v in self.call.body.outputs[: len(carry)]
+        ]
+        return [*values, *(y for y, _ in stores), *finals]
+
+    def run(
+        self, consts: Sequence[Any], carry: Sequence[Any], xs: Sequence[Any], stores: Any
+    ) -> list[Any] | None:
+        from fastgrad.runtime.vm import run_steps
+
+        arrays = self.arrays(consts, carry, xs, stores)
+        if arrays is None:
+            return None
+        run_steps(self.table, self.at, tuple(arrays))
+        return arrays[len(arrays) - len(carry) :]

@@ -1,0 +1,229 @@
+"""A scan's iterations in the plan interpreter (runtime.loop_table, vm's LOOP opcode)
+against the same scan's Python loop and the step runner: identical bits, forward and
+reverse, carries and trip counts from hypothesis (0 and 1 included), value_and_grad's
+backward scan, products with transposed operands, fori_loop; and against an oracle that
+shares no code with the loop, the unrolled Python loop run by the reference interpreter.
+Bodies the interpreter cannot run whole (a library call, a nested scan) and arguments
+of other layouts keep the Python loop, and give the same answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.core.config import config
+from fastgrad.runtime import loop_table
+from fastgrad.runtime.control_flow import LoopStep
+
+TOL = {np.float32: 1e-4, np.float64: 1e-11}
+
+
+@pytest.fixture(autouse=True)
+def runtime(compiled_first_call: None) -> Iterator[None]:
+    """Kernels and the interpreter compiled at first calls; the runtime restored after."""
+    before = config.runtime
+    yield
+    config.update("runtime", before)
+
+
+def _loops(jf: Any, args: Any) -> list[LoopStep]:
+    return [s for s in jf.lower(*args).executable.plan if isinstance(s, LoopStep)]
+
+
+def _flat(out: Any) -> list[np.ndarray]:
+    if isinstance(out, tuple | list):
+        return [x for o in out for x in _flat(o)]
+    return [np.asarray(out)]
+
+
+def _three_ways(f: Callable[..., Any], args: tuple[Any, ...], looped: bool = True) -> Any:
+    """f's results by the LOOP (checked to run it, unless not `looped`), by the same plan's
+    Python loop, and by the step runner: the same bits. Returns the LOOP's."""
+    config.update("runtime", "steps")
+    steps = _flat(fg.jit(f)(*args))
+    config.update("runtime", "vm")
+    jf = fg.jit(f)
+    for _ in range(3):  # lowered at the first, watched at the second, a LOOP from the third
+        jf(*args)
+    got = _flat(jf(*args))
+    scans = [s.looped for s in _loops(jf, args) if s.looped is not None]
+    assert all((s.program is not None) == looped for s in scans if s.call.length > 0)
+    loop_table.ENABLED = False
+    try:
+        python = _flat(jf(*args))
+    finally:
+        loop_table.ENABLED = True
+    for a, b, c in zip(got, python, steps, strict=True):
+        assert a.dtype == b.dtype == c.dtype and a.shape == b.shape == c.shape
+        assert np.array_equal(a, b, equal_nan=True) and np.array_equal(a, c, equal_nan=True)
+    return got
+
+
+def _close(got: list[np.ndarray], want: Any, dtype: Any) -> None:
+    for a, b in zip(got, _flat(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def _rnn(carries: int, reverse: bool) -> Callable[..., Any]:
+    """A scan with `carries` hidden states, each mixing all of them through w and w.T."""
+
+    def f(w, hs, xs):
+        def step(c, x):
+            new = tuple(fnp.tanh(h @ w + (c[k - 1] @ w.T) * 0.5 + x) for k, h in enumerate(c))
+            return new, fnp.sum(new[0] * new[-1], axis=1)
+
+        return fg.scan(step, tuple(hs[: len(hs)]), xs, reverse=reverse)
+
+    def unrolled(w, hs, xs):
+        c, ys = tuple(hs), []
+        steps = range(xs.shape[0])
+        for t in reversed(steps) if reverse else steps:
+            c = tuple(fnp.tanh(h @ w + (c[k - 1] @ w.T) * 0.5 + xs[t]) for k, h in enumerate(c))
+            ys.append(fnp.sum(c[0] * c[-1], axis=1))
+        ys = ys[::-1] if reverse else ys
+        return c, fnp.stack(ys) if ys else fnp.zeros((0, hs[0].shape[0]), xs.dtype)
+
+    return f, unrolled
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    steps=st.sampled_from([0, 1, 2, 5]),
+    carries=st.integers(1, 2),
+    batch=st.integers(2, 3),
+    reverse=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_scan_in_the_interpreter_matches_its_python_loop_and_the_unrolled_one(
+    steps, carries, batch, reverse, dtype, seed
+):
+    rng = np.random.default_rng(seed)
+    hidden = 4
+    w = (rng.standard_normal((hidden, hidden)) * 0.5).astype(dtype)
+    hs = tuple(rng.standard_normal((batch, hidden)).astype(dtype) for _ in range(carries))
+    xs = rng.standard_normal((steps, batch, hidden)).astype(dtype)
+    f, unrolled = _rnn(carries, reverse)
+    got = _three_ways(f, (w, hs, xs))
+    _close(got, fg.jit(unrolled, fuse=False)(w, hs, xs), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_value_and_grad_runs_both_scans_in_the_interpreter(dtype):
+    """The forward scan stacking residuals and the backward scan (with the weights'
+    gradients summed after it: loop_hoisting) both run as LOOPs."""
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((6, 6)) * 0.4).astype(dtype)
+    wx = (rng.standard_normal((3, 6)) * 0.4).astype(dtype)
+    h0 = rng.standard_normal((4, 6)).astype(dtype)
+    xs = rng.standard_normal((7, 4, 3)).astype(dtype)
+
+    def loss(w, wx, h0, xs, scan=True):
+        def step(h, x):
+            h = fnp.tanh(x @ wx + h @ w)
+            return h, h
+
+        if scan:
+            _, hs = fg.scan(step, h0, xs)
+        else:
+            h, stacked = h0, []
+            for t in range(xs.shape[0]):
+                h, _ = step(h, xs[t])
+                stacked.append(h)
+            hs = fnp.stack(stacked)
+        return fnp.mean(hs * hs)
+
+    grad = fg.value_and_grad(loss, argnums=(0, 1, 2))
+    got = _three_ways(grad, (w, wx, h0, xs))
+    unrolled = fg.value_and_grad(lambda *a: loss(*a, scan=False), argnums=(0, 1, 2))
+    _close(got, fg.jit(unrolled, fuse=False)(w, wx, h0, xs), dtype)
+
+
+def test_fori_loop_with_static_bounds():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((5, 5)) * 0.3
+    x0 = rng.standard_normal((3, 5))
+
+    def f(a, x):
+        return fg.fori_loop(2, 9, lambda i, x: fnp.sin(x @ a.T) + x * 0.5, x)
+
+    got = _three_ways(f, (a, x0))
+    want = x0
+    for _ in range(2, 9):
+        want = np.sin(want @ a.T) + want * 0.5
+    _close(got, want, np.float64)
+
+
+def test_nested_scans_run_the_inner_one_in_the_interpreter():
+    """The outer body holds a scan (a host step): the outer loop stays Python's, the inner
+    one is a LOOP at each outer iteration."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 4)) * 0.4
+    h0 = rng.standard_normal((2, 4))
+    xs = rng.standard_normal((3, 5, 2, 4))
+
+    def f(w, h, xs):
+        def inner(h, x):
+            return fnp.tanh(h @ w + x), None
+
+        def outer(h, x):
+            h, _ = fg.scan(inner, h, x)
+            return h * 0.9, fnp.sum(h)
+
+        return fg.scan(outer, h, xs)
+
+    got = _three_ways(f, (w, h0, xs), looped=False)
+    jf = fg.jit(f)
+    for _ in range(4):
+        jf(w, h0, xs)
+    (outer,) = _loops(jf, (w, h0, xs))
+    assert outer.looped.failed  # the body is not one segment
+    (inner,) = [s for s in outer.bodies[0].plan if isinstance(s, LoopStep)]
+    assert inner.looped.program is not None
+    h, sums = h0, []
+    for x in xs:
+        for t in range(x.shape[0]):
+            h = np.tanh(h @ w + x[t])
+        sums.append(h.sum())
+        h = h * 0.9
+    _close(got, (h, np.array(sums)), np.float64)
+
+
+def test_a_body_with_a_library_call_keeps_the_python_loop():
+    rng = np.random.default_rng(4)
+    h0 = rng.standard_normal((3, 6))
+    xs = rng.standard_normal((4, 3, 6))
+
+    def f(h, xs):
+        return fg.scan(lambda h, x: (fnp.sort(h + x, axis=1) * 0.5, fnp.cumsum(h, axis=1)), h, xs)
+
+    got = _three_ways(f, (h0, xs), looped=False)
+    h, ys = h0, []
+    for x in xs:
+        ys.append(np.cumsum(h, axis=1))
+        h = np.sort(h + x, axis=1) * 0.5
+    _close(got, (h, np.stack(ys)), np.float64)
+
+
+def test_arguments_of_another_layout_run_the_python_loop():
+    """The LOOP is built for C-contiguous weights; a transposed view, then C-contiguous
+    arrays again, both give the right answer."""
+    rng = np.random.default_rng(5)
+    f, unrolled = _rnn(1, False)
+    w = rng.standard_normal((4, 4)) * 0.5
+    hs = (rng.standard_normal((3, 4)),)
+    xs = rng.standard_normal((6, 3, 4))
+    jf = fg.jit(f)
+    for _ in range(3):
+        jf(w, hs, xs)
+    reference = fg.jit(unrolled, fuse=False)
+    for weights in (np.asfortranarray(w), w, w.T.copy().T):
+        _close(_flat(jf(weights, hs, xs)), reference(weights, hs, xs), np.float64)
+    assert all(s.looped.program is not None for s in _loops(jf, (w, hs, xs)))
