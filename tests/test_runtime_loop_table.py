@@ -43,6 +43,15 @@ def _flat(out: Any) -> list[np.ndarray]:
     return [np.asarray(out)]
 
 
+def _python_loop(jf: Any, args: tuple[Any, ...]) -> list[np.ndarray]:
+    """jf's results with every scan running its Python loop."""
+    loop_table.ENABLED = False
+    try:
+        return _flat(jf(*args))
+    finally:
+        loop_table.ENABLED = True
+
+
 def _three_ways(f: Callable[..., Any], args: tuple[Any, ...], looped: bool = True) -> Any:
     """f's results by the LOOP (checked to run it, unless not `looped`), by the same plan's
     Python loop, and by the step runner: the same bits. Returns the LOOP's."""
@@ -55,11 +64,7 @@ def _three_ways(f: Callable[..., Any], args: tuple[Any, ...], looped: bool = Tru
     got = _flat(jf(*args))
     scans = [s.looped for s in _loops(jf, args) if s.looped is not None]
     assert all((s.program is not None) == looped for s in scans if s.call.length > 0)
-    loop_table.ENABLED = False
-    try:
-        python = _flat(jf(*args))
-    finally:
-        loop_table.ENABLED = True
+    python = _python_loop(jf, args)
     for a, b, c in zip(got, python, steps, strict=True):
         assert a.dtype == b.dtype == c.dtype and a.shape == b.shape == c.shape
         assert np.array_equal(a, b, equal_nan=True) and np.array_equal(a, c, equal_nan=True)
@@ -227,3 +232,31 @@ def test_arguments_of_another_layout_run_the_python_loop():
     for weights in (np.asfortranarray(w), w, w.T.copy().T):
         _close(_flat(jf(weights, hs, xs)), reference(weights, hs, xs), np.float64)
     assert all(s.looped.program is not None for s in _loops(jf, (w, hs, xs)))
+
+
+def test_the_loop_compiles_in_the_background():
+    """In background mode the scan runs its Python loop (NumPy tier, kernels, then its
+    body's segments) until the interpreter for the LOOP's arrays is built, then the LOOP
+    takes over with the same bits."""
+    from fastgrad.runtime.background import wait_idle
+
+    rng = np.random.default_rng(6)
+    f, unrolled = _rnn(1, True)
+    args = (
+        rng.standard_normal((5, 5)) * 0.5,
+        (rng.standard_normal((2, 5)),),
+        rng.standard_normal((4, 2, 5)),
+    )
+    config.update("runtime", "vm")
+    config.update("compile", "background")
+    jf = fg.jit(f)
+    want = _flat(fg.jit(unrolled, fuse=False)(*args))
+    for _ in range(8):  # NumPy's tier first: its bits may differ from the kernels'
+        _close(_flat(jf(*args)), want, np.float64)
+        assert wait_idle(timeout=600)
+    (scan,) = _loops(jf, args)
+    assert scan.looped.program is not None
+    got = _flat(jf(*args))
+    python = _python_loop(jf, args)
+    for a, b in zip(got, python, strict=True):
+        assert np.array_equal(a, b)
