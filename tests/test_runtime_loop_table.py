@@ -260,3 +260,38 @@ def test_the_loop_compiles_in_the_background():
     python = _python_loop(jf, args)
     for a, b in zip(got, python, strict=True):
         assert np.array_equal(a, b)
+
+
+def _counter(w, h, xs):
+    """Carries of three kinds: a matrix, a 0-d float and an integer count; no stacked
+    output of the count."""
+
+    def step(c, x):
+        h, total, n = c
+        h = fnp.tanh(h @ w + x)
+        return (h, total + fnp.sum(h), n + 1), h[0]
+
+    return fg.scan(step, (h, fnp.zeros((), h.dtype), fnp.zeros((), np.int64)), xs)
+
+
+def _no_xs(w, h, xs):
+    """A scan over no stacked input (`length`), stacking nothing."""
+    c, _ = fg.scan(lambda c, _: (fnp.sin(c @ w), None), h, None, length=4)
+    return c
+
+
+def _jvp(w, h, xs):
+    """Forward mode: a scan over primals and tangents."""
+    return fg.jvp(lambda w: _counter(w, h, xs)[0][0], (w,), (fnp.ones_like(w),))
+
+
+@pytest.mark.parametrize("f", [_counter, _no_xs, _jvp], ids=["counter", "no-xs", "jvp"])
+def test_carries_of_every_kind_and_forward_mode(f):
+    rng = np.random.default_rng(7)
+    args = (
+        rng.standard_normal((4, 4)) * 0.5,
+        rng.standard_normal((3, 4)),
+        rng.standard_normal((5, 3, 4)),
+    )
+    got = _three_ways(f, args)
+    _close(got, fg.jit(f, fuse=False)(*args), np.float64)
