@@ -162,6 +162,31 @@ def test_matmul_programs_give_the_step_runners_bits(sync: None, dtype: Any, data
     assert _segments(vm, xs) >= 1
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_matrix_times_its_own_transpose_gives_numpys_syrk_bits(sync: None, dtype: Any) -> None:
+    """NumPy sends `a @ a.T` (one address, transposed strides) to BLAS's syrk and mirrors
+    the upper triangle, whose bits differ from gemm's: the interpreter finds the aliasing at
+    run time, also when the caller passes an array and its transpose."""
+
+    def gram(x: Any) -> Any:
+        h = fnp.tanh(x)
+        return h @ h.T, h.T @ h
+
+    def product(a: Any, b: Any) -> Any:
+        return a @ b
+
+    x = np.random.default_rng(3).standard_normal((16, 33)).astype(dtype)
+    for f, args in ((gram, (x,)), (product, (x, x.T)), (product, (x.T, x))):
+        steps, vm = _jitted(f, "steps"), _jitted(f, "vm")
+        expected = steps(*args)
+        for _ in range(2):
+            got = vm(*args)
+            _same_bits(expected if isinstance(expected, tuple) else (expected,),
+                       got if isinstance(got, tuple) else (got,))  # fmt: skip
+        assert _segments(vm, args) >= 1
+    assert np.array_equal(steps(x.T, x), x.T @ x)
+
+
 def test_unrolled_loop_runs_in_one_interpreter_call(sync: None) -> None:
     """An unrolled recurrence: the weights' gradients are sums of products accumulated by
     gemm (beta = 1), the steps read slices of the argument; nothing is left to Python."""

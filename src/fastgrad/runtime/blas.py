@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
-_NAMES = {np.dtype(np.float32): "sgemm", np.dtype(np.float64): "dgemm"}
+_PREFIXES = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}
+_INT, _I64, _PTR = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
 
 
 @cache
@@ -40,23 +41,33 @@ def _library() -> Any:
 @cache
 def _gemm(dtype: np.dtype) -> Any:
     """`cblas_?gemm` for `dtype` (ctypes, argument types set), or None."""
+
+
+@cache
+def _routine(name: str, dtype: np.dtype) -> Any:
+    """`cblas_?gemm` or `cblas_?syrk` (`name`) for `dtype`, argument types set, or None."""
     lib = _library()
-    name = _NAMES.get(np.dtype(dtype))
-    function = getattr(lib, f"scipy_cblas_{name}64_", None) if lib and name else None
+    prefix = _PREFIXES.get(np.dtype(dtype))
+    function = getattr(lib, f"scipy_cblas_{prefix}{name}64_", None) if lib and prefix else None
     if function is None:
         return None
-    scalar = ctypes.c_float if name == "sgemm" else ctypes.c_double
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    function.argtypes = [ctypes.c_int] * 3 + [i64] * 3 + [scalar, ptr, i64, ptr, i64]
-    function.argtypes += [scalar, ptr, i64]
-    function.restype = None
+    real = ctypes.c_float if prefix == "s" else ctypes.c_double
+    if name == "gemm":  # order, trans a, trans b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+        kinds = [_INT] * 3 + [_I64] * 3 + [real, _PTR, _I64, _PTR, _I64, real, _PTR, _I64]
+    else:  # syrk: order, upper/lower, trans, n, k, alpha, a, lda, beta, c, ldc
+        kinds = [_INT] * 3 + [_I64] * 2 + [real, _PTR, _I64, real, _PTR, _I64]
+    function.argtypes, function.restype = kinds, None
     return function
 
 
-def gemm_address(dtype: np.dtype) -> int | None:
-    """The address of `cblas_?gemm` for `dtype` (the plan interpreter calls it from
-    compiled code), or None where NumPy's OpenBLAS is not found."""
-    function = _gemm(dtype)
+def _gemm(dtype: np.dtype) -> Any:
+    return _routine("gemm", dtype)
+
+
+def blas_address(name: str, dtype: np.dtype) -> int | None:
+    """The address of `cblas_?gemm` or `cblas_?syrk` (`name`) for `dtype` (the plan
+    interpreter calls them from compiled code), or None where NumPy's OpenBLAS is not found."""
+    function = _routine(name, dtype)
     return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.runtime.blas import NO_TRANS, TRANS, gemm_address
+from fastgrad.runtime.blas import NO_TRANS, TRANS, blas_address
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -27,8 +27,8 @@ def _blas_layout(strides: tuple[int, ...], rows: int, cols: int, item: int) -> A
 
 
 def gemm_row(a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool) -> Any:
-    """(gemm's address, [float64?, trans a, trans b, m, n, k, lda, ldb, ldc, beta],
-    [count, byte offsets of a, b and out per matrix]) for `out (+)= a @ b`, or None where
+    """(gemm's and syrk's addresses, [float64?, trans a, trans b, m, n, k, lda, ldb, ldc,
+    beta], [count, byte offsets of a, b and out per matrix]) for `out (+)= a @ b`, or None where
     the interpreter leaves the product to NumPy: not float32/float64 of one dtype, a
     vector operand, a dimension of 1 or 0 (NumPy then calls gemv, dot or its own loop,
     whose bits may differ), or an operand no BLAS call takes without a copy."""
@@ -47,8 +47,8 @@ def gemm_row(a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool) ->
     item = dtype.itemsize
     left = _blas_layout(a.strides[-2:], m, k, item)
     right = _blas_layout(b.strides[-2:], k, n, item)
-    address = gemm_address(dtype)
-    if left is None or right is None or address is None:
+    addresses = blas_address("gemm", dtype), blas_address("syrk", dtype)
+    if left is None or right is None or None in addresses:
         return None
     batch = out.shape[:-2]
     offsets: list[int] = []
@@ -60,7 +60,7 @@ def gemm_row(a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool) ->
                 sum(i * s for i, d, s in zip(lead, dims, x.strides[:-2], strict=True) if d != 1)
             )
     params = [int(dtype == np.float64), left[0], right[0], m, n, k, left[1], right[1], n]
-    return address, [*params, int(accumulate)], [len(offsets) // 3, *offsets]
+    return addresses, [*params, int(accumulate)], [len(offsets) // 3, *offsets]
 
 
 def view_offset(x: np.ndarray, y: np.ndarray) -> int | None:

@@ -14,6 +14,7 @@ its steps one by one: never a wrong answer.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import nullcontext
@@ -193,8 +194,8 @@ class Segment:
 
     def _matmul(self, step: Any) -> list[int] | None:
         arrays = self._arrays(step.ins)
-        if arrays is None or step.ins[0] == step.ins[1]:
-            return None  # NumPy gives a @ a.T to syrk, whose bits may differ from gemm's
+        if arrays is None:
+            return None
         a, b = arrays
         target = step.out if step.accumulate else step.buffer
         out = self.env[target] if target is not None else None
@@ -203,11 +204,12 @@ class Segment:
         fields = gemm_row(a, b, out, step.accumulate)
         if fields is None:
             return None
-        function, params, offsets = fields
+        (gemm, syrk), params, offsets = fields
         pointers = [self.operand(step.ins[0]), self.operand(step.ins[1])]
         fresh = None if target is not None else (step.shape, step.dtype, 0, None)
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
-        return [GEMM, self.table.function(function), *params, *pointers, *offsets]
+        functions = [self.table.function(gemm), self.table.function(syrk)]
+        return [GEMM, *functions, *params, *pointers, *offsets]
 
     def _view(self, step: Any, call: Callable[[], None]) -> list[int] | None:
         arrays = self._arrays([step.ins[0], step.out])
@@ -312,7 +314,14 @@ def lower(
     for segment in segments:
         job = adapters.interpreter(segment.stand_ins(), table.wait)
         if job.settled.is_set() and (job.error is not None or not job.done.is_set()):
-            return list(calls)  # no interpreter for it (the process is exiting, or a bug)
+            if job.error is not None:  # a bug: say so, never hide it behind the slower path
+                warnings.warn(
+                    f"fastgrad: {job.label} failed to compile ({type(job.error).__name__}: "
+                    f"{job.error}); this plan runs its steps one by one",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return list(calls)  # no interpreter for it (or the process is exiting)
         if not job.settled.is_set():
             table.pending.append(job)
     if table.pending:

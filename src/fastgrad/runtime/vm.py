@@ -8,9 +8,11 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
   KERNEL: [KERNEL, function, <the adapter's row: sizes, chunks, scalars, operands>]
   VIEW: [VIEW, pointer in, pointer out, byte offset]: reshape, transpose, slice and
     broadcast views share their input's memory; only the address moves
-  GEMM: [GEMM, function, float64?, trans a, trans b, m, n, k, lda, ldb, ldc, beta,
+  GEMM: [GEMM, gemm, syrk, float64?, trans a, trans b, m, n, k, lda, ldb, ldc, beta,
     pointer a, pointer b, pointer c, count, <count triples of byte offsets into a, b, c>]:
-    `c = a @ b (+ c)` per matrix of a batch, through cblas_?gemm (row-major)
+    `c = a @ b (+ c)` per matrix of a batch, through cblas_?gemm (row-major); a matrix
+    times its own transpose (one address, found at run time) through cblas_?syrk and a
+    copy of its upper triangle to the lower, as `np.matmul` does, for the same bits
   LOOP: a scan's iterations, each a call of one of two body segments (tables of their
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
 `ptrs[j]` is the address of operand slot j, filled before each segment runs (or once, for
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -47,7 +50,7 @@ LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 4, 4
 # to run on one thread (0: leave BLAS's threads as they are), the address of the
 # interpreter's loop (`table_function`) and the table's length.
 HEADER = 7
-ROW_MAJOR = 101
+ROW_MAJOR, UPPER = 101, 121
 
 #: The interpreter loop's C signature: the table, where the segment's record is.
 TABLE_SIGNATURE = types.void(types.CPointer(types.int64), types.int64)
@@ -69,6 +72,17 @@ def _call_adapter_typing(typingctx: Any, address: Any, row: Any, ptrs: Any, scal
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+def _by_precision(builder: Any, double: Any, call: Callable[[Any], None]) -> None:
+    """Emit `call(double)` if the int64 `double` is not 0, else `call(float)`: BLAS's d and
+    s routines take their scalars in the matrices' precision."""
+    zero = ir.Constant(ir.IntType(64), 0)
+    with builder.if_else(builder.icmp_signed("!=", double, zero)) as (then, otherwise):
+        with then:
+            call(ir.DoubleType())
+        with otherwise:
+            call(ir.FloatType())
 
 
 def _gemm_typing(
@@ -99,14 +113,35 @@ def _gemm_typing(
             arguments += [ptr(b), ldb, scalar(beta), ptr(c), ldc]
             builder.call(builder.inttoptr(values[0], fnty.as_pointer()), arguments)
 
-        with builder.if_else(builder.icmp_signed("!=", values[1], ir.Constant(i64, 0))) as (
-            then,
-            otherwise,
-        ):
-            with then:
-                call(ir.DoubleType())
-            with otherwise:
-                call(ir.FloatType())
+        _by_precision(builder, values[1], call)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+def _syrk_typing(
+    typingctx: Any, address: Any, double: Any, trans: Any, n: Any, k: Any, a: Any, lda: Any,
+    c: Any, ldc: Any,
+) -> Any:  # fmt: skip
+    """Call `cblas_?syrk` at integer `address` (d if `double`, else s): the upper triangle
+    of `c = a @ a.T` (`a.T @ a` with `trans`), row-major, alpha 1 and beta 0."""
+    signature = types.void(address, double, trans, n, k, a, lda, c, ldc)
+
+    def codegen(context: Any, builder: Any, sig: Any, values: Any) -> Any:
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        char_p = ir.IntType(8).as_pointer()
+
+        def call(real: Any) -> None:
+            kinds = [i32, i32, i32, i64, i64, real, char_p, i64, real, char_p, i64]
+            fnty = ir.FunctionType(ir.VoidType(), kinds)
+            trans, n, k, a, lda, c, ldc = values[2:]
+            arguments = [ir.Constant(i32, ROW_MAJOR), ir.Constant(i32, UPPER)]
+            arguments += [builder.trunc(trans, i32), n, k, ir.Constant(real, 1.0)]
+            arguments += [builder.inttoptr(a, char_p), lda, ir.Constant(real, 0.0)]
+            arguments += [builder.inttoptr(c, char_p), ldc]
+            builder.call(builder.inttoptr(values[0], fnty.as_pointer()), arguments)
+
+        _by_precision(builder, values[1], call)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -189,6 +224,7 @@ def _table_pointer_typing(typingctx: Any, address: Any) -> Any:
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's, not the caller's.
 _call_adapter: Any = intrinsic(_call_adapter_typing)
 _gemm: Any = intrinsic(_gemm_typing)
+_syrk: Any = intrinsic(_syrk_typing)
 _element_pointer: Any = intrinsic(_element_pointer_typing)
 _float_pointer: Any = intrinsic(_float_pointer_typing)
 _set_threads: Any = intrinsic(_set_threads_typing)
@@ -228,6 +264,25 @@ def _source_tag() -> str:
         return "plan interpreter " + hashlib.sha256(f.read()).hexdigest()[:16]
 
 
+_float64_pointer, _float32_pointer = POINTERS["float64"], POINTERS["float32"]
+
+
+@njit(inline="always")
+def _mirror_upper(double: int, address: int, n: int, ld: int) -> None:  # pragma: no cover
+    """Copy the upper triangle of the n x n row-major matrix at `address` (leading
+    dimension `ld`) to its lower triangle: what `np.matmul` does after its syrk."""
+    if double:
+        x = carray(_float64_pointer(address), (n * ld,))
+        for i in range(n):
+            for j in range(i + 1, n):
+                x[j * ld + i] = x[i * ld + j]
+    else:
+        y = carray(_float32_pointer(address), (n * ld,))
+        for i in range(n):
+            for j in range(i + 1, n):
+                y[j * ld + i] = y[i * ld + j]
+
+
 def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
     """The interpreter's loop over the segment whose record starts at `table[at]`:
     [first step, step count, ...]. Compiled once, as a C function (`table_function`)."""
@@ -248,16 +303,22 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
         elif op == VIEW:
             table[ptrs + table[p + 2]] = table[ptrs + table[p + 1]] + table[p + 3]
         elif op == GEMM:
-            a = table[ptrs + table[p + 12]]
-            b = table[ptrs + table[p + 13]]
-            c = table[ptrs + table[p + 14]]
-            beta = float(table[p + 11])
-            for q in range(p + 16, p + 16 + 3 * table[p + 15], 3):
-                _gemm(
-                    table[functions + table[p + 1]], table[p + 2], table[p + 3], table[p + 4],
-                    table[p + 5], table[p + 6], table[p + 7], 1.0, a + table[q], table[p + 8],
-                    b + table[q + 1], table[p + 9], beta, c + table[q + 2], table[p + 10],
-                )  # fmt: skip
+            a = table[ptrs + table[p + 13]]
+            b = table[ptrs + table[p + 14]]
+            c = table[ptrs + table[p + 15]]
+            double, ta, tb = table[p + 3], table[p + 4], table[p + 5]
+            m, n, k = table[p + 6], table[p + 7], table[p + 8]
+            lda, ldb, ldc, beta = table[p + 9], table[p + 10], table[p + 11], table[p + 12]
+            for q in range(p + 17, p + 17 + 3 * table[p + 16], 3):
+                pa, pb, pc = a + table[q], b + table[q + 1], c + table[q + 2]
+                if beta == 0 and pa == pb and m == n and ta != tb and lda == ldb:
+                    _syrk(table[functions + table[p + 2]], double, ta, n, k, pa, lda, pc, ldc)
+                    _mirror_upper(double, pc, n, ldc)
+                else:
+                    _gemm(
+                        table[functions + table[p + 1]], double, ta, tb, m, n, k, 1.0, pa, lda,
+                        pb, ldb, float(beta), pc, ldc,
+                    )  # fmt: skip
         elif op == LOOP:
             _run_loop(table, p)
     if threads != 0:
