@@ -112,9 +112,13 @@ class Segment:
         dtype, k, view), allocated at each call."""
         if fresh is None:
             return self.operand(slot)
-        shape, dtype = fresh[:2]
+        shape, dtype, k, view = fresh
         small = math.prod(shape) * dtype.itemsize < PAGE  # staggered_empty's np.empty
-        self.fresh.append((*fresh, slot, small))
+        if small and view is not None:
+            # The interpreter takes its address only: made in the graph's shape, no
+            # reshape per call (a 0-d value's (1,) buffer cost ~0.2 us).
+            shape, view = view, None
+        self.fresh.append((shape, dtype, k, view, slot, small))
         self.fresh_indices.append(self.table.index(slot))
         self.produced.add(slot)
         return self.table.index(slot)
