@@ -68,6 +68,26 @@ class Lowered:
         return self.explain()
 
 
+class _FastEntry:
+    """What a call whose arguments are all arrays of known layouts runs: the traced
+    function's plan, and once the plan is lowered to one segment, the small call
+    (runtime.small_call) that runs it without its arena."""
+
+    __slots__ = ("build", "executable", "signature", "small", "traced")
+
+    def __init__(self, traced: Traced, signature: Any):
+        self.traced, self.signature = traced, signature
+        self.executable = traced.compiled()
+        self.build = builder(traced.out_tree)
+        self.small: Any = None  # the small call; False: none for this plan and layout
+
+    def settle(self, key: Any, args: Sequence[Any]) -> None:
+        """Once the plan's calls are final, take its small call for arguments of layouts
+        `key` (`args` are such a call's)."""
+        if self.executable.lowered:
+            self.small = self.executable.small_call(key, args) or False
+
+
 class Jitted:
     """A function compiled per input signature (see `jit`)."""
 
@@ -112,9 +132,9 @@ class Jitted:
         # otherwise keep every graph and plan it ever made).
         self._cache: collections.OrderedDict[Any, Traced] = collections.OrderedDict()
         # Calls with only array arguments skip pytree handling: (shape, dtype, strides) of
-        # each -> (entry, its signature). Strides are in the key because kernels are
-        # compiled per layout. Only `_store` adds or drops entries, under `_lock`.
-        self._fast: dict[Any, tuple[Traced, Any]] = {}
+        # each -> its entry. Strides are in the key because kernels are compiled per
+        # layout. Only `_store` adds or drops entries, under `_lock`.
+        self._fast: dict[Any, _FastEntry] = {}
         self._lock = threading.Lock()
         self._seen: list[Any] = []  # recent signatures, to explain a new trace
         self._derived: dict[Any, Jitted] = {}  # transforms of this function, jitted
@@ -243,11 +263,11 @@ class Jitted:
         signature at once all get the first one stored, so its kernels are built once."""
         with self._lock:
             traced = self._cache.setdefault(key, traced)
-            if fast_key is not None:
-                self._fast[fast_key] = (traced, key)
+            if fast_key is not None and fast_key not in self._fast:
+                self._fast[fast_key] = _FastEntry(traced, key)
             while len(self._cache) > max(1, config.trace_cache_size):
                 _, dropped = self._cache.popitem(last=False)
-                for k in [k for k, (t, _) in self._fast.items() if t is dropped]:
+                for k in [k for k, entry in self._fast.items() if entry.traced is dropped]:
                     del self._fast[k]
         return traced
 
@@ -264,10 +284,16 @@ class Jitted:
             except TypeError:
                 fast = None
             if fast is not None:
-                traced, signature_key = fast
                 if len(self._cache) > 1:  # with one signature, nothing to reorder
-                    self._touch(signature_key)
-                return builder(traced.out_tree)(traced.executable(args))  # type: ignore[misc]
+                    self._touch(fast.signature)
+                small = fast.small
+                if small:
+                    outs = small(args)
+                    if outs is not None:  # None: another call holds the plan
+                        return fast.build(outs)
+                elif small is None:
+                    fast.settle(key, args)
+                return fast.build(fast.executable(args))
         traced, leaves, key = self._trace_keyed(args, kwargs)
         inputs = [*leaves, *traced.captured]
         if not self.fuse or any(isinstance(a, Tracer) for a in inputs):

@@ -1,7 +1,8 @@
 """The plan interpreter's machine code (runtime.vm), built like kernels: on the background
 compile thread, so that no call waits for it (or in the calling thread in sync mode, and
-for a plan told to wait): kernels' adapters, one per kernel source and operand kinds,
-and the interpreter itself for each new kind of argument tuple; shared by every plan,
+for a plan told to wait): kernels' adapters, one per kernel signature (scalar dtypes,
+operands' ranks and dtypes) whatever the kernel, the kernels' addresses for them, and
+the interpreter itself for each new kind of argument tuple; shared by every plan,
 cached on disk like kernels.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from fastgrad.compiler.kernel_cache import kernel_key
 from fastgrad.core import compile_log
 from fastgrad.runtime import background
+from fastgrad.runtime.kernel_entry import entry_address, source_tag
 from fastgrad.runtime.vm import compile_adapter, run_steps, table_function
 
 _LOCK = threading.Lock()
@@ -78,16 +80,35 @@ def _job(key: Any, wait: bool, make: Callable[[], CompileJob]) -> CompileJob:
     return job
 
 
-def adapter(kernel_source: str, source: str, kernel: Any, wait: bool) -> CompileJob:
-    """The job building the adapter `source` around `kernel` (compiled from
-    `kernel_source`), its machine code cached under a key of both."""
+def adapter(source: str, wait: bool) -> CompileJob:
+    """The job building the adapter `source` (one per kernel signature, serving every
+    kernel of it), its machine code cached under a key of the source."""
 
     def build() -> tuple[Any, int]:
-        compiled = compile_adapter(source, kernel, kernel_key(kernel_source + source))
+        compiled = compile_adapter(source, kernel_key(source + source_tag()))
         return compiled, int(compiled.address)
 
-    label = f"adapter of fastgrad_kernel_{kernel_key(kernel_source)}"
-    return _job((kernel_source, source), wait, lambda: CompileJob(label, source, build))
+    label = f"kernel adapter {kernel_key(source)[:12]}"
+    return _job(source, wait, lambda: CompileJob(label, source, build))
+
+
+def entry(kernel: Any, kernel_source: str, signature: tuple[Any, ...], wait: bool) -> CompileJob:
+    """The job finding the address of `kernel` (compiled from `kernel_source`) for the
+    argument types an adapter hands it (runtime.kernel_entry): at once when Numba has
+    compiled it for them, as it mostly has (the step runner called it so), else after a
+    compile on the compile thread."""
+
+    def build() -> tuple[Any, int]:
+        kernel.compile(signature)
+        address = entry_address(kernel, signature)
+        if address is None:
+            raise RuntimeError(f"no C entry for {kernel_key(kernel_source)} at {signature}")
+        return kernel, address
+
+    label = f"entry of fastgrad_kernel_{kernel_key(kernel_source)}"
+    ready = wait or signature in kernel.overloads
+    key = ("entry", kernel_source, signature)
+    return _job(key, ready, lambda: CompileJob(label, kernel_source, build))
 
 
 def interpreter(arrays: tuple[np.ndarray, ...], wait: bool) -> CompileJob:

@@ -128,8 +128,12 @@ class Arena:
         outputs: Sequence[int],
         static: AbstractSet[int],
         lower: Lowering | None = None,
+        copied: Sequence[int] = (),
     ):
         self.lower = lower  # makes settled steps' calls fewer (runtime.plan_table)
+        # Outputs that are constants (or views of one): copied at each call, as what the
+        # caller receives is always fresh (a caller writing into one changed later calls).
+        self.copied = list(copied)
         self.buffers = list(buffers)
         self.static_views = list(static_views)
         self.steps = list(steps)
@@ -197,6 +201,7 @@ class Arena:
             self.outputs,
             self.static,
             None if once else self.lower,
+            self.copied,
         )
         arena.waits = self.waits
         return arena
@@ -212,7 +217,10 @@ class Arena:
             for call in self.calls:
                 call()
             done = True
-            return [env[i] for i in self.outputs]
+            outs = [env[i] for i in self.outputs]
+            for k in self.copied:
+                outs[k] = np.array(outs[k], copy=True)
+            return outs
         finally:
             if not self.settled:
                 self._prepare(env)

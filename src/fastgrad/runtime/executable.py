@@ -41,15 +41,21 @@ from fastgrad.runtime.control_flow import SMALL_MATMUL, LoopPlanner, LoopStep
 from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
 from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
+from fastgrad.runtime.small_call import SmallCall, for_layouts
+from fastgrad.runtime.small_call import build as build_small_call
 from fastgrad.runtime.thread_budget import largest_gemm, numba_threads, shares_cores
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP
 # benchmark: a 256x512 elementwise loop took 4.3 ms parallel, 0.8 ms serial).
 PARALLEL_THRESHOLD = 1 << 18
-# Full reductions keep one partial per chunk: a fixed count makes results independent of
-# the thread count and of the serial/parallel choice.
+# Full reductions keep one partial per chunk: a count fixed by the loop's size makes
+# results independent of the thread count and of the serial/parallel choice.
 MAX_CHUNKS = 64
+# Elements per chunk at least: each chunk costs ~45 ns (its partial, its bounds), which at
+# N=16 took a chunk per element and half of the kernel's time (0.67 of 1.33 us). Loops
+# large enough to run in parallel (PARALLEL_THRESHOLD) still get MAX_CHUNKS.
+MIN_CHUNK = 1024
 DEBUG = bool(os.environ.get("FASTGRAD_DEBUG"))
 
 
@@ -309,6 +315,7 @@ class Executable:
             if key in slot:
                 self.template[slot[key]] = value
         self._lock = threading.Lock()
+        self._small: Any = None  # runtime.small_call's (function, layouts), or False
         self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
         self.one_blas_thread = one = self.small_matmuls or shares_cores(self.plan, graph)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
@@ -357,7 +364,7 @@ class Executable:
             ins=[slot_of(v) for v in source.inputs],
             outs=[slot_of(v) for v in source.outputs],
             sizes=sizes,
-            nchunks=_chunks(source, first, parallel),
+            nchunks=_chunks(source, first, parallel, size),
             parallel=parallel,
             # NumPy scalars, so Numba types each by its dtype (float32 stays float32).
             scalars=tuple(self.constants[id(v)].reshape(())[()] for v in source.scalars),
@@ -380,6 +387,18 @@ class Executable:
                 self._lock.release()
         with np.errstate(all="ignore"), OneThread() if self.one_blas_thread else nullcontext():
             return self.run(args)
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the arena's calls are final (kernels settled, and lowered for "vm")."""
+        return self.arena.settled and not self.arena.lowering
+
+    def small_call(self, key: Sequence[Any], args: Sequence[Any]) -> SmallCall | None:
+        """The plan as one function (runtime.small_call) for calls whose arguments have the
+        layouts `key` (api.jit's fast key; `args` are such a call's), or None."""
+        if self._small is None and self.arena.bare and len(args) == len(self.graph.inputs):
+            self._small = build_small_call(self.arena.calls, self.outputs, args, self._lock)
+        return for_layouts(self._small, key)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
         """A call without setting NumPy's errstate: for loop bodies, whose loop did. A call
@@ -446,14 +465,15 @@ def compile_graph(graph: Graph, looped: bool = False) -> Executable:
     return Executable(graph, partition(graph), looped)
 
 
-def _chunks(source: KernelSource, first: int, parallel: bool) -> int:
+def _chunks(source: KernelSource, first: int, parallel: bool, size: int) -> int:
     """Chunks of the first outer axis. A column kernel's results do not depend on their
-    count: one per thread, each walking whole rows. Elsewhere a fixed count, since full
+    count: one per thread, each walking whole rows. Elsewhere a count set by the loop's
+    `size` alone (MIN_CHUNK elements each at least, MAX_CHUNKS at most), since full
     reductions keep one partial per chunk."""
     if source.column:
         threads = numba_threads() if parallel else 1
         return max(1, min(first, threads))
-    return max(1, min(first, MAX_CHUNKS))
+    return max(1, min(first, MAX_CHUNKS, size // MIN_CHUNK))
 
 
 def _arena(
@@ -515,7 +535,9 @@ def _arena(
     _spans(plan, buffers, outputs)
     # The interpreter runs BLAS on one thread where the step runner would.
     lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
-    return Arena(template, buffers, static_views, steps, outputs, static, lower)
+    # Outside a loop body every output is fresh, unless it is a constant (or a view of one).
+    copied = [] if bound else [k for k, slot in enumerate(outputs) if slot in static]
+    return Arena(template, buffers, static_views, steps, outputs, static, lower, copied)
 
 
 def _lower(*args: Any, one_thread: bool) -> Any:

@@ -27,6 +27,7 @@ from fastgrad.core.config import config
 from fastgrad.runtime import adapters
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
+from fastgrad.runtime.kernel_entry import kernel_signature
 from fastgrad.runtime.plan_rows import gemm_row, view_offset
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack, run_steps
 
@@ -113,9 +114,13 @@ class Segment:
         dtype, k, view), allocated at each call."""
         if fresh is None:
             return self.operand(slot)
-        shape, dtype = fresh[:2]
+        shape, dtype, k, view = fresh
         small = math.prod(shape) * dtype.itemsize < PAGE  # staggered_empty's np.empty
-        self.fresh.append((*fresh, slot, small))
+        if small and view is not None:
+            # The interpreter takes its address only: made in the graph's shape, no
+            # reshape per call (a 0-d value's (1,) buffer cost ~0.2 us).
+            shape, view = view, None
+        self.fresh.append((shape, dtype, k, view, slot, small))
         self.fresh_indices.append(self.table.index(slot))
         self.produced.add(slot)
         return self.table.index(slot)
@@ -167,15 +172,17 @@ class Segment:
         for shape, dtype in step.allocations:
             operands.append((len(shape), dtype.name))
         scalars = [np.asarray(s).dtype.name for s in step.scalars]
-        job = adapters.adapter(
-            source.source, adapter_source(len(step.sizes), scalars, operands), step.kernel,
-            table.wait,
-        )  # fmt: skip
-        if job.settled.is_set() and job.address is None:
-            return None  # its adapter failed to compile, or the process is exiting
-        if not job.settled.is_set():
-            table.pending.append(job)
-        row = [*step.sizes, step.nchunks, *map(table.scalar, step.scalars)]
+        signature = kernel_signature(len(step.sizes), scalars, operands)
+        if signature is None:
+            return None
+        job = adapters.adapter(adapter_source(len(step.sizes), scalars, operands), table.wait)
+        entry = adapters.entry(step.kernel, source.source, signature, table.wait)
+        for needed in (job, entry):
+            if needed.settled.is_set() and needed.address is None:
+                return None  # failed to compile, or the process is exiting
+            if not needed.settled.is_set():
+                table.pending.append(needed)
+        row = [entry.address or 0, *step.sizes, step.nchunks, *map(table.scalar, step.scalars)]
         for var, slot, reshape in zip(source.inputs, step.ins, step._reshape_in, strict=True):
             row += [self.operand(slot), *((var.aval.size,) if reshape else var.aval.shape)]
         fresh = {k: entry for k, *entry in step._fresh}

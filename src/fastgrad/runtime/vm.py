@@ -456,31 +456,41 @@ def pack(
     return table, at
 
 
-def compile_adapter(source: str, kernel: Any, tag: str = "") -> Any:
-    """The C function that `source` (compiler.codegen.adapter) defines around `kernel`,
-    its machine code kept in fastgrad's cache under `tag` (which must name the kernel
-    and the source; "": not kept). Compiling one costs about as much as its kernel.
+def compile_adapter(source: str, tag: str = "") -> Any:
+    """The C function that `source` (compiler.codegen.adapter) defines, its machine code
+    kept in fastgrad's cache under `tag` (which must name the source; "": not kept).
+    It calls kernels by the address in its row (runtime.kernel_entry), so one serves
+    every kernel of its signature.
 
     >>> from fastgrad.compiler.codegen.adapter import adapter_source
+    >>> from fastgrad.runtime.kernel_entry import entry_address, kernel_signature
     >>> from numba import njit
     >>> @njit
     ... def double(n, chunks, x, y):
     ...     for i in range(n):
     ...         y[i] = 2 * x[i]
-    >>> c = compile_adapter(adapter_source(1, [], [(1, "float64"), (1, "float64")]), double)
+    >>> operands = [(1, "float64"), (1, "float64")]
+    >>> signature = kernel_signature(1, [], operands)
+    >>> entry = double.compile(signature)
+    >>> c = compile_adapter(adapter_source(1, [], operands))
     >>> x, y = np.arange(3.0), np.zeros(3)
-    >>> row = [3, 1, 0, 3, 1, 3]  # size 3, 1 chunk, x in pointer 0, y in pointer 1
+    >>> row = [entry_address(double, signature), 3, 1, 0, 3, 1, 3]  # x, y: pointers 0, 1
     >>> table, at = pack([KERNEL, 0, *row], [0], [c.address], 2, [], [[0, 1, 2, 0, 1]])
     >>> run_steps(table, at[0], (x, y))
     >>> y
     array([0., 2., 4.])
     """
+    from fastgrad.runtime.kernel_entry import call_kernel
+
     # A module of its own, found by name when machine code is loaded from the cache.
     module = ModuleType(f"fastgrad_adapter_{tag or id(source)}")
     sys.modules[module.__name__] = module
     namespace = module.__dict__
     namespace.update(
-        np=np, carray=carray, kernel=kernel, **{f"pointer_{n}": p for n, p in POINTERS.items()}
+        np=np,
+        carray=carray,
+        call_kernel=call_kernel,
+        **{f"pointer_{n}": p for n, p in POINTERS.items()},
     )
     exec(compile(source, "<fastgrad adapter>", "exec"), namespace)
     signature = (ADAPTER_SIGNATURE.args, ADAPTER_SIGNATURE.return_type)

@@ -1,7 +1,9 @@
-"""The source of a kernel's adapter: a C function of one uniform signature through which the
-plan interpreter (runtime.vm) calls any kernel. It reads the kernel's sizes, scalars and
-array operands from the step's row of int64s and builds C-contiguous arrays over the
-addresses in the pointer table; the kernel's code is compiled into it.
+"""The source of a kernel adapter: a C function of one uniform signature through which the
+plan interpreter (runtime.vm) calls kernels. It reads a kernel's address, sizes, scalars
+and array operands from the step's row of int64s, builds C-contiguous arrays over the
+addresses in the pointer table, and calls the kernel at that address
+(runtime.kernel_entry). It depends on the kernel's signature only, so one adapter serves
+every kernel of that signature.
 """
 
 from __future__ import annotations
@@ -12,22 +14,23 @@ FLOATS = ("float16", "float32", "float64")
 
 
 def adapter_source(nsizes: int, scalars: Sequence[str], operands: Sequence[tuple[int, str]]) -> str:
-    """The module source defining `adapter` for a kernel taking `nsizes` sizes, a chunk
+    """The module source defining `adapter` for kernels taking `nsizes` sizes, a chunk
     count, scalars of the dtypes named in `scalars`, then arrays of the (ndim, dtype)
     in `operands` (inputs, then outputs).
 
-    Row layout: the sizes, the chunk count, one entry per scalar (a float's index into
-    the float table, an integer's or a bool's value), then per array its pointer slot
-    and its dims. The namespace it runs in provides `kernel`, `np`, `carray` and
-    `pointer_<dtype>`; runtime.vm compiles it as a C function.
+    Row layout: the kernel's address, the sizes, the chunk count, one entry per scalar
+    (a float's index into the float table, an integer's or a bool's value), then per
+    array its pointer slot and its dims. The namespace it runs in provides
+    `call_kernel`, `np`, `carray` and `pointer_<dtype>`; runtime.vm compiles it as a C
+    function.
 
     >>> print(adapter_source(1, ["float32"], [(2, "float64")]))  # doctest: +NORMALIZE_WHITESPACE
     def adapter(row, ptrs, floats):
-        kernel(row[0], row[1], np.float32(floats[row[2]]),
-               carray(pointer_float64(ptrs[row[3]]), (row[4], row[5])))
+        call_kernel(row[0], (row[1], row[2], np.float32(floats[row[3]]),
+               carray(pointer_float64(ptrs[row[4]]), (row[5], row[6])),))
     """
-    args = [f"row[{i}]" for i in range(nsizes + 1)]
-    pos = nsizes + 1
+    args = [f"row[{i}]" for i in range(1, nsizes + 2)]
+    pos = nsizes + 2
     for dtype in scalars:
         if dtype in FLOATS:
             args.append(f"np.{dtype}(floats[row[{pos}]])")
@@ -41,4 +44,4 @@ def adapter_source(nsizes: int, scalars: Sequence[str], operands: Sequence[tuple
         shape = f"({dims[0]},)" if ndim == 1 else f"({', '.join(dims)})"
         args.append(f"carray(pointer_{dtype}(ptrs[row[{pos}]]), {shape})")
         pos += 1 + ndim
-    return f"def adapter(row, ptrs, floats):\n    kernel({', '.join(args)})\n"
+    return f"def adapter(row, ptrs, floats):\n    call_kernel(row[0], ({', '.join(args)},))\n"
