@@ -115,6 +115,28 @@ def test_segments_between_host_steps(sync: None) -> None:
         assert _segments(vm, args) >= 1
 
 
+def test_a_read_only_argument_needs_no_new_interpreter(sync: None) -> None:
+    """An argument that differs from the lowering run only in being read-only passes the
+    segments' layout checks: the segments call the interpreter's entry for the kind it was
+    built for, so Numba compiles no new kind in the call, and the bits stay the same."""
+    from fastgrad.runtime.vm import run_steps
+
+    def f(a: Any, w: Any) -> Any:
+        h = fnp.tanh(a @ w)
+        return fnp.sum(fnp.exp(h.T) * fnp.sin(w), axis=1), fnp.sort(h, axis=0) * w
+
+    a, w = np.linspace(-1, 1, 9).reshape(3, 3), np.linspace(0, 1, 9).reshape(3, 3)
+    steps, vm = _jitted(f, "steps"), _jitted(f, "vm")
+    for _ in range(3):
+        vm(a, w)
+    assert _segments(vm, (a, w)) >= 2
+    kinds = len(run_steps.signatures)
+    frozen = a.copy()
+    frozen.flags.writeable = False
+    _same_bits(steps(frozen, w), vm(frozen, w))
+    assert len(run_steps.signatures) == kinds
+
+
 def test_runtime_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="runtime"):
         config.update("runtime", "fast")

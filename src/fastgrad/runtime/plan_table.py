@@ -29,7 +29,8 @@ from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
 from fastgrad.runtime.plan_rows import gemm_row, view_offset
-from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack, run_steps
+from fastgrad.runtime.small_call import entry_point
+from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
 
 _DTYPES = ("float64", "float32", "int64", "int32", "bool")
 
@@ -256,6 +257,11 @@ class Segment:
         self.one_thread = one_thread
         self.exports = [call for slot, (_, call) in self.views.items() if slot in self.exported]
         self.scratch = () if self.reads or self.fresh else (np.zeros(1),)
+        # The compiled entry for the kind of tuple the interpreter was built for: besides
+        # skipping Numba's type resolution, an argument that differs only in what the
+        # layout check does not look at (read-only) does not make Numba compile a new kind
+        # in the call.
+        self.run = entry_point(self.stand_ins())
 
     def __call__(self) -> None:
         env = self.env
@@ -281,7 +287,7 @@ class Segment:
             buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
             env[slot] = buffer if view is None else buffer.reshape(view)
             arrays.append(buffer)
-        run_steps(self.array, self.at, tuple(arrays) or self.scratch)
+        self.run(self.array, self.at, tuple(arrays) or self.scratch)
         for call in self.exports:
             call()
 
