@@ -396,6 +396,44 @@ def _second_derivatives_at_repeated_values() -> None:
         assert np.isnan(hvp).any()
 
 
+def test_repeated_eigenvalues():
+    la = fnp.linalg
+    # a = Q diag(1, 1, 3) Q^T: a double eigenvalue, in a basis of LAPACK's choosing.
+    q = np.linalg.qr(np.array([[2.0, -1.0, 0.5], [1.0, 3.0, -2.0], [0.5, 1.0, 1.5]]))[0]
+    d = np.array([1.0, 1.0, 3.0])
+    a = (q * d) @ q.T
+    a = (a + a.T) / 2
+    e = np.array([[0.5, -1.0, 0.25], [-1.0, 1.5, 0.75], [0.25, 0.75, -0.5]])
+    # A symmetric function of the tie: exact at order 1, in both modes and dtypes; its
+    # derivative along e is trace(f'(a) e).
+    for f, df in ((lambda w: w, np.ones_like), (lambda w: w * w, lambda w: 2 * w),
+                  (fnp.exp, np.exp)):  # fmt: skip
+        want = np.sum((q * df(d)) @ q.T * e)
+        for values in (la.eigvalsh, lambda m: la.eigh(m).eigenvalues, la.svdvals):
+            assert_orders(lambda m: fnp.sum(f(values(m))), (a,), [want], [(e,)], u=1.0)  # noqa: B023
+    # One value of the tie (or a weighted sum): no derivative; reverse mode sees the
+    # cotangent and gives nan, for that matrix of a stack only.
+    stack = np.stack([a, np.diag([1.0, 2.0, 3.0])])
+    for dtype in DTYPES:
+        for values in (la.eigvalsh, lambda m: la.eigh(m).eigenvalues,
+                       lambda m: la.svdvals(m)[..., ::-1]):  # fmt: skip
+            for pick in (lambda w: w[..., 0], lambda w: w[..., 0] + 2 * w[..., 1]):
+                g = fg.grad(lambda m: fnp.sum(pick(values(m))))(stack.astype(dtype))  # noqa: B023
+                assert np.isnan(g[0]).any() and np.isfinite(g[1]).all()
+        # Away from the tie (the stack's second matrix): the value's own derivative.
+        g = fg.grad(lambda m: la.eigvalsh(m)[0])(np.diag([1.0, 2.0, 3.0]).astype(dtype))
+        np.testing.assert_array_equal(g, np.diag([1.0, 0.0, 0.0]))
+        # So do the vectors of a tied value.
+        assert np.isnan(fg.grad(lambda m: la.eigh(m).eigenvectors[2, 0])(a.astype(dtype))).any()
+    # Forward mode cannot see what the tangent feeds: each tied value gets the tie's mean
+    # rate (the same in every basis, exact for symmetric functions), here the average of
+    # the one-sided derivatives -1 and 1 (mpmath, _second_derivatives_at_repeated_values).
+    b, t = np.diag([1.0, 1.0, 3.0]), np.array([[0, 1, 0.5], [1, 0, 0], [0.5, 0, 0]])
+    np.testing.assert_allclose(fg.jvp(la.eigvalsh, (b,), (t,))[1], [0.0, 0.0, 0.0], atol=1e-15)
+    np.testing.assert_allclose(fg.jvp(la.eigvalsh, (a,), (e,))[1][:2], np.trace(
+        q[:, :2].T @ e @ q[:, :2]) / 2)  # fmt: skip
+
+
 def test_det_at_singular_matrices():
     # Rank 2 of 3 (row 3 = row 1 + row 2), distinct singular values: the gradient is the
     # cofactor matrix, and the higher derivatives are exact.
