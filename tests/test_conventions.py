@@ -298,6 +298,10 @@ def test_edges_of_the_domain():
     assert_orders(fss.entr, ([0.0],), [[inf], [-inf], [inf]])
     assert_orders(lambda x: fss.rel_entr(x, 2.0), ([0.0],), [[-inf], [inf], [-inf]])
     assert_orders(lambda x: fss.kl_div(x, 2.0), ([0.0],), [[-inf], [inf], [-inf]])
+    # At (0, 0) the slope depends on the direction: nan, in x, in y and along both.
+    for fun in (fss.rel_entr, fss.kl_div):
+        for dirs in ([(1.0, 0.0)], [(0.0, 1.0)], [(1.0, 1.0)]):
+            assert_orders(fun, (0.0, 0.0), [nan], dirs=dirs)
 
 
 def test_overflow():
@@ -509,9 +513,18 @@ def test_scaled_bessel_at_zero():
 def test_xlogy_at_zero():
     import fastgrad.scipy.special as fss
 
-    zero = [0.0, 0.0]
-    assert_orders(lambda x, y: fss.xlogy(x, y), (zero, [0.0, -1.0]), [[0.0, 0.0]] * 3)
-    assert_orders(lambda x, y: fss.xlog1py(x, y), (zero, [-1.0, -2.0]), [[0.0, 0.0]] * 3)
+    # d/dx is log(y) (log1p(y)), as JAX: -inf at the edge of log's domain, +inf at y = inf,
+    # nan below; from order 2 on, nan (JAX: nan too).
+    zero = [0.0, 0.0, 0.0]
+    diverging = [[-inf, nan, inf], [nan, nan, nan], [nan, nan, nan]]
+    for fun, edge in ((fss.xlogy, 0.0), (fss.xlog1py, -1.0)):
+        ys = [edge, edge - 1.0, inf]
+        assert_orders(lambda x, f=fun, y=ys: f(x, np.array(y, dtype=x.dtype)), (zero,), diverging)
+        # Along x == 0 the function is 0: so is its derivative in y, at every order.
+        assert_orders(lambda y, f=fun: f(np.zeros_like(y), y), (ys[:2],), [[0.0, 0.0]] * 3)
+        # Inside log's domain, the derivatives of x log(y) as usual: log(y) in x.
+        assert_orders(lambda x, f=fun, e=edge: f(x, np.full_like(x, e + 2.0)), ([0.0],),
+                      [[np.log(2.0)], [0.0], [0.0]])  # fmt: skip
 
 
 def test_the_table_and_the_tests_agree():

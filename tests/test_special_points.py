@@ -696,12 +696,12 @@ _FSS: dict[str, tuple[Any, tuple[Point, ...]]] = {
     "rel_entr": (
         _mp_relative_entropy(lambda x, y: mpmath.mpf(0)),
         ((2.0, 1.0), (1.0, 1.0), (0.5, 3.0), (0.0, 1.0), (1.0, 0.0), (-1.0, 1.0), (0.0, -1.0),
-         (1.0, inf), (nan, 1.0)),
+         (1.0, inf), (nan, 1.0), at(0.0, 0.0, convention="edges-of-the-domain")),
     ),
     "kl_div": (
         _mp_relative_entropy(lambda x, y: y - x),
         ((2.0, 1.0), (1.0, 1.0), (0.5, 3.0), (0.0, 1.0), (1.0, 0.0), (-1.0, 1.0), (0.0, -1.0),
-         (1.0, inf), (nan, 1.0)),
+         (1.0, inf), (nan, 1.0), at(0.0, 0.0, convention="edges-of-the-domain")),
     ),
     # The Bessel functions of order 0 and 1: jv, yv, kv, kve at a fixed order (tested at
     # more orders in their records).

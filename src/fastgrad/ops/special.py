@@ -34,12 +34,12 @@ from fastgrad.ops.elementwise import (
     isfinite,
     isnan,
     logical_and,
+    logical_not,
     logical_or,
-    not_equal,
     sign,
     where,
 )
-from fastgrad.ops.math import cosh, exp, log, log1p, log_sigmoid, sigmoid, sqrt
+from fastgrad.ops.math import cbrt, cosh, exp, log, log1p, log_sigmoid, sigmoid, sqrt
 from fastgrad.ops.shape import ones_like, zeros_like
 
 __all__: list[str] = []  # public under fastgrad.scipy.special
@@ -526,32 +526,41 @@ def logit(p: Any) -> Any:
     return log(p) - log1p(-p)
 
 
-def _kept_where(x: Any, y: Any, defined: Any, replacement: float) -> Any:
-    """`y` where x != 0 or `defined` holds (or y is NaN, which must propagate), else
-    `replacement`: where x == 0, x * f(y) is 0 whatever y is, so y only needs to be a safe
-    value there (and then d/dx is f(y) wherever f(y) is finite, as in JAX)."""
-    keep = logical_or(logical_or(not_equal(x, 0), defined), isnan(y))
-    return where(keep, y, replacement)
+def _x_log(x: Any, y: Any, log_fn: Callable[[Any], Any], edge: float, safe: float) -> Any:
+    """x * log_fn(y), 0 where x == 0 (unless y is nan), for xlogy (log, edge 0) and xlog1py
+    (log1p, edge -1). Its derivative in x is log_fn(y) wherever y is, as in JAX: where
+    x == 0 and log_fn(y) is -inf (y at the edge) or inf (y = inf), a cbrt of x gives the
+    value 0 with that infinite slope (and nan beyond); below the edge, nan. In y it is
+    x / y, 0 along x == 0, where the function is 0 (docs/conventions.md, xlogy-at-zero)."""
+    zero = logical_and(x == 0, logical_not(isnan(y)))
+    inside = logical_and(isfinite(y), y > edge)
+    value = x * log_fn(where(logical_and(zero, logical_not(inside)), safe, y))
+    # Where x == 0 and y is outside log's domain, add 0 with log_fn(y)'s slope in x, in the
+    # selected branch (forward mode drops an unselected one's): sign * cbrt(x) at x == 0,
+    # with sign -1 at the edge (-inf), 1 at y = inf (inf) and 0 below (0 * inf: nan).
+    outside = logical_and(zero, logical_not(inside))
+    sign = astype(where(y == np.inf, 1.0, where(y == edge, -1.0, 0.0)), aval_of(value).dtype)
+    return value + where(outside, sign * cbrt(where(outside, x, 1.0)), 0.0)
 
 
 @quiet
 def xlogy(x: Any, y: Any) -> Any:
-    """x * log(y), 0 where x == 0 (unless y is NaN).
+    """x * log(y), 0 where x == 0 (unless y is NaN); d/dx is log(y), as in JAX.
 
-    >>> float(xlogy(0.0, 0.0)), float(xlogy(2.0, np.e))
-    (0.0, 2.0)
+    >>> float(xlogy(0.0, 0.0)), float(xlogy(2.0, np.e)), fg.grad(xlogy)(0.0, 0.0)
+    (0.0, 2.0, array(-inf))
     """
-    return x * log(_kept_where(x, y, logical_and(isfinite(y), y > 0), 1.0))
+    return _x_log(x, y, log, 0.0, 1.0)
 
 
 @quiet
 def xlog1py(x: Any, y: Any) -> Any:
-    """x * log1p(y), 0 where x == 0 (unless y is NaN).
+    """x * log1p(y), 0 where x == 0 (unless y is NaN); d/dx is log1p(y), as in JAX.
 
     >>> float(xlog1py(0.0, -1.0)), fg.grad(xlog1py, argnums=1)(2.0, 1.0)
     (0.0, array(1.))
     """
-    return x * log1p(_kept_where(x, y, logical_and(isfinite(y), y > -1), 0.0))
+    return _x_log(x, y, log1p, -1.0, 0.0)
 
 
 @quiet
@@ -571,7 +580,12 @@ def _relative_entropy(x: Any, y: Any, extra: Callable[[Any, Any], Any]) -> Any:
     inside, edge = logical_and(x > 0, y > 0), logical_and(x == 0, y >= 0)
     xs, ys, xe, ye = (where(c, v, 1.0) for c in (inside, edge) for v in (x, y))
     xo, yo = (where(logical_or(inside, edge), 0.0, v) for v in (x, y))
-    at_edge = where(edge, extra(xe, ye) - sqrt(xe), (cosh(xo) + cosh(yo)) * np.inf)
+    # At (0, 0) the slope depends on the direction (finite into x, y > 0, inf elsewhere):
+    # 0 * cbrt of both, on stand-ins away from it, makes every derivative nan there.
+    corner = logical_and(edge, y == 0)
+    xc, yc = where(corner, x, 1.0), where(corner, y, 1.0)
+    kink = where(corner, 0.0 * (cbrt(xc) + cbrt(yc)), sqrt(xe))
+    at_edge = where(edge, extra(xe, ye) - kink, (cosh(xo) + cosh(yo)) * np.inf)
     return where(inside, xs * log(xs / ys) + extra(xs, ys), at_edge)
 
 
