@@ -398,6 +398,12 @@ def _second_derivatives_at_repeated_values() -> None:
     for f in (lambda x: x * x, fnp.exp):
         hvp = fg.jvp(fg.grad(lambda m: fnp.sum(f(fnp.linalg.eigvalsh(m)))), (a,), (e,))[1]  # noqa: B023
         assert np.isnan(hvp).any()
+    # fnp.linalg.spectral_sum(a, fn), trace(f(a)) as an op of its own, has the divided
+    # differences in its rule: exact at orders 1 and 2 in every mode, at the tie too.
+    for fn, want in (("square", 5.0), ("exp", 9.778377430600246)):
+        spectral = lambda m, fn=fn: fnp.linalg.spectral_sum(m, fn)  # noqa: E731
+        grad = 2 * a if fn == "square" else np.diag(np.exp(np.diag(a)))
+        assert_orders(spectral, (a,), [np.sum(grad * e), want], dirs=[(e,), (e,)], u=1.0)
 
 
 def test_repeated_eigenvalues():

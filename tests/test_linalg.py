@@ -78,6 +78,17 @@ CASES = {
     "svd_wide": (lambda a: tuple(map(sq, la.svd(a, full_matrices=False))), None, (WIDE,)),
     "svd_square": (lambda a: la.svd(a)[0][..., :, :1] * la.svd(a)[2][..., :1, :], None, (A,)),
     "svdvals": (la.svdvals, lambda a: np.linalg.svd(a, compute_uv=False), (WIDE,)),
+    # trace(f(a)); its derivatives run through spectral_map (f'(a) and its divided differences).
+    "spectral_sum": (
+        lambda a: la.spectral_sum(a, "exp"),
+        lambda a: np.sum(np.exp(np.linalg.eigvalsh((a + np.swapaxes(a, -1, -2)) / 2)), axis=-1),
+        (SYM,),
+    ),
+    "spectral_sum_log": (
+        lambda a: la.spectral_sum(a, "log"),
+        lambda a: np.sum(np.log(np.linalg.eigvalsh(a)), axis=-1),
+        (S,),
+    ),
     "qr_tall": (lambda a: tuple(la.qr(a)), lambda a: tuple(np.linalg.qr(a)), (TALL,)),
     "qr_wide": (lambda a: tuple(la.qr(a)), lambda a: tuple(np.linalg.qr(a)), (WIDE,)),
     "qr_r": (lambda a: la.qr(a, mode="r"), lambda a: np.linalg.qr(a, mode="r"), (TALL,)),
@@ -158,7 +169,7 @@ CASES["matrix_norm"] = (la.matrix_norm, np.linalg.matrix_norm, (TALL,))
 # The registry records each case exercises, for test_structural's coverage check.
 COVERED = {
     "solve", "inv", "det", "slogdet", "cholesky", "triangular_solve", "eigh", "svd", "qr",
-    "pinv", "masked_svd", "safe_inverse",
+    "pinv", "masked_svd", "safe_inverse", "spectral_sum", "spectral_map",
 }  # fmt: skip
 # Cases whose derivatives are also checked compiled (the others run the reference).
 FUSED_DERIVATIVES = {"solve", "cholesky", "eigh", "svd_tall", "qr_wide", "pinv_tall", "norm_2_0"}
