@@ -454,3 +454,17 @@ def test_numpy_linalg_on_traced_values_calls_fastgrads():
     check_grads(f, (a, b), modes=("fwd", "rev"))
     with pytest.raises(fg.TracerError, match="no numpy.linalg.eig yet"):
         fg.jit(np.linalg.eig)(a)
+
+
+def test_spectral_sum_edges_and_errors():
+    """0 x 0 and 1 x 1 matrices; a bad fn or a non-square matrix names the argument."""
+    la_sum = fnp.linalg.spectral_sum
+    assert la_sum(np.zeros((0, 0)), "exp") == 0.0
+    assert fg.hessian(lambda m: la_sum(m, "exp"))(np.zeros((0, 0))).shape == (0, 0, 0, 0)
+    np.testing.assert_allclose(fg.hessian(lambda m: la_sum(m, "log"))(np.full((1, 1), 2.0)),
+                               np.full((1, 1, 1, 1), -0.25))  # fmt: skip
+    for call in (lambda m: la_sum(m, "sin"), fg.jit(lambda m: la_sum(m, "sin"))):
+        with pytest.raises(ValueError, match="spectral_sum: fn must be one of"):
+            call(np.eye(2))
+    with pytest.raises(ValueError, match="spectral_sum: a must hold square matrices"):
+        la_sum(np.ones((2, 3)), "exp")

@@ -54,6 +54,8 @@ def _divided(w: Any, fn: str, k: int) -> Any:
     n = shape[-1]
     fk, fk1 = FUNCTIONS[fn][k](w), FUNCTIONS[fn][k + 1](w)
     row, col = shape[:-1] + (1, n), shape + (1,)
+    if n == 0:  # nothing ties (and the tolerance's max has nothing to reduce)
+        return reshape(fk, row) - reshape(fk, col)
     tied = ties.ties(w)
     step = where(tied, 1.0, reshape(w, row) - reshape(w, col))
     slope = (reshape(fk, row) - reshape(fk, col)) / step
@@ -135,4 +137,7 @@ def spectral_sum(a: Any, fn: str) -> Any:
     array([[0., 2.],
            [2., 0.]])
     """
+    if fn not in FUNCTIONS:  # (plain arrays skip the abstract evaluation's check)
+        raise ValueError(f"spectral_sum: fn must be one of {sorted(FUNCTIONS)}, got {fn!r}")
+    check_square(aval_of(a), "spectral_sum")
     return bind(SPECTRAL_SUM, symmetrize(a), fn=fn)
