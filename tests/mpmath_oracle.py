@@ -450,6 +450,26 @@ def _eigh(a: Any, vectors: bool) -> list[Any]:
     return values + _rows_of(columns, signs)
 
 
+# f and its first two derivatives for spectral_sum and spectral_map.
+_SPECTRAL = {
+    "exp": (mpmath.exp, mpmath.exp, mpmath.exp),
+    "square": (lambda x: x * x, lambda x: 2 * x, lambda x: mpmath.mpf(2)),
+    "log": (mpmath.log, lambda x: 1 / x, lambda x: -1 / (x * x)),
+}
+
+
+def _spectral_map(a: Any, fn: str, k: int) -> Any:
+    """V f^(k)(L) V^T of the symmetric part of a (the rule reads it)."""
+    w, q = mpmath.eigsy((a + a.T) / 2)
+    f = _SPECTRAL[fn][k]
+    return q * mpmath.diag([f(w[i]) for i in range(a.rows)]) * q.T
+
+
+def _spectral_sum(a: Any, fn: str) -> Any:
+    w = mpmath.eigsy((a + a.T) / 2)[0]
+    return mpmath.fsum(_SPECTRAL[fn][0](w[i]) for i in range(a.rows))
+
+
 def _svd(a: Any, compute_uv: bool) -> list[Any]:
     u, s, v = mpmath.svd_r(a, full_matrices=False, compute_uv=True)  # a = u diag(s) v
     order = sorted(range(len(s)), key=lambda i: -s[i])
@@ -578,6 +598,8 @@ ARRAY: dict[str, Callable[..., Any]] = {
     "cholesky": _per_matrix(_cholesky),
     "eigh": _per_matrix(_eigh),
     "svd": _per_matrix(_svd),
+    "spectral_map": _per_matrix(_spectral_map),
+    "spectral_sum": _per_matrix(_spectral_sum),
     "masked_svd": _masked_svd,
     "safe_inverse": _per_matrix(_safe_inverse),
     "segment_others": _segment_others,

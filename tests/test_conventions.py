@@ -298,6 +298,10 @@ def test_edges_of_the_domain():
     assert_orders(fss.entr, ([0.0],), [[inf], [-inf], [inf]])
     assert_orders(lambda x: fss.rel_entr(x, 2.0), ([0.0],), [[-inf], [inf], [-inf]])
     assert_orders(lambda x: fss.kl_div(x, 2.0), ([0.0],), [[-inf], [inf], [-inf]])
+    # At (0, 0) the slope depends on the direction: nan, in x, in y and along both.
+    for fun in (fss.rel_entr, fss.kl_div):
+        for dirs in ([(1.0, 0.0)], [(0.0, 1.0)], [(1.0, 1.0)]):
+            assert_orders(fun, (0.0, 0.0), [nan], dirs=dirs)
 
 
 def test_overflow():
@@ -394,6 +398,50 @@ def _second_derivatives_at_repeated_values() -> None:
     for f in (lambda x: x * x, fnp.exp):
         hvp = fg.jvp(fg.grad(lambda m: fnp.sum(f(fnp.linalg.eigvalsh(m)))), (a,), (e,))[1]  # noqa: B023
         assert np.isnan(hvp).any()
+    # fnp.linalg.spectral_sum(a, fn), trace(f(a)) as an op of its own, has the divided
+    # differences in its rule: exact at orders 1 and 2 in every mode, at the tie too.
+    for fn, want in (("square", 5.0), ("exp", 9.778377430600246)):
+        spectral = lambda m, fn=fn: fnp.linalg.spectral_sum(m, fn)  # noqa: E731
+        grad = 2 * a if fn == "square" else np.diag(np.exp(np.diag(a)))
+        assert_orders(spectral, (a,), [np.sum(grad * e), want], dirs=[(e,), (e,)], u=1.0)
+
+
+def test_repeated_eigenvalues():
+    la = fnp.linalg
+    # a = Q diag(1, 1, 3) Q^T: a double eigenvalue, in a basis of LAPACK's choosing.
+    q = np.linalg.qr(np.array([[2.0, -1.0, 0.5], [1.0, 3.0, -2.0], [0.5, 1.0, 1.5]]))[0]
+    d = np.array([1.0, 1.0, 3.0])
+    a = (q * d) @ q.T
+    a = (a + a.T) / 2
+    e = np.array([[0.5, -1.0, 0.25], [-1.0, 1.5, 0.75], [0.25, 0.75, -0.5]])
+    # A symmetric function of the tie: exact at order 1, in both modes and dtypes; its
+    # derivative along e is trace(f'(a) e).
+    for f, df in ((lambda w: w, np.ones_like), (lambda w: w * w, lambda w: 2 * w),
+                  (fnp.exp, np.exp)):  # fmt: skip
+        want = np.sum((q * df(d)) @ q.T * e)
+        for values in (la.eigvalsh, lambda m: la.eigh(m).eigenvalues, la.svdvals):
+            assert_orders(lambda m: fnp.sum(f(values(m))), (a,), [want], [(e,)], u=1.0)  # noqa: B023
+    # One value of the tie (or a weighted sum): no derivative; reverse mode sees the
+    # cotangent and gives nan, for that matrix of a stack only.
+    stack = np.stack([a, np.diag([1.0, 2.0, 3.0])])
+    for dtype in DTYPES:
+        for values in (la.eigvalsh, lambda m: la.eigh(m).eigenvalues,
+                       lambda m: la.svdvals(m)[..., ::-1]):  # fmt: skip
+            for pick in (lambda w: w[..., 0], lambda w: w[..., 0] + 2 * w[..., 1]):
+                g = fg.grad(lambda m: fnp.sum(pick(values(m))))(stack.astype(dtype))  # noqa: B023
+                assert np.isnan(g[0]).any() and np.isfinite(g[1]).all()
+        # Away from the tie (the stack's second matrix): the value's own derivative.
+        g = fg.grad(lambda m: la.eigvalsh(m)[0])(np.diag([1.0, 2.0, 3.0]).astype(dtype))
+        np.testing.assert_array_equal(g, np.diag([1.0, 0.0, 0.0]))
+        # So do the vectors of a tied value.
+        assert np.isnan(fg.grad(lambda m: la.eigh(m).eigenvectors[2, 0])(a.astype(dtype))).any()
+    # Forward mode cannot see what the tangent feeds: each tied value gets the tie's mean
+    # rate (the same in every basis, exact for symmetric functions), here the average of
+    # the one-sided derivatives -1 and 1 (mpmath, _second_derivatives_at_repeated_values).
+    b, t = np.diag([1.0, 1.0, 3.0]), np.array([[0, 1, 0.5], [1, 0, 0], [0.5, 0, 0]])
+    np.testing.assert_allclose(fg.jvp(la.eigvalsh, (b,), (t,))[1], [0.0, 0.0, 0.0], atol=1e-15)
+    np.testing.assert_allclose(fg.jvp(la.eigvalsh, (a,), (e,))[1][:2], np.trace(
+        q[:, :2].T @ e @ q[:, :2]) / 2)  # fmt: skip
 
 
 def test_det_at_singular_matrices():
@@ -471,9 +519,18 @@ def test_scaled_bessel_at_zero():
 def test_xlogy_at_zero():
     import fastgrad.scipy.special as fss
 
-    zero = [0.0, 0.0]
-    assert_orders(lambda x, y: fss.xlogy(x, y), (zero, [0.0, -1.0]), [[0.0, 0.0]] * 3)
-    assert_orders(lambda x, y: fss.xlog1py(x, y), (zero, [-1.0, -2.0]), [[0.0, 0.0]] * 3)
+    # d/dx is log(y) (log1p(y)), as JAX: -inf at the edge of log's domain, +inf at y = inf,
+    # nan below; from order 2 on, nan (JAX: nan too).
+    zero = [0.0, 0.0, 0.0]
+    diverging = [[-inf, nan, inf], [nan, nan, nan], [nan, nan, nan]]
+    for fun, edge in ((fss.xlogy, 0.0), (fss.xlog1py, -1.0)):
+        ys = [edge, edge - 1.0, inf]
+        assert_orders(lambda x, f=fun, y=ys: f(x, np.array(y, dtype=x.dtype)), (zero,), diverging)
+        # Along x == 0 the function is 0: so is its derivative in y, at every order.
+        assert_orders(lambda y, f=fun: f(np.zeros_like(y), y), (ys[:2],), [[0.0, 0.0]] * 3)
+        # Inside log's domain, the derivatives of x log(y) as usual: log(y) in x.
+        assert_orders(lambda x, f=fun, e=edge: f(x, np.full_like(x, e + 2.0)), ([0.0],),
+                      [[np.log(2.0)], [0.0], [0.0]])  # fmt: skip
 
 
 def test_the_table_and_the_tests_agree():

@@ -68,3 +68,27 @@ def test_bad_arguments():
         fg.jit(lambda x: fg.debug.print("{} {}", "loss", x) or x)(X)
     with pytest.raises(IndexError):
         fg.jit(lambda x: fg.debug.print("{} {}", x) or x)(X)  # fails while tracing
+
+
+SPECIAL = np.array([0.5, np.inf, -np.inf, np.nan, -0.0])
+
+
+@pytest.mark.parametrize("x", [SPECIAL, np.zeros((0, 2))], ids=["nonfinite", "size-0"])
+def test_prints_special_values_and_changes_no_derivative(capsys, x):
+    """Eager, traced and jitted (fused or not), at inf, nan, -0.0 and size 0: each call
+    prints x once, and the values and derivatives of orders 1-2 are those without the
+    print (test_special_points checks orders 1-3 in every mode against mpmath)."""
+
+    def plain(x):
+        return fnp.sum(fnp.sin(x) * x)
+
+    def printed(x):
+        fg.debug.print("x {}", x)
+        return plain(x)
+
+    hvp = lambda f: lambda x: fg.jvp(fg.grad(f), (x,), (np.ones_like(x),))[1]  # noqa: E731
+    for wrap in (lambda f: f, fg.jit, lambda f: fg.jit(f, fuse=False)):
+        for order in (lambda f: f, fg.grad, hvp):
+            got, want = wrap(order(printed))(x), order(plain)(x)
+            assert capsys.readouterr().out == f"x {x}\n"
+            np.testing.assert_array_equal(got, want)

@@ -78,6 +78,17 @@ CASES = {
     "svd_wide": (lambda a: tuple(map(sq, la.svd(a, full_matrices=False))), None, (WIDE,)),
     "svd_square": (lambda a: la.svd(a)[0][..., :, :1] * la.svd(a)[2][..., :1, :], None, (A,)),
     "svdvals": (la.svdvals, lambda a: np.linalg.svd(a, compute_uv=False), (WIDE,)),
+    # trace(f(a)); its derivatives run through spectral_map (f'(a) and its divided differences).
+    "spectral_sum": (
+        lambda a: la.spectral_sum(a, "exp"),
+        lambda a: np.sum(np.exp(np.linalg.eigvalsh((a + np.swapaxes(a, -1, -2)) / 2)), axis=-1),
+        (SYM,),
+    ),
+    "spectral_sum_log": (
+        lambda a: la.spectral_sum(a, "log"),
+        lambda a: np.sum(np.log(np.linalg.eigvalsh(a)), axis=-1),
+        (S,),
+    ),
     "qr_tall": (lambda a: tuple(la.qr(a)), lambda a: tuple(np.linalg.qr(a)), (TALL,)),
     "qr_wide": (lambda a: tuple(la.qr(a)), lambda a: tuple(np.linalg.qr(a)), (WIDE,)),
     "qr_r": (lambda a: la.qr(a, mode="r"), lambda a: np.linalg.qr(a, mode="r"), (TALL,)),
@@ -158,7 +169,7 @@ CASES["matrix_norm"] = (la.matrix_norm, np.linalg.matrix_norm, (TALL,))
 # The registry records each case exercises, for test_structural's coverage check.
 COVERED = {
     "solve", "inv", "det", "slogdet", "cholesky", "triangular_solve", "eigh", "svd", "qr",
-    "pinv", "masked_svd", "safe_inverse",
+    "pinv", "masked_svd", "safe_inverse", "spectral_sum", "spectral_map",
 }  # fmt: skip
 # Cases whose derivatives are also checked compiled (the others run the reference).
 FUSED_DERIVATIVES = {"solve", "cholesky", "eigh", "svd_tall", "qr_wide", "pinv_tall", "norm_2_0"}
@@ -443,3 +454,17 @@ def test_numpy_linalg_on_traced_values_calls_fastgrads():
     check_grads(f, (a, b), modes=("fwd", "rev"))
     with pytest.raises(fg.TracerError, match="no numpy.linalg.eig yet"):
         fg.jit(np.linalg.eig)(a)
+
+
+def test_spectral_sum_edges_and_errors():
+    """0 x 0 and 1 x 1 matrices; a bad fn or a non-square matrix names the argument."""
+    la_sum = fnp.linalg.spectral_sum
+    assert la_sum(np.zeros((0, 0)), "exp") == 0.0
+    assert fg.hessian(lambda m: la_sum(m, "exp"))(np.zeros((0, 0))).shape == (0, 0, 0, 0)
+    np.testing.assert_allclose(fg.hessian(lambda m: la_sum(m, "log"))(np.full((1, 1), 2.0)),
+                               np.full((1, 1, 1, 1), -0.25))  # fmt: skip
+    for call in (lambda m: la_sum(m, "sin"), fg.jit(lambda m: la_sum(m, "sin"))):
+        with pytest.raises(ValueError, match="spectral_sum: fn must be one of"):
+            call(np.eye(2))
+    with pytest.raises(ValueError, match="spectral_sum: a must hold square matrices"):
+        la_sum(np.ones((2, 3)), "exp")

@@ -551,21 +551,45 @@ def weighted_counts(draw):
 
 
 def index_arithmetic(draw):
+    """unravel_index and ravel_multi_index in C or Fortran order; ravel_multi_index with
+    indices out of range (negative too) under 'wrap' and 'clip', for all axes or per axis."""
     shape = draw(shapes(min_dims=1, min_side=1))
+    order = draw(st.sampled_from("CF"))
     flat = np.array(draw(st.lists(st.integers(0, int(np.prod(shape)) - 1), max_size=4)))
     flat = flat.astype(np.intp)
     if draw(st.booleans()):
         return (
-            (lambda i: fnp.unravel_index(i, shape)),
-            (lambda i: np.unravel_index(i, shape)),
+            (lambda i: fnp.unravel_index(i, shape, order=order)),
+            (lambda i: np.unravel_index(i, shape, order=order)),
             (flat,),
         )
     multi = np.unravel_index(flat, shape)
+    mode = draw(st.sampled_from(["raise", "wrap", "clip", "per-axis"]))
+    if mode == "per-axis":
+        mode = tuple(draw(st.sampled_from(["wrap", "clip"])) for _ in shape)
+    if mode != "raise":
+        shift = draw(st.sampled_from([-2, 1, 3]))
+        multi = tuple(m + shift * d for m, d in zip(multi, shape, strict=True))
     return (
-        (lambda *m: fnp.ravel_multi_index(m, shape)),
-        (lambda *m: np.ravel_multi_index(m, shape)),
+        (lambda *m: fnp.ravel_multi_index(m, shape, mode=mode, order=order)),
+        (lambda *m: np.ravel_multi_index(m, shape, mode=mode, order=order)),
         multi,
     )
+
+
+def test_index_arithmetic_errors():
+    """A bad mode or order names it, eager and traced."""
+    m = (np.array([0, 1]), np.array([2, 0]))
+    for call in (lambda *m: fnp.ravel_multi_index(m, (2, 3), mode="bounce"),
+                 lambda *m: fnp.ravel_multi_index(m, (2, 3), mode=("wrap",)),
+                 lambda *m: fnp.ravel_multi_index(m, (2, 3), order="K")):  # fmt: skip
+        for run in (call, fg.jit(call)):
+            with pytest.raises(ValueError, match="ravel_multi_index: (mode|order)"):
+                run(*m)
+    with pytest.raises(ValueError, match="unravel_index: order"):
+        fg.jit(lambda i: fnp.unravel_index(i, (2, 3), order="A"))(m[0])
+    with pytest.raises(ValueError, match="invalid entry"):  # NumPy's own, on plain arrays
+        fnp.ravel_multi_index((np.array([2]), np.array([0])), (2, 3))
 
 
 test_index_tools_match_numpy, _ = table_tests((weighted_counts, index_arithmetic), {})

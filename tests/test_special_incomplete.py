@@ -235,3 +235,15 @@ def test_integer_and_weak_operands():
     assert fss.jv(1.0, x32).dtype == np.float32 and fss.betainc(2, 3, x32).dtype == np.float32
     with pytest.raises(ValueError, match="cannot be broadcast"):
         fss.gammainc(np.ones(2), np.ones(3))
+
+
+def test_gammaincinv_at_zero_is_never_a_finite_wrong_number():
+    """x(y) = gammaincinv(a, y) near y = 0 is (y Gamma(a + 1))**(1/a) (1 + ...): its first
+    derivative is 0 for a < 1; the higher ones diverge where 1/a is not an integer and are
+    finite where it is (a = 1/2: x = pi y**2 / 4 + ..., x'' = pi / 2), which fastgrad does
+    not reach yet: nan there (docs/conventions.md, "Inverses at the ends of their range")."""
+    for a, second in ((0.5, np.pi / 2), (1 / 3, 0.0), (0.3, None)):
+        f = lambda y, a=a: fss.gammaincinv(a, y)  # noqa: E731
+        assert fg.grad(f)(0.0) == 0.0
+        for got in (fg.grad(fg.grad(f))(0.0), fg.jvp(fg.grad(f), (0.0,), (1.0,))[1]):
+            assert np.isnan(got) or (second is not None and np.isclose(got, second))

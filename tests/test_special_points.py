@@ -67,11 +67,10 @@ EXEMPT = {
     "random_uniform_keys": "a sampler of keys",
     "random_gamma_keys": "a sampler of keys and its shape parameter",
 }
-# Ops and functions that came with numpy.linalg, scipy.special, x.at[...] and complex
-# numbers before this audit covered them: each still needs special points and an oracle.
-# Listed here so that the gap is visible; any op not listed (a new one) fails the
-# registry tests below. Remove a name when it gets its points.
-PENDING = set("debug_print at".split())
+# Ops and functions admitted without special points and an oracle: none now. A name put
+# here is a visible gap (any op not listed, and not in EXEMPT, fails the registry tests
+# below); remove it when it gets its points.
+PENDING: set[str] = set()
 DIRECTIONS = (1.0, -0.5, 0.75, -1.25, 0.5, 1.5, -0.75, 1.25)  # exact in float32
 
 
@@ -697,12 +696,12 @@ _FSS: dict[str, tuple[Any, tuple[Point, ...]]] = {
     "rel_entr": (
         _mp_relative_entropy(lambda x, y: mpmath.mpf(0)),
         ((2.0, 1.0), (1.0, 1.0), (0.5, 3.0), (0.0, 1.0), (1.0, 0.0), (-1.0, 1.0), (0.0, -1.0),
-         (1.0, inf), (nan, 1.0)),
+         (1.0, inf), (nan, 1.0), at(0.0, 0.0, convention="edges-of-the-domain")),
     ),
     "kl_div": (
         _mp_relative_entropy(lambda x, y: y - x),
         ((2.0, 1.0), (1.0, 1.0), (0.5, 3.0), (0.0, 1.0), (1.0, 0.0), (-1.0, 1.0), (0.0, -1.0),
-         (1.0, inf), (nan, 1.0)),
+         (1.0, inf), (nan, 1.0), at(0.0, 0.0, convention="edges-of-the-domain")),
     ),
     # The Bessel functions of order 0 and 1: jv, yv, kv, kve at a fixed order (tested at
     # more orders in their records).
@@ -851,13 +850,100 @@ def _put(a: Any, indices: Any, values: Any, axis: int) -> Any:
 COMPOSITES.update(_ASSEMBLED)
 
 
+# ---------------------------------------------------------------- x.at[...] and debug prints
+# fnp.at(x)[index].<method>(v), JAX's functional index updates, against a Python loop over
+# the updates in turn (duplicates: set's last one wins, add/multiply/min/max combine in
+# order). `index` is a static index, or "positive": the traced mask x > 0.
+
+
+def _at_index(x: Any, index: Any) -> Any:
+    return x > 0 if isinstance(index, str) else index
+
+
+def _fg_at(x: Any, v: Any = None, *, method: str, index: Any) -> Any:
+    target = fnp.at(x)[_at_index(x, index)]
+    return target.get() if method == "get" else getattr(target, method)(v)
+
+
+_AT_COMBINE = {
+    "set": lambda old, new: new,
+    "add": lambda old, new: old + new,
+    "multiply": lambda old, new: old * new,
+    "min": oracle._minimum,
+    "max": oracle._maximum,
+}
+
+
+def _mp_at(x: Any, v: Any = None, *, method: str, index: Any) -> Any:
+    out = np.array(x, dtype=object)
+    if isinstance(index, str):
+        index = np.vectorize(lambda a: bool(a > 0), otypes=[bool])(out)
+    if method == "get":
+        return oracle._mp_array(np.array(out[index], dtype=object))
+    targets = np.arange(out.size).reshape(out.shape)[index]
+    values = np.broadcast_to(np.asarray(v, dtype=object), targets.shape)
+    flat = out.reshape(-1)
+    for t, value in zip(targets.reshape(-1), values.reshape(-1), strict=True):
+        flat[t] = _AT_COMBINE[method](flat[t], value)
+    return oracle._mp_array(flat.reshape(out.shape))
+
+
+_DUP = (np.array([0, 1, 0]), np.array([1, 2, 1]))  # (0, 1) twice
+_UPD = np.array([2.5, -0.5, 4.0])
+_ties = {"convention": "max-min-reduction-ties"}
+COMPOSITES["at"] = Composite(
+    _mp_at,
+    (
+        *(at(_V, _UPD, method=m, index=_DUP) for m in ("set", "add", "multiply", "min", "max")),
+        at(_V, np.array([0.5, 2.0]), method="set", index=(slice(None), 1)),
+        at(_V, np.float64(7.0), method="set", index=(np.array([1, 1, 0]),)),
+        at(_V, np.array([[0.5, -1.5, 2.0]]), method="add", index=(np.array([-1]), slice(None))),
+        at(_V, np.array([0.0, 2.0, 0.0, 1.5]), method="multiply",
+           index=(np.array([0, 1, 0, 0]), np.array([1, 1, 1, 1]))),
+        at(_NONFIN, np.array([5.0, -inf, nan]), method="add",
+           index=(np.array([0, 1, 2]), np.array([0, 0, 1]))),
+        at(_NONFIN, np.array([0.0, 2.0]), method="multiply",
+           index=(np.array([0, 2]), np.array([0, 1]))),
+        at(_V, np.zeros((0, 3)), method="add", index=(np.zeros(0, int),)),
+        at(_V, np.array([1.0, 2.0]), method="set", index=_V < 0),
+        at(_V, method="get", index=_DUP),
+        at(_V, method="get", index=(slice(None, None, -1), np.array([2, 2, 0]))),
+        *(at(_V, np.float64(0.75), method=m, index="positive")
+          for m in ("set", "add", "multiply", "min", "max")),
+        # Ties: an update equal to the element (and two equal updates to one element).
+        at(_V, np.array([-2.0, 1.0, 1.0]), method="max",
+           index=(np.array([0, 1, 1]), np.array([1, 0, 0])), **_ties),
+        at(_V, np.array([0.5, 3.0, 0.25]), method="min",
+           index=(np.array([0, 1, 1]), np.array([2, 0, 1])), **_ties),
+        at(_V, np.float64(0.5), method="max", index="positive", **_ties),
+    ),
+    fg=_fg_at,
+)  # fmt: skip
+
+
+def _debug_printed(x: Any) -> Any:
+    """The identity, printing x as it goes (tests/test_debug_print.py reads the prints)."""
+    fg.debug.print("{}", x)
+    return x
+
+
+# debug_print, the effect behind fg.debug.print: it changes no value and no derivative.
+COMPOSITES["debug_print"] = Composite(
+    _on_objects(lambda x: x),
+    (at(_V), at(np.array([inf, -inf, nan, -0.0])), at(np.zeros((0, 2))), at(np.array(2.5))),
+    fg=_debug_printed,
+)
+
+
 # fastgrad.numpy names that are NumPy's own (constants, array creation).
 NUMPY_NAMES = {name for name in fnp.__all__ if getattr(np, name, None) is getattr(fnp, name)}
 
 
 def test_every_op_has_special_points():
     missing = sorted(
-        n for n, p in REGISTRY.items() if n not in EXEMPT.keys() | PENDING and not p.special_points
+        n
+        for n, p in REGISTRY.items()
+        if n not in EXEMPT.keys() | PENDING | COMPOSITES.keys() and not p.special_points
     )
     assert not missing, (
         f"primitives without special points: {missing}. Add `special_points=` to each "
@@ -1223,7 +1309,9 @@ def groups(name: str, dtype: Any) -> list[list[Case]]:
 
 
 def _names() -> list[str]:
-    return sorted(n for n in REGISTRY if n not in EXEMPT.keys() | PENDING) + sorted(COMPOSITES)
+    """Every primitive and composite once (a primitive called only through a function of
+    its own, as debug_print through fg.debug.print, has its points in COMPOSITES)."""
+    return sorted(set(REGISTRY) - EXEMPT.keys() - PENDING - COMPOSITES.keys()) + sorted(COMPOSITES)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

@@ -198,6 +198,11 @@ CASES = {
         [(3, 3), (3,)],
     ),
     "eigh": (lambda a: fnp.linalg.eigh(a + a.T)[0], [(3, 3)]),
+    "spectral_sum": (lambda a: fnp.linalg.spectral_sum(a, "exp"), [(3, 3)]),
+    "spectral_map": (
+        lambda a: fg.grad(lambda m: fnp.linalg.spectral_sum(m, "square"))(a),
+        [(3, 3)],
+    ),
     "svd": (lambda a: fnp.linalg.svd(a, compute_uv=False), [(3, 2)]),
     "qr": (lambda a: fnp.linalg.qr(a)[1], [(3, 3)]),
     "pinv": (lambda a: fnp.linalg.pinv(a), [(3, 2)]),

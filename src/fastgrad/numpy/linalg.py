@@ -1,7 +1,7 @@
 """NumPy's linalg namespace: solves, determinants, decompositions, norms and products that
 work on plain arrays and traced values alike, batched over leading axes. The functions
 live with their primitives in fastgrad.ops.linalg, .decompositions, .matrix_functions and
-.array_api.
+.array_api; `spectral_sum` (trace(f(a))) is fastgrad's own, in .spectral_functions.
 """
 
 from numpy.linalg import LinAlgError
@@ -41,6 +41,7 @@ from fastgrad.ops.matrix_functions import (
 )
 from fastgrad.ops.numpy_interop import register_namespace
 from fastgrad.ops.products import matmul
+from fastgrad.ops.spectral_functions import spectral_sum
 
 # NumPy 2's linalg takes the vectors and matrices in the last axes (fastgrad.ops.array_api).
 cross, diagonal, outer = (
@@ -60,3 +61,5 @@ __all__ = [
 
 # numpy.linalg.solve(x, ...) on a traced x calls these.
 register_namespace("numpy.linalg", {name: globals()[name] for name in __all__})
+# fastgrad's own: trace(f(a)) with exact second derivatives at repeated eigenvalues.
+__all__ += ["spectral_sum"]

@@ -18,6 +18,7 @@ import numpy as np
 from fastgrad.core.ir import Aval
 from fastgrad.core.primitive import Primitive, at, register
 from fastgrad.core.tracing import aval_of, bind
+from fastgrad.ops import spectral_ties as ties
 from fastgrad.ops.base import batch_stacked, reshape, sum
 from fastgrad.ops.elementwise import logical_not, logical_or, where
 from fastgrad.ops.linalg import (
@@ -108,6 +109,19 @@ def _guarded_inverse(s: Any, used: Any) -> Any:
     return where(used, 1.0 / where(used, s, 1.0), 0.0)
 
 
+def _unless_split(values: Any, g: Any, reached: Any, grad: Any) -> Any:
+    """`grad`, or nan for a matrix whose repeated values get unequal cotangents (or whose
+    vectors of a repeated value get one): docs/conventions.md, repeated-eigenvalues."""
+    if aval_of(values).shape[-1] < 2:
+        return grad
+    return ties.poisoned(ties.split_ties(ties.ties(values), g, reached), grad)
+
+
+def _tie_mean(values: Any, d: Any) -> Any:
+    """The values' tangents `d`, averaged over each tie (spectral_ties.tie_mean)."""
+    return d if aval_of(values).shape[-1] < 2 else ties.tie_mean(ties.ties(values), d)
+
+
 # ---------------------------------------------------------------- eigh
 
 
@@ -136,11 +150,12 @@ def _eigh_vjp(g: Any, out: Any, a: Any, *, vectors: bool) -> tuple[Any]:
     batch = aval_of(a).shape[:-2]
     if not vectors:
         _, v = _eigh_parts(a)
-        return (matmul(v * reshape(g, batch + (1, n)), mT(v)),)
+        return (_unless_split(out, g, None, matmul(v * reshape(g, batch + (1, n)), mT(v))),)
     w, v = unpack(out, batch, [(n,), (n, n)])
     gw, gv = unpack(g, batch, [(n,), (n, n)])
     inner = diag_embed(gw) + _coupling(w, _any_nonzero(gv)) * matmul(mT(v), gv)
-    return (symmetrize(matmul(matmul(v, inner), mT(v))),)
+    grad = symmetrize(matmul(matmul(v, inner), mT(v)))
+    return (_unless_split(w, gw, sum(gv != 0, axis=-2) > 0, grad),)
 
 
 def _eigh_jvp(t: Any, out: Any, a: Any, *, vectors: bool) -> Any:
@@ -148,7 +163,7 @@ def _eigh_jvp(t: Any, out: Any, a: Any, *, vectors: bool) -> Any:
     batch = aval_of(a).shape[:-2]
     w, v = unpack(out, batch, [(n,), (n, n)]) if vectors else _eigh_parts(a)
     x = matmul(matmul(mT(v), symmetrize(t[0])), v)
-    tw = diagonal_of(x)
+    tw = _tie_mean(w, diagonal_of(x))
     if not vectors:
         return tw
     used = np.ones((1, 1), dtype=bool)
@@ -166,7 +181,9 @@ EIGH = register(
     Primitive(
         "eigh", _eigh_eval, _eigh_impl, _eigh_vjp, _eigh_jvp, batch=batch_stacked("eigh"),
         special_points=(at(_SYM, vectors=True), at(_SYM, vectors=False),
-                        at(np.stack([_SYM[:2, :2], -_SYM[1:, 1:]]), vectors=True)),
+                        at(np.stack([_SYM[:2, :2], -_SYM[1:, 1:]]), vectors=True),
+                        at(np.diag([1.0, 1.0, 3.0]), vectors=False,
+                           convention="repeated-eigenvalues")),
     )
 )  # fmt: skip
 
@@ -204,7 +221,7 @@ def _svd_vjp(g: Any, out: Any, a: Any, *, compute_uv: bool) -> tuple[Any]:
     k = min(aval_of(a).shape[-2:])
     if not compute_uv:
         u, _, vh = _svd_parts(bind(SVD, a, compute_uv=True), a)
-        return (matmul(u * reshape(g, batch + (1, k)), vh),)
+        return (_unless_split(out, g, None, matmul(u * reshape(g, batch + (1, k)), vh)),)
     u, s, vh = _svd_parts(out, a)
     gu, gs, gvh = _svd_parts(g, a)
     v, gv = mT(vh), mT(gvh)
@@ -225,7 +242,8 @@ def _svd_vjp(g: Any, out: Any, a: Any, *, compute_uv: bool) -> tuple[Any]:
         ga = ga + matmul((gu - matmul(u, matmul(mT(u), gu))) * inv_s, vh)
     if n > k:
         ga = ga + matmul(u, mT((gv - matmul(v, matmul(mT(v), gv))) * inv_s))
-    return (ga,)
+    reached = logical_or(sum(gu != 0, axis=-2) > 0, sum(gvh != 0, axis=-1) > 0)
+    return (_unless_split(s, gs, reached, ga),)
 
 
 def _svd_jvp(t: Any, out: Any, a: Any, *, compute_uv: bool) -> Any:
@@ -234,7 +252,7 @@ def _svd_jvp(t: Any, out: Any, a: Any, *, compute_uv: bool) -> Any:
     u, s, vh = _svd_parts(out if compute_uv else bind(SVD, a, compute_uv=True), a)
     v, ta = mT(vh), t[0]
     p = matmul(matmul(mT(u), ta), v)
-    ts = diagonal_of(p)
+    ts = _tie_mean(s, diagonal_of(p))
     if not compute_uv:
         return ts
     used = np.ones((1, 1), dtype=bool)

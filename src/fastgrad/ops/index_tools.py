@@ -18,7 +18,7 @@ import numpy as np
 
 from fastgrad.core.tracing import Tracer, TracerError, aval_of
 from fastgrad.ops.base import astype, is_traced
-from fastgrad.ops.elementwise import add
+from fastgrad.ops.elementwise import add, clip
 from fastgrad.ops.piecewise import floor_divide, remainder
 from fastgrad.ops.scatter import update
 
@@ -92,38 +92,74 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype:
     )
 
 
-def unravel_index(indices: Any, shape: Any) -> tuple[Any, ...]:
-    """The index of each flat index in an array of `shape` (C order), as
-    ``numpy.unravel_index``; integer arithmetic, traced or not.
+def _order(order: str, fn: str) -> str:
+    if order not in ("C", "F"):
+        raise ValueError(f"{fn}: order must be 'C' or 'F', got {order!r}")
+    return order
+
+
+def unravel_index(indices: Any, shape: Any, order: str = "C") -> tuple[Any, ...]:
+    """The index of each flat index in an array of `shape` (C or Fortran order), as
+    ``numpy.unravel_index``; integer arithmetic, traced or not (traced indices are not
+    range-checked: NumPy raises for an out-of-range one).
 
     >>> unravel_index(np.array([5, 1]), (2, 3))
     (array([1, 0]), array([2, 1]))
+    >>> unravel_index(np.array([5, 1]), (2, 3), order="F")
+    (array([1, 1]), array([2, 0]))
     """
     shape = tuple(operator.index(d) for d in np.atleast_1d(shape).tolist())
+    fortran = _order(order, "unravel_index") == "F"
     if not is_traced(indices):
-        return np.unravel_index(indices, shape)
+        return np.unravel_index(indices, shape, order=order)
     out = []
-    for d in reversed(shape):
+    for d in shape if fortran else reversed(shape):  # the fastest-varying axis first
         out.append(remainder(indices, d))
         indices = floor_divide(indices, d)
-    return tuple(reversed(out))
+    return tuple(out if fortran else reversed(out))
 
 
-def ravel_multi_index(multi_index: Any, dims: Any) -> Any:
-    """The flat index of each index tuple in an array of shape `dims` (C order), as
-    ``numpy.ravel_multi_index`` (out-of-range indices raise on plain arrays).
+_MODES = ("raise", "wrap", "clip")
+
+
+def _in_range(index: Any, d: int, mode: str) -> Any:
+    """`index` brought into [0, d) as `mode` says ('raise' leaves it: a traced index is
+    not checked)."""
+    if mode == "wrap":
+        return remainder(index, d)
+    if mode == "clip":
+        return clip(index, 0, d - 1)
+    return index
+
+
+def ravel_multi_index(multi_index: Any, dims: Any, mode: Any = "raise", order: str = "C") -> Any:
+    """The flat index of each index tuple in an array of shape `dims` (C or Fortran order),
+    as ``numpy.ravel_multi_index``. `mode` says what an index out of range does, for all
+    axes or per axis (a tuple): 'raise' (on plain arrays; traced indices are not checked),
+    'wrap' (modulo the axis length) or 'clip' (to its ends).
 
     >>> ravel_multi_index((np.array([1, 0]), np.array([2, 1])), (2, 3))
     array([5, 1])
+    >>> ravel_multi_index((np.array([3, -1]), np.array([4, 1])), (2, 3), mode=("wrap", "clip"))
+    array([5, 4])
     """
     dims = tuple(operator.index(d) for d in np.atleast_1d(dims).tolist())
+    modes = (mode,) * len(dims) if isinstance(mode, str) else tuple(mode)
+    if len(modes) != len(dims) or any(m not in _MODES for m in modes):
+        raise ValueError(
+            f"ravel_multi_index: mode must be one of {_MODES} or a tuple of them, one per "
+            f"dimension ({len(dims)}), got {mode!r}"
+        )
+    fortran = _order(order, "ravel_multi_index") == "F"
     if not is_traced(*multi_index):
-        return np.ravel_multi_index(tuple(np.asarray(i) for i in multi_index), dims)
+        arrays = tuple(np.asarray(i) for i in multi_index)
+        return np.ravel_multi_index(arrays, dims, mode=modes, order=order)
     if len(multi_index) != len(dims):
         raise ValueError(f"ravel_multi_index: {len(multi_index)} index arrays for {len(dims)} dims")
+    axes = list(zip(multi_index, dims, modes, strict=True))
     flat: Any = 0
-    for index, d in zip(multi_index, dims, strict=True):
-        flat = add(flat * d, index)
+    for index, d, m in reversed(axes) if fortran else axes:  # the slowest-varying axis first
+        flat = add(flat * d, _in_range(index, d, m))
     return flat
 
 

@@ -1,11 +1,11 @@
-"""scipy.special: error and gamma functions, scaled Bessel functions and information
-measures. Records and functions; public under fastgrad.scipy.special (log-sum-exp and
-softmax are in ops.log_sum_exp).
+"""scipy.special: error and gamma functions, scaled Bessel functions and the logistic
+functions. Records and functions; public under fastgrad.scipy.special (log-sum-exp and
+softmax are in ops.log_sum_exp; xlogy and the information measures in ops.entropy).
 
 Functions with no closed form here (erf, gammaln, digamma, ...) are primitives whose NumPy
 reference is SciPy's ufunc: a fused loop has no scalar version of them yet, so each runs as
 a library call over whole arrays. Their derivatives are written with these primitives and
-fastgrad's math, so every order works. The others (expit, logit, xlogy, entr, ndtr, ...)
+fastgrad's math, so every order works. The others (expit, logit, ndtr, ...)
 are exact compositions of existing ops and fuse with the code around them.
 """
 
@@ -31,16 +31,10 @@ from fastgrad.ops.base import (
 )
 from fastgrad.ops.elementwise import (
     abs,
-    isfinite,
-    isnan,
-    logical_and,
-    logical_or,
-    not_equal,
     sign,
     where,
 )
-from fastgrad.ops.math import cosh, exp, log, log1p, log_sigmoid, sigmoid, sqrt
-from fastgrad.ops.shape import ones_like, zeros_like
+from fastgrad.ops.math import exp, log, log1p, log_sigmoid, sigmoid
 
 __all__: list[str] = []  # public under fastgrad.scipy.special
 
@@ -524,74 +518,3 @@ def logit(p: Any) -> Any:
     0.0
     """
     return log(p) - log1p(-p)
-
-
-def _kept_where(x: Any, y: Any, defined: Any, replacement: float) -> Any:
-    """`y` where x != 0 or `defined` holds (or y is NaN, which must propagate), else
-    `replacement`: where x == 0, x * f(y) is 0 whatever y is, so y only needs to be a safe
-    value there (and then d/dx is f(y) wherever f(y) is finite, as in JAX)."""
-    keep = logical_or(logical_or(not_equal(x, 0), defined), isnan(y))
-    return where(keep, y, replacement)
-
-
-@quiet
-def xlogy(x: Any, y: Any) -> Any:
-    """x * log(y), 0 where x == 0 (unless y is NaN).
-
-    >>> float(xlogy(0.0, 0.0)), float(xlogy(2.0, np.e))
-    (0.0, 2.0)
-    """
-    return x * log(_kept_where(x, y, logical_and(isfinite(y), y > 0), 1.0))
-
-
-@quiet
-def xlog1py(x: Any, y: Any) -> Any:
-    """x * log1p(y), 0 where x == 0 (unless y is NaN).
-
-    >>> float(xlog1py(0.0, -1.0)), fg.grad(xlog1py, argnums=1)(2.0, 1.0)
-    (0.0, array(1.))
-    """
-    return x * log1p(_kept_where(x, y, logical_and(isfinite(y), y > -1), 0.0))
-
-
-@quiet
-def entr(x: Any) -> Any:
-    """-x log(x) for x > 0, 0 at 0, -inf below.
-
-    >>> float(entr(0.5)), float(entr(0.0)), float(entr(-1.0))
-    (0.34657359027997264, 0.0, -inf)
-    """
-    return 0.0 - rel_entr(x, ones_like(x))  # +0.0 at 0
-
-
-def _relative_entropy(x: Any, y: Any, extra: Callable[[Any, Any], Any]) -> Any:
-    # x log(x / y) + extra(x, y) for x, y > 0; extra(0, y) for x == 0 <= y; inf (nan for nan)
-    # else. Pieces on safe stand-ins: at x == 0 -sqrt(x)'s derivatives (-inf, not a silent 0),
-    # outside cosh(x) * inf's (inf or nan at every order).
-    inside, edge = logical_and(x > 0, y > 0), logical_and(x == 0, y >= 0)
-    xs, ys, xe, ye = (where(c, v, 1.0) for c in (inside, edge) for v in (x, y))
-    xo, yo = (where(logical_or(inside, edge), 0.0, v) for v in (x, y))
-    at_edge = where(edge, extra(xe, ye) - sqrt(xe), (cosh(xo) + cosh(yo)) * np.inf)
-    return where(inside, xs * log(xs / ys) + extra(xs, ys), at_edge)
-
-
-@quiet
-def rel_entr(x: Any, y: Any) -> Any:
-    """x log(x / y) for x, y > 0; 0 where x == 0 <= y; inf otherwise.
-
-    >>> rel_entr(np.array([0.0, 2.0, 1.0]), np.array([1.0, 2.0, -1.0]))
-    array([ 0.,  0., inf])
-    >>> fg.grad(rel_entr)(1.0, 1.0)
-    array(1.)
-    """
-    return _relative_entropy(x, y, lambda x, y: zeros_like(x))
-
-
-@quiet
-def kl_div(x: Any, y: Any) -> Any:
-    """x log(x / y) - x + y for x, y > 0; y where x == 0 <= y; inf otherwise.
-
-    >>> kl_div(np.array([0.0, 2.0]), np.array([3.0, 2.0])), fg.grad(kl_div, argnums=1)(1.0, 2.0)
-    (array([3., 0.]), array(0.5))
-    """
-    return _relative_entropy(x, y, lambda x, y: y - x)

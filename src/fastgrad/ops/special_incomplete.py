@@ -17,6 +17,7 @@ import numpy as np
 from fastgrad.core.primitive import NoDerivative, Point, Primitive, points, register
 from fastgrad.ops.base import batch_stacked
 from fastgrad.ops.elementwise import abs, where
+from fastgrad.ops.entropy import xlog1py, xlogy
 from fastgrad.ops.math import exp, log, log1p, power
 from fastgrad.ops.special import (
     _apply,
@@ -24,8 +25,6 @@ from fastgrad.ops.special import (
     betaln,
     gammaln,
     quiet,
-    xlog1py,
-    xlogy,
 )
 
 __all__: list[str] = []  # public under fastgrad.scipy.special

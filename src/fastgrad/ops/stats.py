@@ -28,6 +28,7 @@ from fastgrad.ops.elementwise import (
     stop_gradient,
     where,
 )
+from fastgrad.ops.entropy import xlog1py, xlogy
 from fastgrad.ops.linalg import (
     as_float_arrays,
     cholesky,
@@ -38,7 +39,7 @@ from fastgrad.ops.linalg import (
 )
 from fastgrad.ops.math import arctan, exp, expm1, log, log1p, log_sigmoid, sigmoid, sqrt, tan
 from fastgrad.ops.shape import concatenate, squeeze
-from fastgrad.ops.special import gammaln, log_ndtr, logit, ndtr, ndtri, quiet, xlog1py, xlogy
+from fastgrad.ops.special import gammaln, log_ndtr, logit, ndtr, ndtri, quiet
 from fastgrad.ops.special_incomplete import (
     beta_log_density,
     betainc,

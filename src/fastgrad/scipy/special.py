@@ -2,13 +2,13 @@
 functions live with their primitives in fastgrad.ops.special and the modules beside it."""
 
 from fastgrad.ops.bessel import iv, ive, j0, j1, jv, k0, k0e, k1, k1e, kv, kve, y0, y1, yv
+from fastgrad.ops.entropy import entr, kl_div, rel_entr, xlog1py, xlogy
 from fastgrad.ops.log_sum_exp import log_softmax, logsumexp, softmax
 from fastgrad.ops.numpy_interop import register_namespace
 from fastgrad.ops.special import (
     beta,
     betaln,
     digamma,
-    entr,
     erf,
     erfc,
     erfcinv,
@@ -20,7 +20,6 @@ from fastgrad.ops.special import (
     i0e,
     i1,
     i1e,
-    kl_div,
     log_expit,
     log_ndtr,
     logit,
@@ -28,9 +27,6 @@ from fastgrad.ops.special import (
     ndtri,
     polygamma,
     psi,
-    rel_entr,
-    xlog1py,
-    xlogy,
 )
 from fastgrad.ops.special_incomplete import (
     betainc,
