@@ -5,7 +5,7 @@ A plan is stored in `<cache dir>/plans/<key>.plan`, the key a digest of the trac
 (compiler.plan_codec.graph_digest: its structure, types, names and constants) and of what
 preparation depends on besides: the source of fastgrad's layers that prepare a graph
 (core, ops, transforms, compiler: any edit there is a new version, no number kept by
-hand), Numba's and llvmlite's versions, Python and the CPU (`environment_tag`). The file
+hand), Numba's, llvmlite's and NumPy's versions, Python and the CPU (`environment_tag`). The file
 is a format tag, a sha256 of the key and the payload, then the payload: the plan as plain
 data (tuples, ints, strings, bytes), unpickled by an unpickler that refuses every class.
 A file that is truncated, damaged, of another format, stored under another key or that
@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.fusion import Step
 from fastgrad.compiler.machine_code import cache_unusable, environment_tag, write_atomically
@@ -45,7 +47,7 @@ from fastgrad.core.config import cache_dir
 from fastgrad.core.ir import Graph
 
 FOLDER = "plans"
-FORMAT = b"fastgrad-plan-1\n"  # changes with the file layout
+FORMAT = b"fastgrad-plan-2\n"  # changes with the file layout
 _DIGEST = 32
 # Graphs smaller than this are prepared afresh: reading a plan has a fixed cost (the
 # planning layers' source digest once per process, a file per graph), and a 64-node
@@ -93,7 +95,8 @@ def plan_key(graph: Graph, *extra: Any) -> str | None:
     except Uncacheable:
         COUNTERS.uncacheable += 1
         return None
-    parts = [FORMAT.decode(), source_version(), environment_tag(), structure, repr(extra)]
+    parts = [FORMAT.decode(), source_version(), environment_tag(), np.__version__, structure]
+    parts.append(repr(extra))
     return hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
 
 
