@@ -12,7 +12,9 @@ A file that is truncated, damaged, of another format, stored under another key o
 does not fit the graph is removed and the plan built again, never trusted; files are
 written through a temporary name and a rename (machine_code.write_atomically), so
 processes writing the same plan at once, or killed while writing, leave a whole file.
-`config.plan_cache` (`FASTGRAD_PLAN_CACHE=0`) turns the cache off.
+`config.plan_cache` (`FASTGRAD_PLAN_CACHE=0`) turns the cache off; `config.plan_cache_mb`
+bounds the folder, the least recently written or read files removed first
+(compiler.cache_eviction).
 
 Other products of preparation are kept the same way, under a key that also says which
 one: `load_graph` and `save_graph` hold a whole graph (fastgrad.api.grad stores the
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from fastgrad.compiler.cache_eviction import evict, touch
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.fusion import Step
 from fastgrad.compiler.machine_code import cache_unusable, environment_tag, write_atomically
@@ -43,7 +46,7 @@ from fastgrad.compiler.plan_codec import (
     encode_plan,
     graph_digest,
 )
-from fastgrad.core.config import cache_dir
+from fastgrad.core.config import cache_dir, config
 from fastgrad.core.ir import Graph
 
 FOLDER = "plans"
@@ -116,6 +119,7 @@ def _load(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) 
     file is unusable (which is then removed)."""
     path = path_of(key, kind)
     try:
+        touch(path)  # used now: kept by evictions while it is read
         blob = path.read_bytes()
     except FileNotFoundError:
         counters.missed += 1
@@ -157,6 +161,7 @@ def _save(key: str, kind: str, encode: Callable[[], Any], counters: Counters) ->
         cache_unusable(path, error)
         return
     counters.saved += 1
+    evict(path.parent, config.plan_cache_mb << 20)
 
 
 def load(key: str, traced: Graph) -> Plan | None:
