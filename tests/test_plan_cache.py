@@ -1,12 +1,15 @@
 """Prepared plans on disk (compiler.plan_cache): a plan loaded in place of a fresh one is
-the same plan (graph, loops, kernel sources) and gives the same bits, and so is a traced
-function whose reverse-mode graph was read from disk; a file that is
-truncated, damaged, of another format or version, or moved under another key is rebuilt,
-never trusted; graphs with no plain-data form are prepared every time; two processes
-writing one plan at once both answer and leave a whole file.
+the same plan (graph, loops with the nodes fusion made for them, kernel sources) and gives
+the same bits, and so is a traced function whose reverse-mode graph was read from disk; a
+file that is truncated, damaged, of another format or version, or moved under another key
+is rebuilt, never trusted; graphs with no plain-data form are prepared every time; two
+processes writing one plan at once both answer and leave a whole file; the key holds the
+graph's values (not how its objects are shared), what planning reads of its ops' records
+and NumPy's version; the codec stores every field of a loop or refuses the plan.
 
-Cost: ~10 s on a loaded 2-core machine, most of it the kernels of the random programs
-(compiled once each, shared by the fresh and the loaded plan) and the two child processes.
+Cost: ~25 s with the kernels on disk on a loaded 2-core machine (~95 s cold), most of it
+the kernels of the random programs (compiled once each, shared by the fresh and the loaded
+plan) and the two child processes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +30,11 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.compiler import plan_cache
+from fastgrad.compiler import plan_cache, plan_codec
+from fastgrad.compiler.codegen.source import KernelSource
+from fastgrad.compiler.fusion import Call, Loop
 from fastgrad.core.config import config
+from fastgrad.core.ir import Graph, Node
 from fastgrad.testing import strategies as fst
 
 
@@ -47,6 +54,23 @@ def _prepared(f: Any, *args: Any) -> Any:
     """A new jitted `f`'s lowered form for `args`: traced and prepared afresh in this
     process, as a new process would (the plan read from disk if it is there)."""
     return fg.jit(f).lower(*args)
+
+
+def _three_ways(plans: Path, f: Any, xs: Any) -> tuple[Any, Any, Any]:
+    """`f` prepared afresh with the plan cache off, then twice with it on: the plan is
+    stored by the first, and loaded by the second (which traces with the reverse-mode
+    graph read back: its key must be the first's)."""
+    for path in plans.glob("*.plan"):
+        path.unlink()
+    config.update("plan_cache", False)
+    fresh = _prepared(f, *xs)
+    config.update("plan_cache", True)
+    counters = plan_cache.COUNTERS
+    before = counters.saved, counters.loaded
+    saved = _prepared(f, *xs)
+    loaded = _prepared(f, *xs)
+    assert (counters.saved, counters.loaded) == (before[0] + 1, before[1] + 1)
+    return fresh, saved, loaded
 
 
 def _same_bits(a: Any, b: Any) -> None:
@@ -74,22 +98,93 @@ def test_a_loaded_plan_is_the_fresh_plan(plans: Path, dtype: Any, data: Any) -> 
     program = data.draw(fst.programs(max_steps=4))
     xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
     f = _value_and_grads(program)
-    for path in plans.glob("*.plan"):
-        path.unlink()
-    config.update("plan_cache", False)
-    fresh = _prepared(f, *xs)
-    config.update("plan_cache", True)
-    saved = _prepared(f, *xs)
-    loaded = _prepared(f, *xs)
-    assert (plan_cache.COUNTERS.saved, plan_cache.COUNTERS.loaded) >= (1, 1)
+    fresh, saved, loaded = _three_ways(plans, f, xs)
     assert plan_cache.GRAPH_COUNTERS.loaded >= 1  # the reverse-mode graph, read back
     for other in (saved, loaded):
         assert str(other.graph) == str(fresh.graph)  # traced with the stored VJP graph
         assert str(other.executable.graph) == str(fresh.executable.graph)
         assert other.kernels == fresh.kernels
         assert other.explain() == fresh.explain()
+    assert _plan_form(loaded.executable) == _plan_form(fresh.executable)
     _same_bits(fresh.executable(list(xs)), loaded.executable(list(xs)))
     _same_bits(fg.jit(f, fuse=False)(*xs), fg.jit(f, fuse=False)(*xs))  # the oracle runs
+
+
+def _plan_form(executable: Any) -> list[Any]:
+    """A plan's steps with its values numbered in order of appearance: each loop's nodes
+    (the graph's, and the copies and rewired readers fusion made), their levels, its
+    inputs and outputs. Equal forms are equal plans, whatever objects hold them."""
+    number: dict[int, int] = {}
+
+    def n(v: Any) -> int:
+        return number.setdefault(id(v), len(number))
+
+    graph = executable.graph
+    for v in [*graph.inputs, *(node.out for node in graph.nodes)]:
+        n(v)
+    form: list[Any] = []
+    for step in executable.steps:
+        if isinstance(step, Loop):
+            nodes = [
+                (node.op.name, [n(v) for v in node.inputs], repr(node.params), n(node.out))
+                for node in step.nodes
+            ]
+            levels = sorted((n(v), level) for v, level in _level_items(step))
+            form.append(("loop", step.shape, step.reduce_axes, nodes, levels))
+            form.append(([n(v) for v in step.inputs], [n(v) for v in step.outputs]))
+        else:
+            form.append(("call", step.node.op.name, n(step.node.out)))
+    return form
+
+
+def _level_items(loop: Loop) -> list[Any]:
+    by_id = {id(node.out): node.out for node in loop.nodes}
+    assert set(loop.level) <= set(by_id), "a level for a value the loop does not make"
+    return [(by_id[k], level) for k, level in loop.level.items()]
+
+
+def _made_by_fusion(executable: Any) -> int:
+    """How many of the plan's loop nodes are not the graph's (fusion._copy_cheap_outputs)."""
+    graph_nodes = {id(node) for node in executable.graph.nodes}
+    loops = [s for s in executable.steps if isinstance(s, Loop)]
+    return sum(id(node) not in graph_nodes for loop in loops for node in loop.nodes)
+
+
+@st.composite
+def _spread_programs(draw: Any) -> Any:
+    """A random program over an outer combination u of two short vectors, times u and over
+    a full reduction of u: the backward loops need u, which costs two short reads to
+    recompute against n*n to store, so fusion copies its cheap work into them."""
+    n = draw(st.integers(4, 5))
+    op = draw(st.sampled_from(["add", "subtract", "multiply", "maximum"]))
+    program = draw(fst.programs(max_steps=3, shapes=((n, n),)))
+
+    def spread(a: Any, b: Any) -> Any:
+        u = getattr(fnp, op)(fnp.reshape(a, (n, 1)), fnp.reshape(b, (1, n)))
+        return program(u) * u / (1.0 + fnp.sum(u * u))
+
+    return n, spread
+
+
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_loaded_plan_with_fusions_copies_is_the_fresh_plan(
+    plans: Path, compiled_first_call: None, data: Any
+) -> None:
+    """Plans whose loops hold copies of cheap work (and readers rewired to them) are stored
+    with those nodes, and come back as the same plan giving the same bits, from the same
+    compiled kernels. (~5 s with its kernels on disk, ~40 s cold on a loaded 2-core
+    machine: each example compiles a few.)"""
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    n, spread = data.draw(_spread_programs())
+    xs = data.draw(st.tuples(fst.arrays((n,), dtype, "real"), fst.arrays((n,), dtype, "real")))
+    fresh, _, loaded = _three_ways(plans, _value_and_grads(spread), xs)
+    assert _made_by_fusion(fresh.executable) > 0  # the case this test is for
+    assert _plan_form(loaded.executable) == _plan_form(fresh.executable)
+    assert loaded.kernels == fresh.kernels and loaded.explain() == fresh.explain()
+    _same_bits(fresh.executable(list(xs)), loaded.executable(list(xs)))
 
 
 def _softmax_xent(w: Any, x: Any, labels: Any) -> Any:
@@ -328,3 +423,75 @@ def test_two_processes_writing_one_plan(plans: Path) -> None:
     got = fg.jit(fg.value_and_grad(_tanh_chain))(w, x)
     assert (plan_cache.COUNTERS.loaded, plan_cache.COUNTERS.dropped) == (1, 0)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+# ---------------------------------------------------------------- what a plan's key holds
+
+
+def test_a_second_trace_loads_the_plan_the_first_saved(plans: Path) -> None:
+    """The second trace reads the reverse-mode graph from disk: its graph is equal to the
+    first's, though its values share tuples differently, and its key is the same (a digest
+    that pickled the rows saw the sharing: the plan was saved twice and never loaded)."""
+    _check(_run_new())
+    _check(_run_new())
+    assert (plan_cache.COUNTERS.saved, plan_cache.COUNTERS.loaded) == (1, 1)
+    graph = fg.jit(fg.value_and_grad(_rnn)).lower(*RNN_ARGS).graph
+    # Param names from the disk are equal strings, not the interned ones tracing uses: in
+    # the second half of the nodes, as in a graph re-traced from a stored backward pass.
+    half = len(graph.nodes) // 2
+    nodes = graph.nodes[:half] + [
+        Node(n.op, n.inputs, {k.encode().decode(): v for k, v in n.params.items()}, n.out)
+        for n in graph.nodes[half:]
+    ]
+    mixed = Graph(graph.inputs, nodes, graph.outputs)
+    assert plan_codec.graph_digest(mixed) == plan_codec.graph_digest(graph)
+
+
+def test_a_changed_op_record_is_another_key(plans: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning reads an op's kind, loop expression and extra entries: a record changed at
+    run time (or a primitive of the user's under a known name) is not the stored plan's."""
+    from fastgrad.core.primitive import REGISTRY
+
+    graph = fg.jit(fg.value_and_grad(_rnn)).lower(*RNN_ARGS).graph
+    before = plan_cache.plan_key(graph)
+    monkeypatch.setattr(REGISTRY["add"], "loop", "{1} + {0}")
+    assert plan_cache.plan_key(graph) not in (before, None)
+    monkeypatch.setattr(REGISTRY["add"], "extra", {"why": lambda: None})  # not fastgrad's
+    assert plan_cache.plan_key(graph) is None  # nothing to say what that function does
+    assert plan_cache.COUNTERS.uncacheable == 1
+
+
+def test_another_numpy_is_another_key(plans: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = fg.jit(fg.value_and_grad(_rnn)).lower(*RNN_ARGS).graph
+    before = plan_cache.plan_key(graph)
+    monkeypatch.setattr(np, "__version__", np.__version__ + "+other")
+    assert plan_cache.plan_key(graph) not in (before, None)
+
+
+def test_the_codec_knows_every_field(plans: Path) -> None:
+    """Every field of a loop, a call and a kernel source is stored (a field added to one
+    must be added to plan_codec); an attribute it does not know makes the plan
+    Uncacheable rather than lost on the way to disk."""
+    assert {f.name for f in fields(Loop)} == plan_codec._LOOP_FIELDS
+    assert {f.name for f in fields(Call)} == plan_codec._CALL_FIELDS
+    assert {f.name for f in fields(KernelSource)} == plan_codec._SOURCE_FIELDS
+    lowered = fg.jit(fg.value_and_grad(_rnn)).lower(*RNN_ARGS)
+    executable = lowered.executable
+    plan = (executable.graph, executable.steps, executable.generated)
+    plan_codec.encode_plan(lowered.graph, *plan)  # stored as it is
+    loop = next(s for s in executable.steps if isinstance(s, Loop))
+    loop.unroll = 4  # type: ignore[attr-defined]
+    with pytest.raises(plan_codec.Uncacheable, match="unroll"):
+        plan_codec.encode_plan(lowered.graph, *plan)
+
+
+def test_a_stored_constant_keeps_its_order() -> None:
+    """A constant that is not the traced graph's is stored by value: one in Fortran order
+    comes back in Fortran order (a matmul may sum in another order for one than for the
+    other), and equal."""
+    a = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    for x in (a, np.ascontiguousarray(a), a.T, np.float32(2.5) * np.ones((2, 2, 2))):
+        back = plan_codec._array_from(plan_codec._array_bytes(x))
+        assert back.dtype == x.dtype and np.array_equal(back, x)
+        assert back.flags.f_contiguous == x.flags.f_contiguous
+        assert back.flags.c_contiguous == x.flags.c_contiguous

@@ -7,7 +7,8 @@ cache on, every plan), phase by phase, with the plan cache off and on side by si
 Each row is the best of N fresh processes (the machine may be shared): importing fastgrad,
 tracing (the user's function, its reverse-mode graph and the jitted function's graph),
 preparing (simplify, partition and kernel sources, or the plan read from disk; then the
-executable), the first run (NumPy while the kernels load in the background; with --sync,
+executable, whose build is also shown alone: what the plan cache does not keep), the first
+run (NumPy while the kernels load in the background; with --sync,
 Numba imported and the kernels loaded first), and the first call end to end (trace +
 prepare + run, wall time), against a steady call. Tracing and preparing are CPU seconds of
 the calling thread.
@@ -40,6 +41,18 @@ system.setup(2)
 size = {size!r} or workload.default_size
 args = system.inputs(workload, size, np.dtype("float32"))
 fn = system.build(workload)
+import fastgrad.api.trace as trace_module
+built = [0.0]  # CPU seconds of the executable's build, part of "prepare"
+Executable = trace_module.Executable
+
+def timed_build(*args, **kwargs):
+    start = time.thread_time()
+    try:
+        return Executable(*args, **kwargs)
+    finally:
+        built[0] += time.thread_time() - start
+
+trace_module.Executable = timed_build
 out = {{"import": imported}}
 wall = time.perf_counter()
 cpu = time.thread_time()
@@ -48,6 +61,7 @@ out["trace"] = time.thread_time() - cpu
 cpu = time.thread_time()
 traced.compiled()
 out["prepare"] = time.thread_time() - cpu
+out["build"] = built[0]
 run = time.perf_counter()
 fn(*args)
 out["run"] = time.perf_counter() - run
@@ -83,7 +97,8 @@ def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
             runs[flag].append(child(key, size, {**env, "FASTGRAD_PLAN_CACHE": flag}))
     lines = []
     for flag, results in runs.items():
-        best = {k: min(r[k] for r in results) for k in ("import", "trace", "prepare", "run")}
+        phases = ("import", "trace", "prepare", "build", "run")
+        best = {k: min(r[k] for r in results) for k in phases}
         best["first"] = min(r["first"] for r in results)
         best["steady"] = min(r["steady"] for r in results)
         label = f"{key}{':' + str(size) if size else ''} plans {'on' if flag == '1' else 'off'}"
@@ -91,7 +106,7 @@ def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
             f"{label:<22}"
             + "".join(
                 f"{best[k] * 1e3:9.1f}"
-                for k in ("import", "trace", "prepare", "run", "first", "steady")
+                for k in ("import", "trace", "prepare", "build", "run", "first", "steady")
             )
         )
     return lines
@@ -108,7 +123,9 @@ def main(argv: list[str]) -> None:
     argv = argv[1:] if quick else argv
     print(
         f"{'ms (best of ' + str(repeat) + ')':<22}"
-        + "".join(f"{c:>9}" for c in ("import", "trace", "prepare", "run", "1st call", "steady"))
+        + "".join(
+            f"{c:>9}" for c in ("import", "trace", "prepare", "build", "run", "1st call", "steady")
+        )
     )
     for spec in argv or ["W1", "W2", "W3", "W4", "rnn:200"]:
         key, _, size = spec.partition(":")

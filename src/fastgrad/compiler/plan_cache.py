@@ -5,14 +5,16 @@ A plan is stored in `<cache dir>/plans/<key>.plan`, the key a digest of the trac
 (compiler.plan_codec.graph_digest: its structure, types, names and constants) and of what
 preparation depends on besides: the source of fastgrad's layers that prepare a graph
 (core, ops, transforms, compiler: any edit there is a new version, no number kept by
-hand), Numba's and llvmlite's versions, Python and the CPU (`environment_tag`). The file
+hand), Numba's, llvmlite's and NumPy's versions, Python and the CPU (`environment_tag`). The file
 is a format tag, a sha256 of the key and the payload, then the payload: the plan as plain
 data (tuples, ints, strings, bytes), unpickled by an unpickler that refuses every class.
 A file that is truncated, damaged, of another format, stored under another key or that
 does not fit the graph is removed and the plan built again, never trusted; files are
 written through a temporary name and a rename (machine_code.write_atomically), so
 processes writing the same plan at once, or killed while writing, leave a whole file.
-`config.plan_cache` (`FASTGRAD_PLAN_CACHE=0`) turns the cache off.
+`config.plan_cache` (`FASTGRAD_PLAN_CACHE=0`) turns the cache off; `config.plan_cache_mb`
+bounds the folder, the least recently written or read files removed first
+(compiler.cache_eviction).
 
 Other products of preparation are kept the same way, under a key that also says which
 one: `load_graph` and `save_graph` hold a whole graph (fastgrad.api.grad stores the
@@ -30,6 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
+from fastgrad.compiler.cache_eviction import evict, touch
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.fusion import Step
 from fastgrad.compiler.machine_code import cache_unusable, environment_tag, write_atomically
@@ -41,11 +46,11 @@ from fastgrad.compiler.plan_codec import (
     encode_plan,
     graph_digest,
 )
-from fastgrad.core.config import cache_dir
+from fastgrad.core.config import cache_dir, config
 from fastgrad.core.ir import Graph
 
 FOLDER = "plans"
-FORMAT = b"fastgrad-plan-1\n"  # changes with the file layout
+FORMAT = b"fastgrad-plan-2\n"  # changes with the file layout
 _DIGEST = 32
 # Graphs smaller than this are prepared afresh: reading a plan has a fixed cost (the
 # planning layers' source digest once per process, a file per graph), and a 64-node
@@ -93,7 +98,8 @@ def plan_key(graph: Graph, *extra: Any) -> str | None:
     except Uncacheable:
         COUNTERS.uncacheable += 1
         return None
-    parts = [FORMAT.decode(), source_version(), environment_tag(), structure, repr(extra)]
+    parts = [FORMAT.decode(), source_version(), environment_tag(), np.__version__, structure]
+    parts.append(repr(extra))
     return hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
 
 
@@ -113,6 +119,7 @@ def _load(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) 
     file is unusable (which is then removed)."""
     path = path_of(key, kind)
     try:
+        touch(path)  # used now: kept by evictions while it is read
         blob = path.read_bytes()
     except FileNotFoundError:
         counters.missed += 1
@@ -154,6 +161,7 @@ def _save(key: str, kind: str, encode: Callable[[], Any], counters: Counters) ->
         cache_unusable(path, error)
         return
     counters.saved += 1
+    evict(path.parent, config.plan_cache_mb << 20)
 
 
 def load(key: str, traced: Graph) -> Plan | None:

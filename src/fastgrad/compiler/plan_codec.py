@@ -1,19 +1,24 @@
 """A prepared plan as plain data, and a traced graph's structural digest.
 
-`graph_digest` hashes a traced graph by structure: ops, params, types, names, the wiring
-of its values and the bytes of its constants; two traces of the same program give the same
-digest, in any process. `encode_plan` turns what preparation gives (the simplified graph,
-its partition into loops and calls, the kernel sources generated for the loops) into
-tuples of ints, strings and bytes, values named by their index; `decode_plan` rebuilds it
-against the traced graph, whose inputs and constants it reuses; `encode_graph` and
-`decode_graph` do the same for a whole graph of its own. A param value of a type
-not listed in `_encode` (a user's function in a custom rule, a loop body) makes the graph
-`Uncacheable`: such a plan is built in every process, never guessed at.
+`graph_digest` hashes a traced graph by structure: ops (and what planning reads of their
+records), params, types, names, the wiring of its values and the bytes of its constants;
+two traces of the same program give the same digest, in any process. `encode_plan` turns
+what preparation gives (the simplified graph, its partition into loops and calls, the
+kernel sources generated for the loops) into tuples of ints, strings and bytes, values
+named by their index; the nodes fusion made for a loop (copies of cheap work and the
+readers it rewires to them, fusion._copy_cheap_outputs) are stored with the loop.
+`decode_plan` rebuilds it against the traced graph, whose inputs and constants it reuses;
+`encode_graph` and `decode_graph` do the same for a whole graph of its own. A param value
+of a type not listed in `_encode` (a user's function in a custom rule, a loop body), an op
+record holding a function fastgrad does not define, or an attribute of a loop the codec
+does not know makes the graph `Uncacheable`: such a plan is built in every process, never
+guessed at.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import pickle
 from typing import Any
 
@@ -71,13 +76,17 @@ def _decode(value: Any, array: Any) -> Any:
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def _array_bytes(a: np.ndarray) -> tuple[str, tuple[int, ...], bytes]:
-    return a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes()
+def _array_bytes(a: np.ndarray) -> tuple[Any, ...]:
+    """dtype, shape, bytes in C order, and whether the array was in Fortran order (a BLAS
+    call may take another path, and sum in another order, for one than for the other)."""
+    fortran = a.ndim > 1 and a.flags.f_contiguous and not a.flags.c_contiguous
+    return a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes(), fortran
 
 
-def _array_from(form: tuple[str, tuple[int, ...], bytes]) -> np.ndarray:
-    dtype, shape, data = form
-    return np.frombuffer(data, np.dtype(dtype)).reshape(shape).copy()
+def _array_from(form: tuple[Any, ...]) -> np.ndarray:
+    dtype, shape, data, fortran = form
+    a = np.frombuffer(data, np.dtype(dtype)).reshape(shape)
+    return np.asfortranarray(a) if fortran else a.copy()
 
 
 def _aval(a: Aval) -> tuple[tuple[int, ...], str, bool]:
@@ -118,10 +127,13 @@ def _encode_nodes(graph: Graph, array: Any) -> tuple[Any, Any, dict[int, int]]:
     return avals, tuple(nodes), index
 
 
+def _avals_from(data: Any) -> list[Aval]:
+    return [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in data]
+
+
 def _decode_nodes(
-    inputs: list[Var], avals_data: Any, nodes_data: Any, array: Any
+    inputs: list[Var], avals: list[Aval], nodes_data: Any, array: Any
 ) -> tuple[list[Var], list[Node]]:
-    avals = [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in avals_data]
     values: list[Var] = list(inputs)
     nodes: list[Node] = []
     for name, ins, params, aval, hint in nodes_data:
@@ -130,6 +142,16 @@ def _decode_nodes(
         nodes.append(Node(REGISTRY[name], [values[i] for i in ins], decoded, out))
         values.append(out)
     return values, nodes
+
+
+def _made(data: Any, values: list[Var], avals: list[Aval], array: Any) -> Node:
+    """A node fusion made (encode_plan's `member`), its new value appended to `values`."""
+    name, ins, params, aval, hint, out = data
+    if out is None:
+        values.append(Var(avals[aval], hint))
+    var = values[-1] if out is None else values[out]
+    decoded = {k: _decode(v, array) for k, v in params}
+    return Node(REGISTRY[name], [values[i] for i in ins], decoded, var)
 
 
 def encode_graph(graph: Graph) -> tuple[Any, ...]:
@@ -155,10 +177,10 @@ def encode_graph(graph: Graph) -> tuple[Any, ...]:
 def decode_graph(data: tuple[Any, ...]) -> Graph:
     """`encode_graph`'s data as a graph of new values."""
     input_avals, inputs_data, avals_data, nodes_data, outputs, table = data
-    kinds = [Aval(tuple(shape), np.dtype(dtype), weak) for shape, dtype, weak in input_avals]
+    kinds = _avals_from(input_avals)
     inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
     arrays = [_array_from(form) for form in table]
-    values, nodes = _decode_nodes(inputs, avals_data, nodes_data, arrays.__getitem__)
+    values, nodes = _decode_nodes(inputs, _avals_from(avals_data), nodes_data, arrays.__getitem__)
     return Graph(inputs, nodes, [values[i] for i in outputs])
 
 
@@ -174,8 +196,62 @@ def graph_digest(graph: Graph) -> str:
     inputs = tuple((_aval(v.aval), v.hint) for v in graph.inputs)
     avals, nodes, index = _encode_nodes(graph, array)
     outputs = tuple(index[id(v)] for v in graph.outputs)
-    rows = (inputs, nodes, outputs, avals.table())
-    return hashlib.blake2b(pickle.dumps(rows, protocol=5), digest_size=20).hexdigest()
+    ops = {id(n.op): n.op for n in graph.nodes}
+    facts = tuple(sorted(_op_facts(op) for op in ops.values()))
+    rows = (inputs, nodes, outputs, avals.table(), facts)
+    # Pickled without its memo ("fast" mode): by default pickle writes an object met
+    # twice as a reference to the first, so equal rows whose strings or tuples are shared
+    # in one graph and not in another (one traced with a reverse-mode graph read from
+    # disk) hashed differently (test_a_second_trace_loads_the_plan_the_first_saved).
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=5)
+    pickler.fast = True
+    pickler.dump(rows)
+    return hashlib.blake2b(buffer.getbuffer(), digest_size=20).hexdigest()
+
+
+def _op_facts(op: Any) -> tuple[Any, ...]:
+    """What planning reads of an op's record besides its name: its kind, loop expression,
+    effect and extra entries (a function by where fastgrad defines it). So a record changed
+    at run time (a loop expression patched by a test) or a primitive registered by the
+    user is another key; one holding a function fastgrad does not define is Uncacheable
+    (its name says nothing of its code)."""
+
+    def fact(value: Any) -> Any:
+        if type(value) in _PLAIN:
+            return value
+        if type(value) in (tuple, list):
+            return tuple(map(fact, value))
+        if type(value) is dict:
+            return tuple(sorted((k, fact(v)) for k, v in value.items()))
+        if callable(value):
+            module = getattr(value, "__module__", None) or ""
+            if not module.startswith("fastgrad."):
+                raise Uncacheable(f"{op.name} holds a function fastgrad does not define")
+            return module, getattr(value, "__qualname__", "")
+        raise Uncacheable(f"{op.name} holds a {type(value).__name__} in its record")
+
+    extra = tuple(sorted((k, fact(v)) for k, v in op.extra.items()))
+    return op.name, op.kind, op.loop, op.effect, extra
+
+
+# What encode_plan stores of a loop, a call and a kernel source: an attribute it does not
+# know (a field added to Loop, say) makes the plan Uncacheable rather than lost on the way
+# (tests/test_plan_cache.py::test_the_codec_knows_every_field pins these lists).
+_LOOP_FIELDS = frozenset(
+    ("shape", "position", "reduce_axes", "nodes", "level", "inputs", "outputs")
+)
+_CALL_FIELDS = frozenset(("node", "position"))
+_SOURCE_FIELDS = frozenset(
+    ("name", "source", "inputs", "scalars", "outputs", "flat", "ops", "recomputed", "imports")
+    + ("index_checks", "column")
+)
+
+
+def _check_known(thing: Any, known: frozenset[str]) -> None:
+    unknown = set(vars(thing)) - known
+    if unknown:
+        raise Uncacheable(f"{type(thing).__name__} has {sorted(unknown)}, which are not stored")
 
 
 def encode_plan(
@@ -199,36 +275,50 @@ def encode_plan(
         k = traced_consts.get(id(a))
         return ("ref", k) if k is not None else ("data", *_array_bytes(a))
 
+    for step in steps:
+        _check_known(step, _LOOP_FIELDS if isinstance(step, Loop) else _CALL_FIELDS)
+    for source in sources.values():
+        _check_known(source, _SOURCE_FIELDS)
+
     avals, nodes, index = _encode_nodes(graph, array)
     node_at = {id(n): k for k, n in enumerate(graph.nodes)}
-
-    def member(n: Any) -> int:
-        # Fusion's copies of cheap work (`_copy_cheap_outputs`) and the readers it rewires
-        # are nodes of the loops only, not of the graph: such a plan is not stored.
-        try:
-            return node_at[id(n)]
-        except KeyError:
-            raise Uncacheable("a loop holds a node that fusion made, not the graph's") from None
 
     def var(v: Var) -> int:
         try:
             return index[id(v)]
         except KeyError:
-            raise Uncacheable("a step refers to a value not in the graph") from None
+            raise Uncacheable("a step refers to a value not in the plan") from None
+
+    def member(n: Node) -> Any:
+        """A loop's node: its place in the graph, or, for a node fusion made (a copy of
+        cheap work, fusion._paste, or a reader rewired to read the copy), the node itself,
+        its output the value of the graph it stands for or a new one numbered here."""
+        k = node_at.get(id(n))
+        if k is not None:
+            return k
+        ins = tuple(map(var, n.inputs))  # made before: by the graph or an earlier copy
+        out = index.get(id(n.out))
+        if out is None:
+            index[id(n.out)] = len(index)
+        return (n.op.name, ins, _params(n, array), avals(n.out.aval), n.out.hint, out)
 
     encoded_steps: list[Any] = []
     for step in steps:
         if isinstance(step, Call):
-            encoded_steps.append(("call", member(step.node), step.position))
+            if id(step.node) not in node_at:
+                raise Uncacheable("a call runs a node that is not the graph's")
+            encoded_steps.append(("call", node_at[id(step.node)], step.position))
             continue
+        members = tuple(map(member, step.nodes))
         encoded_steps.append(
             (
                 "loop",
                 step.shape,
                 step.position,
                 step.reduce_axes,
-                tuple(member(n) for n in step.nodes),
-                tuple(sorted((index[key], level) for key, level in step.level.items())),
+                members,
+                # The level of each node's value, in the nodes' order (None: it has none).
+                tuple(step.level.get(id(n.out)) for n in step.nodes),
                 tuple(map(var, step.inputs)),
                 tuple(map(var, step.outputs)),
             )
@@ -274,7 +364,8 @@ def decode_plan(
     def array(form: Any) -> np.ndarray:
         return consts[form[1]] if form[0] == "ref" else _array_from(form[1:])
 
-    values, nodes = _decode_nodes(traced.inputs, avals_data, nodes_data, array)
+    avals = _avals_from(avals_data)
+    values, nodes = _decode_nodes(traced.inputs, avals, nodes_data, array)
     graph = Graph(traced.inputs, nodes, [values[i] for i in outputs])
     steps: list[Step] = []
     for entry in steps_data:
@@ -282,8 +373,15 @@ def decode_plan(
             steps.append(Call(nodes[entry[1]], entry[2]))
             continue
         _, shape, position, axes, members, levels, ins, outs = entry
-        loop = Loop(tuple(shape), position, tuple(axes), [nodes[k] for k in members])
-        loop.level = {id(values[k]): level for k, level in levels}
+        loop = Loop(tuple(shape), position, tuple(axes))
+        loop.nodes = [
+            nodes[m] if type(m) is int else _made(m, values, avals, array) for m in members
+        ]
+        loop.level = {
+            id(n.out): level
+            for n, level in zip(loop.nodes, levels, strict=True)
+            if level is not None
+        }
         loop.inputs = [values[k] for k in ins]
         loop.outputs = [values[k] for k in outs]
         steps.append(loop)

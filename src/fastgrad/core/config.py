@@ -7,8 +7,9 @@ and changed with `fg.config.update(name, value)`: `log_compiles`
 `compile` (`FASTGRAD_COMPILE=sync` compiles before a first call returns),
 `compile_timeout` (`FASTGRAD_COMPILE_TIMEOUT`), `runtime` (`FASTGRAD_RUNTIME=steps` runs
 plans step by step rather than through the plan interpreter), `trace_cache_size`
-(`FASTGRAD_TRACE_CACHE_SIZE`) and `plan_cache` (`FASTGRAD_PLAN_CACHE=0` keeps prepared
-plans off the disk).
+(`FASTGRAD_TRACE_CACHE_SIZE`), `plan_cache` (`FASTGRAD_PLAN_CACHE=0` keeps prepared
+plans off the disk) and `plan_cache_mb` (`FASTGRAD_PLAN_CACHE_MB`, the plans' share of the
+cache directory).
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ class Config:
       generation, and the reverse-mode graph of a jitted gradient too, so that tracing
       runs no VJP rule (fastgrad.compiler.plan_cache; graphs under 200 nodes are
       prepared afresh, which is faster). Default on; `FASTGRAD_PLAN_CACHE=0` turns it off.
+    - `plan_cache_mb`: the most megabytes the stored plans and graphs may take; past it,
+      a process storing one removes the least recently used (written or read) down to 90%
+      of it, never one used in the last minute (compiler.cache_eviction). Default 256, or
+      `FASTGRAD_PLAN_CACHE_MB`.
 
     >>> import fastgrad as fg
     >>> fg.config.update("log_compiles", True)
@@ -128,6 +133,7 @@ class Config:
     trace_cache_size: int
     runtime: str
     plan_cache: bool
+    plan_cache_mb: int
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
@@ -137,6 +143,7 @@ class Config:
         self.trace_cache_size = _count("FASTGRAD_TRACE_CACHE_SIZE", 256)
         self.runtime = _choice("FASTGRAD_RUNTIME", RUNTIMES)
         self.plan_cache = _flag("FASTGRAD_PLAN_CACHE", True)
+        self.plan_cache_mb = _count("FASTGRAD_PLAN_CACHE_MB", 256)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""
@@ -155,9 +162,9 @@ class Config:
         elif name == "runtime":
             if value not in RUNTIMES:
                 raise ValueError(f"setting runtime takes one of {RUNTIMES}, got {value!r}")
-        elif name == "trace_cache_size":
+        elif name in ("trace_cache_size", "plan_cache_mb"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"setting trace_cache_size takes an int >= 1, got {value!r}")
+                raise ValueError(f"setting {name} takes an int >= 1, got {value!r}")
         elif not isinstance(value, bool):
             raise TypeError(f"setting {name} takes True or False, got {value!r}")
         setattr(self, name, value)

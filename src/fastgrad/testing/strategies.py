@@ -180,11 +180,18 @@ class Program:
 
 @st.composite
 def programs(
-    draw: Any, max_inputs: int = 3, max_steps: int = 6, stop_gradient: bool = True
+    draw: Any,
+    max_inputs: int = 3,
+    max_steps: int = 6,
+    stop_gradient: bool = True,
+    shapes: tuple[tuple[int, ...], ...] | None = None,
 ) -> Program:
-    """Random differentiable programs over 1 to `max_inputs` broadcastable inputs."""
-    n_in = draw(st.integers(1, max_inputs))
-    in_shapes = draw(broadcastable_shapes(n_in, max_dims=3, max_side=3))
+    """Random differentiable programs over 1 to `max_inputs` broadcastable inputs, or over
+    inputs of the given `shapes`."""
+    if shapes is None:
+        n_in = draw(st.integers(1, max_inputs))
+        shapes = draw(broadcastable_shapes(n_in, max_dims=3, max_side=3))
+    in_shapes = tuple(shapes)
     shapes = list(in_shapes)
     steps: list[Step] = []
     ops = ["unary", "binary", "reduce", "where"] + (["stop_gradient"] if stop_gradient else [])
