@@ -219,10 +219,15 @@ def test_the_numpy_tier_agrees_with_the_kernels(case):
     try:
         fg.config.compile = "background"
         tiered = fg.jit(value_and_grads)(*xs)  # never released: all NumPy
-        fg.config.compile = "sync"
-        compiled = fg.jit(value_and_grads)(*xs)
     finally:
-        background._WORKER, fg.config.compile = worker, mode
+        background._WORKER = worker  # sync mode waits for the compile thread too
+    try:
+        fg.config.compile = "sync"
+        jitted = fg.jit(value_and_grads)
+        compiled = jitted(*xs)
+    finally:
+        fg.config.compile = mode
+    assert plan(jitted).compiled  # kernels ran, not NumPy after an overdue compile
     np.testing.assert_allclose(tiered[0], compiled[0], **TOL)
     for a, b in zip(tiered[1], compiled[1], strict=True):
         np.testing.assert_allclose(a, b, **TOL)

@@ -9,7 +9,9 @@ step on NumPy and warns once, naming the kernel. One thread, not a worker proces
 compiles one function at a time per process anyway, about half of a compile runs without
 the GIL, and on this kind of machine a worker process took 4-12 s to start, longer than
 most compiles (docs/architecture.md, the runtime layer). A plan told to wait (`settle`:
-`compile`, `warmup`) hands its final kernels to the same thread and waits for them.
+`compile`, `warmup`), and every first call in sync mode (`config.compile`), hands its final
+kernels to the same thread and waits for them, under the watchdog. A forked child gets a
+compile thread of its own (`_Worker.forked`).
 
 The watchdog: a compile running past `config.compile_timeout` is reported once (stderr,
 then a warning at the next call of its loop); calls, waiting ones included, answer with
@@ -22,6 +24,7 @@ process that can be (runtime.slow_kernels), on a thread of its own beside the qu
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import warnings
@@ -151,12 +154,14 @@ class _Worker:
         self.queue: deque[Job] = deque()
         self.thread: threading.Thread | None = None
         self.pending = 0  # jobs queued or running
+        self.inflight: dict[Any, None] = {}  # those jobs, in the order they came
         self.stopping = False
         self.overdue: Job | None = None  # the compile running past the timeout, if any
 
     def submit(self, job: Job) -> None:
         with self.lock:
             self.pending += 1
+            self.inflight[job] = None
             if job.apart:
                 name = "fastgrad-compile-apart"
                 threading.Thread(target=self._run, args=(job,), name=name, daemon=True).start()
@@ -181,7 +186,7 @@ class _Worker:
                 job = self.queue.popleft()
             if self.stopping:  # the interpreter is exiting: pending jobs are dropped
                 job.drop()
-                self._finished()
+                self._finished(job)
                 continue
             watchdog = threading.Timer(
                 config.compile_timeout, self._overdue, (job, time.perf_counter())
@@ -200,11 +205,12 @@ class _Worker:
             with self.lock:
                 if self.overdue is job:
                     self.overdue = None
-            self._finished()
+            self._finished(job)
 
-    def _finished(self) -> None:
+    def _finished(self, job: Any) -> None:
         with self.lock:
             self.pending -= 1
+            self.inflight.pop(job, None)
             self.lock.notify_all()
 
     def _overdue(self, job: Job, start: float) -> None:
@@ -214,16 +220,28 @@ class _Worker:
                 return
             self.overdue = job
             behind = list(self.queue)
-        for waiting in (job, *behind):
-            waiting.settled.set()
         seconds = time.perf_counter() - start
         slow_kernels.record(job.source.source, slow_kernels.SLOW, job.label, seconds)
         size = f"{job.source.source.count(chr(10))} lines of source"
-        compile_log.compile_overdue(job.label, size, seconds)
+        compile_log.compile_overdue(job.label, size, seconds)  # said before calls go on
+        for waiting in (job, *behind):
+            waiting.settled.set()
 
     def wait_idle(self, timeout: float | None) -> bool:
         with self.lock:
             return self.lock.wait_for(lambda: self.pending == 0, timeout)
+
+    def forked(self) -> None:
+        """In a forked child, which has none of its parent's threads (and maybe a lock one
+        of them held): start afresh, the jobs queued or compiling in the parent handed to
+        a compile thread of the child's own, so that calls waiting for them (sync mode,
+        `compile`) are answered. A compile under way in the parent at the fork may have
+        left Numba's compiler lock held in the child: the watchdog then reports it, and the
+        waiting calls go on with NumPy."""
+        jobs = [job for job in self.inflight if not job.done.is_set()]
+        self.__init__()  # type: ignore[misc]
+        for job in jobs:
+            self.submit(job)
 
     def stop(self) -> None:
         """At exit, finish the compile under way (its machine code is then cached for the
@@ -238,6 +256,8 @@ class _Worker:
 
 
 _WORKER = _Worker()
+if hasattr(os, "register_at_fork"):  # the worker of the moment (a test may install its own)
+    os.register_at_fork(after_in_child=lambda: getattr(_WORKER, "forked", int)())
 
 
 class _Batches(threading.local):
