@@ -54,6 +54,10 @@ class Batch:
         self.what = what
         self.jobs: list[Job] = []
         self.to_build: set[str] = set()  # kernel sources whose machine code is not on disk
+        # Steps of an unrolled loop ask for the same kernel at the same argument layouts:
+        # one job each (the 599 kernel steps of a T=200 RNN are a few kernels, and 599 jobs
+        # cost a warm first call 0.3 s waking the compile thread, and the thread as much).
+        self.shared: dict[tuple[Any, ...], Job] = {}
         self.start = time.perf_counter()
         self.lock = threading.Lock()
         self.finished = 0
@@ -157,6 +161,12 @@ class _Worker:
         self.inflight: dict[Any, None] = {}  # those jobs, in the order they came
         self.stopping = False
         self.overdue: Job | None = None  # the compile running past the timeout, if any
+        # First calls under way (on NumPy): the thread starts no job before they return.
+        # Importing Numba and loading kernels holds the GIL most of the time, and a warm
+        # first call (every kernel on disk) ran 3-5x slower beside it. A call that waits
+        # for a kernel (`compile` inside a first call, say) lifts the hold.
+        self.first_calls = 0
+        self.hurry = False
 
     def submit(self, job: Job) -> None:
         with self.lock:
@@ -180,7 +190,9 @@ class _Worker:
     def _loop(self) -> None:
         while True:
             with self.lock:
-                self.lock.wait_for(lambda: self.queue or self.stopping)
+                self.lock.wait_for(
+                    lambda: (self.queue and (not self.first_calls or self.hurry)) or self.stopping
+                )
                 if not self.queue:
                     return
                 job = self.queue.popleft()
@@ -231,6 +243,20 @@ class _Worker:
         with self.lock:
             return self.lock.wait_for(lambda: self.pending == 0, timeout)
 
+    def hold(self, change: int) -> None:
+        """A first call on NumPy begins (+1) or returns (-1)."""
+        with self.lock:
+            self.first_calls += change
+            if not self.first_calls:
+                self.hurry = False
+            self.lock.notify_all()
+
+    def waiting(self) -> None:
+        """A call waits for a job: run jobs now, first calls or not."""
+        with self.lock:
+            self.hurry = True
+            self.lock.notify_all()
+
     def forked(self) -> None:
         """In a forked child, which has none of its parent's threads (and maybe a lock one
         of them held): start afresh, the jobs queued or compiling in the parent handed to
@@ -277,9 +303,12 @@ def first_run(what: str) -> Iterator[Batch]:
     when they are all done."""
     batch = Batch(what)
     _batches.open.append(batch)
+    worker = _WORKER
+    getattr(worker, "hold", int)(1)  # (a test's stand-in may have no hold)
     try:
         yield batch
     finally:
+        getattr(worker, "hold", int)(-1)
         _batches.open.remove(batch)
         compile_log.background_started(what, len(batch.to_build))
         batch.close()
@@ -321,6 +350,14 @@ def stand_in(arg: Any) -> Any:
     )
 
 
+def _layout(arg: Any) -> tuple[Any, ...]:
+    """All that Numba's type of a kernel argument (a `stand_in`) may depend on."""
+    if isinstance(arg, np.ndarray):
+        flags = arg.flags
+        return (arg.dtype.str, arg.shape, arg.strides, flags.writeable, flags.aligned)
+    return (type(arg), getattr(arg, "dtype", None))
+
+
 class KernelTier:
     """What a kernel step runs until its final kernel is ready: NumPy, then each variant
     of its kernel as the compile thread finishes it."""
@@ -347,6 +384,7 @@ class KernelTier:
         jobs = self.jobs
         assert jobs is not None
         if wait:
+            getattr(_WORKER, "waiting", int)()
             for job in jobs:
                 job.settled.wait()
                 if job.built and job.state == READY:
@@ -389,12 +427,15 @@ class KernelTier:
             kind = "parallel" if final and step.parallel else "serial"
             key = kernel_key(source.source)
             label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
-            job = Job(source, label, args, batch)
-            if needs_build(source.source):
-                batch.to_build.add(source.source)
-            batch.add(job)
+            signature = (source.source, *map(_layout, args))
+            job = batch.shared.get(signature)
+            if job is None:
+                job = batch.shared[signature] = Job(source, label, args, batch)
+                if needs_build(source.source):
+                    batch.to_build.add(source.source)
+                batch.add(job)
+                _WORKER.submit(job)
             jobs.append(job)
-            _WORKER.submit(job)
         if not batches and waiting is None:  # a waiting call's notice reports its own
             batch.close()
         return jobs
