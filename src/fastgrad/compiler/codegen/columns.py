@@ -24,6 +24,7 @@ from fastgrad.compiler.codegen.source import (
     scalar_type,
     settle,
     tracks_nan,
+    trips,
 )
 from fastgrad.core.ir import Node, Var
 
@@ -73,7 +74,7 @@ def column_run(
         if tracks_nan(n):
             w(f"r{k}n = np.zeros(({local},), np.bool_)")
     for a in g.inner:
-        w(f"for i{a} in range({g.trips(a)}):")
+        w(f"for i{a} in range({trips(g.shape, a)}):")
         w.indent()
     _kept_loops(g, w, o, rest)
     sums = [n for n in scalar_reductions if g._elem_input(n, level)]
@@ -138,7 +139,7 @@ def _kept_loops(g: _Generator, w: Writer, o: int, rest: list[int]) -> None:
     w(f"for i{o} in range(lo, hi):")
     w.indent()
     for a in rest:
-        w(f"for i{a} in range({g.trips(a)}):")
+        w(f"for i{a} in range({trips(g.shape, a)}):")
         w.indent()
 
 

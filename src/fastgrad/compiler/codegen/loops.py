@@ -26,6 +26,7 @@ from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
     accumulate,
+    chunk_loop,
     closure,
     combine,
     init_scalars,
@@ -35,6 +36,7 @@ from fastgrad.compiler.codegen.source import (
     scalar_type,
     settle,
     tracks_nan,
+    trips,
 )
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.core.ir import Node, Var
@@ -160,14 +162,6 @@ class _Generator:
         """S axes addressed by the dims of a value of `shape` at row level."""
         keep, _ = self.loop.row_shapes()
         return list(range(len(self.loop.shape))) if shape == keep else self.outer
-
-    def trips(self, a: int) -> str:
-        """The trip count of the loop over axis `a`: a literal 1 for an axis of size 1.
-        Every access then reads index 0 there, and a loop of a runtime count around a body
-        that never changes with it (reductions marked reassociable inside) sent LLVM's loop
-        vectorizer into a compile of minutes: 139 s of CPU and not done, against 1.5 s
-        with the count known (a (3, 1) loop of three tanh_f64 and two sums)."""
-        return "np.uint64(1)" if self.shape[a] == 1 else f"np.uint64(n{a})"
 
     def address(self, v: Var, target: tuple[int, ...], level: str) -> str:
         """`array[index]` reading or writing `v` (an array of its own shape) at a point of a
@@ -408,16 +402,10 @@ class _Generator:
         init_scalars(w, scalar_reductions)
         scratch_at, scratch_depth = len(w.lines), w.depth  # row buffers, once per chunk
         if first is not None:
-            if self.shape[first] == 1:  # one chunk (runtime.executable._chunks)
-                w(f"for i{first} in range({self.trips(first)}):")
-            else:
-                w(
-                    f"for i{first} in range(np.uint64((c * n{first}) // nchunks), "
-                    f"np.uint64(((c + 1) * n{first}) // nchunks)):"
-                )
+            w(chunk_loop(self.shape, first))
             w.indent()
             for a in self.outer[1:]:
-                w(f"for i{a} in range({self.trips(a)}):")
+                w(f"for i{a} in range({trips(self.shape, a)}):")
                 w.indent()
         done: set[int] = set()
         scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
@@ -481,7 +469,7 @@ class _Generator:
                     if tracks_nan(n):
                         w(f"r{self.index[id(n.out)]}n = False")
             for a in self.inner:
-                w(f"for i{a} in range({self.trips(a)}):")
+                w(f"for i{a} in range({trips(self.shape, a)}):")
                 w.indent()
             for n in nodes:
                 if id(n.out) not in needed:
