@@ -190,6 +190,24 @@ def test_the_compile_thread_waits_for_first_calls_to_return():
     worker.stop()
 
 
+def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path):
+    """Loading a kernel from disk costs less than a large loop on NumPy (the bounds are
+    lowered here so that a small loop counts as large)."""
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fg.config, "compile", "background")
+    x = np.linspace(0, 1, 50)
+    fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75)).compile(x)  # its kernel on disk
+    monkeypatch.setattr(background, "LOAD_WORK", 1)
+    monkeypatch.setattr(background, "IMPORT_WORK", 1)
+    g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
+    np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
+    assert plan(g).compiled  # the first call ran the kernel
+    h = fg.jit(lambda x: fnp.sum(fnp.sin(x) * 1.75))  # a kernel to build: NumPy meanwhile
+    np.testing.assert_allclose(h(x), np.sum(np.sin(x) * 1.75), rtol=1e-13)
+    assert not plan(h).compiled
+    assert background.wait_idle(timeout=120)
+
+
 def test_compile_and_warmup_wait_for_the_kernels(monkeypatch):
     monkeypatch.setattr(fg.config, "compile", "background")
     x = np.linspace(0, 1, 9)
