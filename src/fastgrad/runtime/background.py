@@ -45,9 +45,11 @@ from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
 # Element-ops (a loop's ops times its elements) above which a first call waits for a
-# kernel on disk rather than run its loop with NumPy (~1-10 ns per element-op): loading
-# costs Numba's import once (~0.5 s), then ~10-50 ms a kernel.
-IMPORT_WORK, LOAD_WORK = 1 << 27, 1 << 24
+# kernel on disk rather than run its loop with NumPy (~1-3 ns per element-op, many ops
+# being per row): loading costs Numba's import once (~0.5 s), then ~10-50 ms a kernel.
+# At 2^27 a warm W2 (2^27.0, 0.15 s with NumPy) waited 1.75 s for Numba's import on
+# the loaded machine; W1 (2^28.5, 1.2-2.4 s of CPU with NumPy) gains.
+IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
