@@ -27,6 +27,9 @@ def fresh(monkeypatch, tmp_path):
     """An empty cache, background mode and a compile thread of this test's own."""
     monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(fg.config, "compile", "background")
+    # Earlier tests' kernels finish first: a compile enters and leaves Numba's own
+    # catch_warnings, which would reset the filters pytest.warns sets (not thread-safe).
+    assert background.wait_idle(timeout=300)
     monkeypatch.setattr(background, "_WORKER", background._Worker())
     return tmp_path
 
@@ -43,7 +46,8 @@ def wait_for(condition, seconds=60):
         time.sleep(0.01)
 
 
-def test_an_overdue_compile_is_reported_and_numpy_keeps_answering(fresh, monkeypatch, capsys):
+def held_compiles(monkeypatch):
+    """Compiles held back until the returned event is set, and a 0.2 s timeout."""
     release = threading.Event()
     compile_kernel = background.compile_kernel
 
@@ -53,6 +57,11 @@ def test_an_overdue_compile_is_reported_and_numpy_keeps_answering(fresh, monkeyp
 
     monkeypatch.setattr(background, "compile_kernel", slow_compile)
     monkeypatch.setattr(fg.config, "compile_timeout", 0.2)
+    return release
+
+
+def test_an_overdue_compile_is_reported_and_numpy_keeps_answering(fresh, monkeypatch, capsys):
+    release = held_compiles(monkeypatch)
     x = np.linspace(-1, 1, 7)
     f = fg.jit(lambda x: fnp.sum(fnp.sin(x) * 1.75))
     expected = np.sum(np.sin(x) * 1.75)
@@ -79,6 +88,72 @@ def test_an_overdue_compile_is_reported_and_numpy_keeps_answering(fresh, monkeyp
     np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 2.25), rtol=1e-13)
     assert step.kernel is not None and kernel_steps(g)[0].kernel is not None
     assert "has run for" not in capsys.readouterr().err  # reported once
+
+
+def test_sync_mode_waits_for_a_compile_under_the_watchdog(fresh, monkeypatch, capsys):
+    """FASTGRAD_COMPILE=sync waits for the kernel on the compile thread, so a compile that
+    outruns the timeout leaves the call on NumPy with a warning naming the kernel instead
+    of blocking it."""
+    monkeypatch.setattr(fg.config, "compile", "sync")
+    release = held_compiles(monkeypatch)
+    x = np.linspace(-1, 1, 6)
+    f = fg.jit(lambda x: fnp.sum(fnp.tan(x) * 1.25))
+    expected = np.sum(np.tan(x) * 1.25)
+    start = time.monotonic()
+    with pytest.warns(RuntimeWarning, match=r"fastgrad_kernel_\w+ \(loop over \(6,\)\) has not"):
+        np.testing.assert_allclose(f(x), expected, rtol=1e-14)  # NumPy, once overdue
+    assert time.monotonic() - start < 60
+    (step,) = kernel_steps(f)
+    assert step.kernel is None and "has run for" in capsys.readouterr().err
+    monkeypatch.setattr(fg.config, "compile_timeout", 60.0)
+    release.set()  # the compile ends after all: the next call runs the kernel
+    assert background.wait_idle(timeout=120)
+    np.testing.assert_allclose(f(x), expected, rtol=1e-13)
+    assert step.kernel is not None and step.tier is None
+
+
+FORKED = textwrap.dedent(
+    """
+    import os, numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.runtime import background
+
+    x = np.linspace(-1, 1, 5)
+    fg.jit(lambda x: fnp.sum(fnp.sin(x) * 0.5)).compile(x)  # the parent's compile thread
+    # A job queued in the parent and not compiled there (as if behind a long compile).
+    worker = background._WORKER
+    worker.submit = lambda job: worker.inflight.setdefault(job)
+    h = fg.jit(lambda x: fnp.sum(fnp.exp(x) * 0.25))
+    h(x)  # background mode: NumPy answers, the job waits
+    del worker.submit
+    fg.config.update("compile", "{mode}")
+    pid = os.fork()
+    if pid == 0:  # the child has no compile thread: a new one must start
+        g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 3.5))
+        ok = abs(g(x) - np.sum(np.cos(x) * 3.5)) < 1e-12
+        ok = ok and background.wait_idle(120)  # the child's compile thread runs its jobs
+        ok = ok and abs(g(x) - np.sum(np.cos(x) * 3.5)) < 1e-12
+        (traced,) = g._cache.values()
+        h.compile(x)  # waits for the job the parent had queued
+        (held,) = h._cache.values()
+        ok = ok and traced.executable.compiled and held.executable.compiled
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("mode", ["sync", "background"])
+def test_a_forked_child_compiles_with_a_thread_of_its_own(mode, tmp_path):
+    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="background")
+    run = [sys.executable, "-c", FORKED.replace("{mode}", mode)]
+    try:
+        out = subprocess.run(run, capture_output=True, text=True, timeout=240, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child hung waiting for its compile (killed after 240 s)")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0"], out.stderr
 
 
 def recorded_kernel(f, x, state):

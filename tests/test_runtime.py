@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime.arena import plan_offsets, staggered_empty
+from fastgrad.runtime.arena import STAGGER, plan_offsets, staggered_empty
 from fastgrad.runtime.executable import _CallStep, _KernelStep, _MatmulStep, _ViewStep
 
 rng = np.random.default_rng(7)
@@ -204,6 +204,34 @@ def test_buffers_live_at_once_never_overlap(raw):
             if first_a <= last_b and first_b <= last_a:
                 a, b = offsets[i], offsets[j]
                 assert a + size_a <= b or b + size_b <= a
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 9000), st.integers(0, 30), st.integers(0, 10)), max_size=40)
+)
+def test_buffer_offsets_are_the_lowest_gap_first_fit(raw):
+    """plan_offsets places each buffer in the lowest gap among those live at its first
+    step: the same offsets as that rule written plainly (each buffer against all)."""
+    spans = sorted(
+        ((size, first, first + length) for size, first, length in raw), key=lambda s: s[1]
+    )
+    offsets, total = plan_offsets(spans)
+    extents = []
+    for size, _, _ in spans:
+        extent = size + (STAGGER if size >= 4096 else 0)
+        extents.append(extent + -extent % 64)
+    for i, (_, first, _) in enumerate(spans):
+        taken = sorted(
+            (offsets[j], offsets[j] + extents[j]) for j in range(i) if spans[j][2] >= first
+        )
+        lowest = 0
+        for start, end in taken:
+            if start - lowest >= extents[i]:
+                break
+            lowest = max(lowest, end)
+        assert offsets[i] == lowest, (i, spans, offsets)
+    assert total == max((o + e for o, e in zip(offsets, extents, strict=True)), default=0)
 
 
 def test_rnn_buffers_share_memory_by_liveness():

@@ -10,7 +10,9 @@ so rtol = atol = 1e-10 in float64.
 import os
 import subprocess
 import sys
+import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -106,7 +108,7 @@ def test_the_notices_count_each_distinct_kernel_once(held, monkeypatch, tmp_path
     f(x)
     sources = f.lower(x).kernels
     distinct = len(set(sources))
-    assert len(held.jobs) == len(kernel_steps(f)) > distinct
+    assert len(held.jobs) == distinct < len(kernel_steps(f))  # one job per kernel
     assert f"{distinct} kernel{'s' * (distinct > 1)} in the background" in capsys.readouterr().err
     held.release()
     done = f"in the background: {distinct} kernel{'s' * (distinct > 1)} ({distinct} built, 0 "
@@ -145,6 +147,65 @@ def test_a_failed_compile_warns_once_and_stays_on_numpy(held, monkeypatch):
     np.testing.assert_allclose(value, np.sum(np.cos(x) * 3.0), rtol=1e-14)
     np.testing.assert_allclose(f(x), value)  # no second warning (warnings are errors here)
     assert kernel_steps(f)[0].kernel is None
+
+
+class Marker:
+    """A job that only records that it ran."""
+
+    apart = False
+    label = "a marker job"
+
+    def __init__(self):
+        self.done, self.settled = threading.Event(), threading.Event()
+        self.source = SimpleNamespace(source="")  # what the watchdog would name
+
+    def run(self):
+        self.done.set()
+        self.settled.set()
+
+    def drop(self):
+        self.settled.set()
+
+
+def test_the_compile_thread_waits_for_first_calls_to_return():
+    """Importing Numba and loading kernels holds the GIL: while a first call runs on NumPy
+    the thread starts no job, unless a call waits for one."""
+    worker = background._Worker()
+    with worker.lock:
+        worker.first_calls += 1  # as first_run does
+    try:
+        held = Marker()
+        worker.submit(held)
+        assert not held.done.wait(0.3)  # held back while the first call runs
+        worker.waiting()  # a call waits for a job: the hold is lifted
+        assert held.done.wait(30)
+    finally:
+        worker.hold(-1)
+    later = Marker()
+    worker.hold(1)
+    worker.submit(later)
+    assert not later.done.wait(0.3)
+    worker.hold(-1)  # the first call returned
+    assert later.done.wait(30) and worker.wait_idle(30)
+    worker.stop()
+
+
+def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path):
+    """Loading a kernel from disk costs less than a large loop on NumPy (the bounds are
+    lowered here so that a small loop counts as large)."""
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fg.config, "compile", "background")
+    x = np.linspace(0, 1, 50)
+    fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75)).compile(x)  # its kernel on disk
+    monkeypatch.setattr(background, "LOAD_WORK", 1)
+    monkeypatch.setattr(background, "IMPORT_WORK", 1)
+    g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
+    np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
+    assert plan(g).compiled  # the first call ran the kernel
+    h = fg.jit(lambda x: fnp.sum(fnp.sin(x) * 1.75))  # a kernel to build: NumPy meanwhile
+    np.testing.assert_allclose(h(x), np.sum(np.sin(x) * 1.75), rtol=1e-13)
+    assert not plan(h).compiled
+    assert background.wait_idle(timeout=120)
 
 
 def test_compile_and_warmup_wait_for_the_kernels(monkeypatch):
@@ -219,10 +280,15 @@ def test_the_numpy_tier_agrees_with_the_kernels(case):
     try:
         fg.config.compile = "background"
         tiered = fg.jit(value_and_grads)(*xs)  # never released: all NumPy
-        fg.config.compile = "sync"
-        compiled = fg.jit(value_and_grads)(*xs)
     finally:
-        background._WORKER, fg.config.compile = worker, mode
+        background._WORKER = worker  # sync mode waits for the compile thread too
+    try:
+        fg.config.compile = "sync"
+        jitted = fg.jit(value_and_grads)
+        compiled = jitted(*xs)
+    finally:
+        fg.config.compile = mode
+    assert plan(jitted).compiled  # kernels ran, not NumPy after an overdue compile
     np.testing.assert_allclose(tiered[0], compiled[0], **TOL)
     for a, b in zip(tiered[1], compiled[1], strict=True):
         np.testing.assert_allclose(a, b, **TOL)

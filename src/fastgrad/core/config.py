@@ -92,7 +92,8 @@ class Config:
       `FASTGRAD_COMPILE_NOTICE=0` turns it off.
     - `compile`: "background" (the default): a first call runs at once on NumPy while its
       kernels compile on a background thread, and calls switch to each kernel when it is
-      ready; "sync": a first call waits for its kernels. Default from `FASTGRAD_COMPILE`.
+      ready; "sync": a first call waits for its kernels (compiled on that thread too,
+      under the watchdog below). Default from `FASTGRAD_COMPILE`.
     - `compile_timeout`: seconds of wall time after which a kernel's compile is reported
       as overdue (once, naming the kernel) and its loop, and any call waiting for it, runs
       with NumPy; the kernel compiles in a separate process next time

@@ -9,6 +9,8 @@ here (a 2^20-element loop: 45 ms against 8 ms with the buffers staggered by 320 
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -73,19 +75,26 @@ def plan_offsets(spans: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]
     >>> plan_offsets([(4096, 0, 1), (4096, 1, 2), (4096, 2, 3)])
     ([0, 4416, 0], 8832)
     """
-    placed: list[tuple[int, int, int]] = []  # (offset, extent, last step)
+    # Buffers still live, by offset, and when each dies: kept as they change, not rebuilt
+    # and sorted for each buffer (T=200 RNN, 1995 buffers: 52-67 -> 15-19 ms of CPU).
+    live: list[tuple[int, int, int]] = []  # (offset, extent, last step), sorted
+    deaths: list[tuple[int, int, int]] = []  # heap of (last step, offset, extent)
     offsets = []
     total = 0
     for nbytes, first, last in spans:
         extent = nbytes + (STAGGER if nbytes >= PAGE else 0)
         extent += -extent % ALIGN
-        placed = [p for p in placed if p[2] >= first]
+        while deaths and deaths[0][0] < first:
+            dead, start, size = heapq.heappop(deaths)
+            del live[bisect.bisect_left(live, (start, size, dead))]
         offset = 0
-        for start, size, _ in sorted(placed):
+        for start, size, _ in live:
             if start - offset >= extent:
                 break
-            offset = max(offset, start + size)
-        placed.append((offset, extent, last))
+            if start + size > offset:
+                offset = start + size
+        bisect.insort(live, (offset, extent, last))
+        heapq.heappush(deaths, (last, offset, extent))
         offsets.append(offset)
         total = max(total, offset + extent)
     return offsets, total

@@ -9,7 +9,9 @@ step on NumPy and warns once, naming the kernel. One thread, not a worker proces
 compiles one function at a time per process anyway, about half of a compile runs without
 the GIL, and on this kind of machine a worker process took 4-12 s to start, longer than
 most compiles (docs/architecture.md, the runtime layer). A plan told to wait (`settle`:
-`compile`, `warmup`) hands its final kernels to the same thread and waits for them.
+`compile`, `warmup`), and every first call in sync mode (`config.compile`), hands its final
+kernels to the same thread and waits for them, under the watchdog. A forked child gets a
+compile thread of its own (`_Worker.forked`).
 
 The watchdog: a compile running past `config.compile_timeout` is reported once (stderr,
 then a warning at the next call of its loop); calls, waiting ones included, answer with
@@ -22,6 +24,8 @@ process that can be (runtime.slow_kernels), on a thread of its own beside the qu
 from __future__ import annotations
 
 import atexit
+import os
+import sys
 import threading
 import time
 import warnings
@@ -40,6 +44,12 @@ from fastgrad.runtime import slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
+# Element-ops (a loop's ops times its elements) above which a first call waits for a
+# kernel on disk rather than run its loop with NumPy (~1-3 ns per element-op, many ops
+# being per row): loading costs Numba's import once (~0.5 s), then ~10-50 ms a kernel.
+# At 2^27 a warm W2 (2^27.0, 0.15 s with NumPy) waited 1.75 s for Numba's import on
+# the loaded machine; W1 (2^28.5, 1.2-2.4 s of CPU with NumPy) gains.
+IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
@@ -51,6 +61,10 @@ class Batch:
         self.what = what
         self.jobs: list[Job] = []
         self.to_build: set[str] = set()  # kernel sources whose machine code is not on disk
+        # Steps of an unrolled loop ask for the same kernel at the same argument layouts:
+        # one job each (the 599 kernel steps of a T=200 RNN are a few kernels, and 599 jobs
+        # cost a warm first call 0.3 s waking the compile thread, and the thread as much).
+        self.shared: dict[tuple[Any, ...], Job] = {}
         self.start = time.perf_counter()
         self.lock = threading.Lock()
         self.finished = 0
@@ -151,12 +165,20 @@ class _Worker:
         self.queue: deque[Job] = deque()
         self.thread: threading.Thread | None = None
         self.pending = 0  # jobs queued or running
+        self.inflight: dict[Any, None] = {}  # those jobs, in the order they came
         self.stopping = False
         self.overdue: Job | None = None  # the compile running past the timeout, if any
+        # First calls under way (on NumPy): the thread starts no job before they return.
+        # Importing Numba and loading kernels holds the GIL most of the time, and a warm
+        # first call (every kernel on disk) ran 3-5x slower beside it. A call that waits
+        # for a kernel (`compile` inside a first call, say) lifts the hold.
+        self.first_calls = 0
+        self.hurry = False
 
     def submit(self, job: Job) -> None:
         with self.lock:
             self.pending += 1
+            self.inflight[job] = None
             if job.apart:
                 name = "fastgrad-compile-apart"
                 threading.Thread(target=self._run, args=(job,), name=name, daemon=True).start()
@@ -175,13 +197,15 @@ class _Worker:
     def _loop(self) -> None:
         while True:
             with self.lock:
-                self.lock.wait_for(lambda: self.queue or self.stopping)
+                self.lock.wait_for(
+                    lambda: (self.queue and (not self.first_calls or self.hurry)) or self.stopping
+                )
                 if not self.queue:
                     return
                 job = self.queue.popleft()
             if self.stopping:  # the interpreter is exiting: pending jobs are dropped
                 job.drop()
-                self._finished()
+                self._finished(job)
                 continue
             watchdog = threading.Timer(
                 config.compile_timeout, self._overdue, (job, time.perf_counter())
@@ -200,11 +224,12 @@ class _Worker:
             with self.lock:
                 if self.overdue is job:
                     self.overdue = None
-            self._finished()
+            self._finished(job)
 
-    def _finished(self) -> None:
+    def _finished(self, job: Any) -> None:
         with self.lock:
             self.pending -= 1
+            self.inflight.pop(job, None)
             self.lock.notify_all()
 
     def _overdue(self, job: Job, start: float) -> None:
@@ -214,16 +239,42 @@ class _Worker:
                 return
             self.overdue = job
             behind = list(self.queue)
-        for waiting in (job, *behind):
-            waiting.settled.set()
         seconds = time.perf_counter() - start
         slow_kernels.record(job.source.source, slow_kernels.SLOW, job.label, seconds)
         size = f"{job.source.source.count(chr(10))} lines of source"
-        compile_log.compile_overdue(job.label, size, seconds)
+        compile_log.compile_overdue(job.label, size, seconds)  # said before calls go on
+        for waiting in (job, *behind):
+            waiting.settled.set()
 
     def wait_idle(self, timeout: float | None) -> bool:
         with self.lock:
             return self.lock.wait_for(lambda: self.pending == 0, timeout)
+
+    def hold(self, change: int) -> None:
+        """A first call on NumPy begins (+1) or returns (-1)."""
+        with self.lock:
+            self.first_calls += change
+            if not self.first_calls:
+                self.hurry = False
+            self.lock.notify_all()
+
+    def waiting(self) -> None:
+        """A call waits for a job: run jobs now, first calls or not."""
+        with self.lock:
+            self.hurry = True
+            self.lock.notify_all()
+
+    def forked(self) -> None:
+        """In a forked child, which has none of its parent's threads (and maybe a lock one
+        of them held): start afresh, the jobs queued or compiling in the parent handed to
+        a compile thread of the child's own, so that calls waiting for them (sync mode,
+        `compile`) are answered. A compile under way in the parent at the fork may have
+        left Numba's compiler lock held in the child: the watchdog then reports it, and the
+        waiting calls go on with NumPy."""
+        jobs = [job for job in self.inflight if not job.done.is_set()]
+        self.__init__()  # type: ignore[misc]
+        for job in jobs:
+            self.submit(job)
 
     def stop(self) -> None:
         """At exit, finish the compile under way (its machine code is then cached for the
@@ -238,6 +289,8 @@ class _Worker:
 
 
 _WORKER = _Worker()
+if hasattr(os, "register_at_fork"):  # the worker of the moment (a test may install its own)
+    os.register_at_fork(after_in_child=lambda: getattr(_WORKER, "forked", int)())
 
 
 class _Batches(threading.local):
@@ -257,9 +310,12 @@ def first_run(what: str) -> Iterator[Batch]:
     when they are all done."""
     batch = Batch(what)
     _batches.open.append(batch)
+    worker = _WORKER
+    getattr(worker, "hold", int)(1)  # (a test's stand-in may have no hold)
     try:
         yield batch
     finally:
+        getattr(worker, "hold", int)(-1)
         _batches.open.remove(batch)
         compile_log.background_started(what, len(batch.to_build))
         batch.close()
@@ -301,6 +357,14 @@ def stand_in(arg: Any) -> Any:
     )
 
 
+def _layout(arg: Any) -> tuple[Any, ...]:
+    """All that Numba's type of a kernel argument (a `stand_in`) may depend on."""
+    if isinstance(arg, np.ndarray):
+        flags = arg.flags
+        return (arg.dtype.str, arg.shape, arg.strides, flags.writeable, flags.aligned)
+    return (type(arg), getattr(arg, "dtype", None))
+
+
 class KernelTier:
     """What a kernel step runs until its final kernel is ready: NumPy, then each variant
     of its kernel as the compile thread finishes it."""
@@ -320,6 +384,8 @@ class KernelTier:
         runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
         the call waits for it, unless the watchdog finds its compile overdue."""
         wait = self.wait or config.compile == "sync"
+        if self.jobs is None and not wait and self._loading_beats_numpy():
+            wait = self.wait = True
         if self.jobs is None:
             with self.lock:  # threads making the same first call submit the jobs once
                 if self.jobs is None:
@@ -327,6 +393,7 @@ class KernelTier:
         jobs = self.jobs
         assert jobs is not None
         if wait:
+            getattr(_WORKER, "waiting", int)()
             for job in jobs:
                 job.settled.wait()
                 if job.built and job.state == READY:
@@ -356,6 +423,20 @@ class KernelTier:
         self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
         return True
 
+    def _loading_beats_numpy(self) -> bool:
+        """Whether to wait for the final kernel rather than run the loop with NumPy: its
+        machine code is on disk, so is that of every kernel this first call has handed the
+        thread so far (none would compile ahead of it), and the loop does more work than
+        loading takes. A warm W1 (10^7 float64 elements, 2.4 s of CPU with NumPy) loads
+        its kernel, Numba's import included, in well under a second."""
+        work = self.numpy_loop.size * int(np.prod(self.shape))
+        if work < (LOAD_WORK if "numba" in sys.modules else IMPORT_WORK):
+            return False
+        batches = _batches.open
+        if batches and batches[-1].to_build:
+            return False
+        return not needs_build(self.variants[-1].source)
+
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
         """Hand the variants to the compile thread: all of them, or only `waiting`, those
         a waiting call waits for."""
@@ -369,12 +450,15 @@ class KernelTier:
             kind = "parallel" if final and step.parallel else "serial"
             key = kernel_key(source.source)
             label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
-            job = Job(source, label, args, batch)
-            if needs_build(source.source):
-                batch.to_build.add(source.source)
-            batch.add(job)
+            signature = (source.source, *map(_layout, args))
+            job = batch.shared.get(signature)
+            if job is None:
+                job = batch.shared[signature] = Job(source, label, args, batch)
+                if needs_build(source.source):
+                    batch.to_build.add(source.source)
+                batch.add(job)
+                _WORKER.submit(job)
             jobs.append(job)
-            _WORKER.submit(job)
         if not batches and waiting is None:  # a waiting call's notice reports its own
             batch.close()
         return jobs

@@ -4,9 +4,9 @@ Every value has a slot; graph inputs and constants are filled in first, then eac
 reads its slots and fills its own. Kernels and matmuls write into buffers preallocated in
 an arena (runtime.arena), or into fresh arrays for what the caller receives. A loop's
 kernel is generated, and compiled, on its first run: the serial variant for small sizes,
-the parallel one (prange) above a threshold. In background mode a kernel step asks its
-tier (runtime.background) at each run whether its kernel is ready; until then the tier
-runs the loop with NumPy.
+the parallel one (prange) above a threshold. A kernel step asks its tier
+(runtime.background) at each run whether its kernel is ready; until then the tier runs the
+loop with NumPy (in sync mode it waits for the kernel, or for the compile watchdog).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class _KernelStep:
     scalars: tuple[Any, ...] = ()
     checks: tuple[int, ...] = ()
     kernel: Any = None
-    tier: KernelTier | None = None  # background mode: NumPy, then kernels as they are ready
+    tier: KernelTier | None = None  # NumPy, then kernels as they are ready (None: settled)
 
     def __post_init__(self) -> None:
         # Which operands the kernel sees in another shape: 0-d as (1,), and all raveled in a
@@ -348,11 +348,11 @@ class Executable:
         size = int(np.prod(loop.shape))
         parallel = size >= PARALLEL_THRESHOLD and numba_threads() > 1
         source = self._generate(index, loop, parallel)
-        tier = None
-        if config.compile == "background":
-            # the serial variant first, which compiles ~1.2 s faster than the parallel one
-            serial = [self._generate(index, loop, False)] if parallel else []
-            tier = KernelTier(NumpyLoop(loop, slot_of), [*serial, source], loop.shape)
+        # Sync mode too: its first call waits for the final kernel on the compile thread,
+        # under the watchdog (an overdue compile leaves the loop on NumPy, never a hang).
+        # In background mode the serial variant comes first: it compiles ~1.2 s faster.
+        serial = [self._generate(index, loop, False)] if parallel else []
+        tier = KernelTier(NumpyLoop(loop, slot_of), [*serial, source], loop.shape)
         if DEBUG:
             print(f"# fastgrad: kernel for loop over {loop.shape}\n{source.source}")
         sizes = (size,) if source.flat else tuple(loop.shape)

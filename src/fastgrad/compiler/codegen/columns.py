@@ -24,6 +24,7 @@ from fastgrad.compiler.codegen.source import (
     scalar_type,
     settle,
     tracks_nan,
+    trips,
 )
 from fastgrad.core.ir import Node, Var
 
@@ -73,9 +74,9 @@ def column_run(
         if tracks_nan(n):
             w(f"r{k}n = np.zeros(({local},), np.bool_)")
     for a in g.inner:
-        w(f"for i{a} in range(np.uint64(n{a})):")
+        w(f"for i{a} in range({trips(g.shape, a)}):")
         w.indent()
-    _kept_loops(w, o, rest)
+    _kept_loops(g, w, o, rest)
     sums = [n for n in scalar_reductions if g._elem_input(n, level)]
     _element_values(g, w, nodes, level, outputs, rows + sums)
     for n in rows + sums:
@@ -88,7 +89,7 @@ def column_run(
         for line in accumulate(n, acc, g.reduced(n), flag):
             w(line)
     w.dedent(len(g.inner) + 1 + len(rest))
-    _kept_loops(w, o, rest)
+    _kept_loops(g, w, o, rest)
     for n in nodes:
         if level[id(n.out)] != "row":
             continue
@@ -134,11 +135,11 @@ def _element_values(
                 w(f"{g.address(n.out, g.loop.shape, 'elem')} = v{k}")
 
 
-def _kept_loops(w: Writer, o: int, rest: list[int]) -> None:
+def _kept_loops(g: _Generator, w: Writer, o: int, rest: list[int]) -> None:
     w(f"for i{o} in range(lo, hi):")
     w.indent()
     for a in rest:
-        w(f"for i{a} in range(np.uint64(n{a})):")
+        w(f"for i{a} in range({trips(g.shape, a)}):")
         w.indent()
 
 

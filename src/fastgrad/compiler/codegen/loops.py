@@ -26,6 +26,7 @@ from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
     accumulate,
+    chunk_loop,
     closure,
     combine,
     init_scalars,
@@ -35,6 +36,7 @@ from fastgrad.compiler.codegen.source import (
     scalar_type,
     settle,
     tracks_nan,
+    trips,
 )
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.core.ir import Node, Var
@@ -400,13 +402,10 @@ class _Generator:
         init_scalars(w, scalar_reductions)
         scratch_at, scratch_depth = len(w.lines), w.depth  # row buffers, once per chunk
         if first is not None:
-            w(
-                f"for i{first} in range(np.uint64((c * n{first}) // nchunks), "
-                f"np.uint64(((c + 1) * n{first}) // nchunks)):"
-            )
+            w(chunk_loop(self.shape, first))
             w.indent()
             for a in self.outer[1:]:
-                w(f"for i{a} in range(np.uint64(n{a})):")
+                w(f"for i{a} in range({trips(self.shape, a)}):")
                 w.indent()
         done: set[int] = set()
         scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
@@ -470,7 +469,7 @@ class _Generator:
                     if tracks_nan(n):
                         w(f"r{self.index[id(n.out)]}n = False")
             for a in self.inner:
-                w(f"for i{a} in range(np.uint64(n{a})):")
+                w(f"for i{a} in range({trips(self.shape, a)}):")
                 w.indent()
             for n in nodes:
                 if id(n.out) not in needed:
