@@ -1,8 +1,11 @@
 """Column kernels: loops whose reduced axes all come before the kept ones (a bias gradient
 summed over the batch, an (N, 8, 2) array summed over N).
 
-Where every operand is whole, kept-shaped or one element, the arrays are raveled and the
-kept axes seen as one of K positions. The array is read in memory order as rows of L = m*K
+Where every operand spans the reduced axes or none of them (broadcast over the kept axes
+as it likes), the arrays are raveled and the kept axes seen as one of K positions.
+Operands smaller than the loop are tiled along a row; those spanning the reduced axes but
+broadcast over kept ones (x[:, None, :] against an (N, 8, 2) array) are read through a
+table of offsets (vector gathers). The array is read in memory order as rows of L = m*K
 elements (m rows at once when K is small, so the inner loop is long enough to vectorize),
 split into blocks of rows and tiles of positions that depend on the sizes only: each block
 keeps its own partial per position, folded in order afterwards, so no result depends on
@@ -155,9 +158,11 @@ _UNFLATTENABLE = ("gather", "scatter_add")
 
 
 def _operand_kind(shape: tuple[int, ...], loop_shape: tuple[int, ...], n_reduced: int) -> str:
-    """An operand's kind: "whole" (the loop's shape), "kept" (the kept axes' shape, after
-    leading ones), "one" (a single element), or "" (another broadcast: the nested form
-    handles it)."""
+    """An operand's kind: "whole" (the loop's shape), "one" (a single element), "kept"
+    (the kept axes' shape, after leading ones), "small" (broadcast over every reduced axis
+    and some kept ones), "table" (spanning the reduced axes, broadcast over some kept ones:
+    read through a table of offsets), or "" (broadcast over some reduced axes only: the
+    nested form handles it)."""
 
     def strip(s: tuple[int, ...]) -> tuple[int, ...]:
         return s[next((k for k, d in enumerate(s) if d != 1), len(s)) :]
@@ -168,6 +173,12 @@ def _operand_kind(shape: tuple[int, ...], loop_shape: tuple[int, ...], n_reduced
         return "one"
     if strip(shape) == strip(loop_shape[n_reduced:]):
         return "kept"
+    padded = (1,) * (len(loop_shape) - len(shape)) + shape
+    reduced = padded[:n_reduced]
+    if all(d == 1 for d in reduced):
+        return "small"
+    if reduced == loop_shape[:n_reduced]:
+        return "table"
     return ""
 
 
@@ -194,17 +205,22 @@ def _flat_run(
     partials folded and the row values computed per kept position."""
     shape, n_red = g.loop.shape, len(g.inner)
     kinds = {id(v): _operand_kind(v.aval.shape, shape, n_red) for v in [*g.arrays, *g.loop.outputs]}
-    # A kept-shaped operand read per element needs its position's kept index: with one
-    # row per loop row (m = 1) that is the position itself.
-    kept_per_elem = any(
-        kinds.get(id(v)) == "kept" for n in nodes if level[id(n.out)] == "elem" for v in n.inputs
-    )
     names = {**g.in_name, **g.out_name}
 
     def address(v: Var, at: str) -> str:
-        kind = kinds[id(v)]
-        index = "0" if kind == "one" else "e" if kind == "whole" else "p" if at == "elem" else "j"
-        return f"{names[id(v)]}f[{index}]"
+        name, kind = names[id(v)], kinds[id(v)]
+        if kind in ("one", "whole"):
+            return f"{name}f[{'0' if kind == 'one' else 'e'}]"
+        if kind == "table":
+            assert at == "elem", "a row value reads no operand spanning the reduced axes"
+            return f"{name}f[{name}o + {name}x[p]]"
+        # Small operands are tiled along a row of L, so an element reads it at its position
+        # p, and a kept position j (j < K) at j.
+        return (
+            f"{name}f[j]"
+            if kind == "kept" and at != "elem"
+            else f"{name}t[{'p' if at == 'elem' else 'j'}]"
+        )
 
     g.flat_columns = address
     g.imports.add("fastgrad.compiler.codegen.support:flat")
@@ -213,13 +229,17 @@ def _flat_run(
     u = "np.uint64"
     w(f"N = {' * '.join(f'{u}(n{a})' for a in g.inner)}")
     w(f"K = {' * '.join(f'{u}(n{a})' for a in g.outer)}")
-    w(f"m = {u}(1)" if kept_per_elem else f"m = max({u}(1), {u}({_ROW_WIDTH}) // max(K, {u}(1)))")
+    w(f"m = max({u}(1), {u}({_ROW_WIDTH}) // max(K, {u}(1)))")
     w("L = m * K")
     w("NK = N * K")
     w(f"R = (N + m - {u}(1)) // m  # rows of L; the last may be partial")
     w(f"nb = min({u}({_BLOCKS}), R // {u}({_BLOCK_ROWS}), NK // {u}({_BLOCK_ELEMENTS}))")
     w(f"nb = max({u}(1), nb)")
     w(f"nt = (L + {u}({_TILE - 1})) // {u}({_TILE})")
+    tables = [v for v in g.arrays if kinds[id(v)] == "table"]
+    for v in g.arrays:
+        if kinds[id(v)] in ("kept", "small", "table"):
+            _offsets(w, names[id(v)], kinds[id(v)], v.aval.shape, shape, g.outer)
     elem_sums = [n for n in scalar_reductions if g._elem_input(n, level)]
     rows = [n for n in nodes if id(n.out) in reduce_phase]
     partials = [(f"r{g.index[id(n.out)]}", n) for n in rows]
@@ -245,6 +265,8 @@ def _flat_run(
     w(f"for s in range((b * R) // nb, ((b + {u}(1)) * R) // nb):")
     w.indent()
     w("base = s * L")
+    for v in tables:
+        w(f"{names[id(v)]}o = s * m * {_kept_size(v.aval.shape, shape, g.outer)}")
     w("for p in range(plo, min(phi, NK - base)):")
     w.indent()
     w("e = base + p")
@@ -285,6 +307,50 @@ def _flat_run(
             w(f"{acc} = s{k}")
     g.flat_columns = None
     return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
+
+
+def _padded(shape: tuple[int, ...], loop_shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (1,) * (len(loop_shape) - len(shape)) + shape
+
+
+def _kept_size(shape: tuple[int, ...], loop_shape: tuple[int, ...], kept: list[int]) -> str:
+    """The number of elements of an operand's kept axes: its stride between loop rows."""
+    padded = _padded(shape, loop_shape)
+    return " * ".join(["np.uint64(1)", *(f"np.uint64(n{a})" for a in kept if padded[a] != 1)])
+
+
+def _offsets(
+    w: Writer,
+    name: str,
+    kind: str,
+    shape: tuple[int, ...],
+    loop_shape: tuple[int, ...],
+    kept: list[int],
+) -> None:
+    """For an operand broadcast over some kept axes: where each position q of a row of L
+    (m loop rows of K positions) reads it. A "table" operand (one spanning the reduced
+    axes) gets `{name}x`, its offsets from the row's start: the loop reads it through them
+    (gathers). Others are small (at most K elements): `{name}t` holds their values tiled
+    along the row, so the loop reads them in order."""
+    padded = _padded(shape, loop_shape)
+    if kind == "table":
+        w(f"{name}x = np.empty(L, np.uint64)")
+    else:
+        w(f"{name}t = np.empty(L, {name}f.dtype)")
+    w("for q in range(L):")
+    w("    r = q % K")
+    w(
+        f"    off = (q // K) * {_kept_size(shape, loop_shape, kept)}"
+        if kind == "table"
+        else "    off = np.uint64(0)"
+    )
+    stride = "np.uint64(1)"
+    for a in reversed(kept):
+        if padded[a] != 1:
+            w(f"    off += (r % np.uint64(n{a})) * {stride}")
+            stride = f"{stride} * np.uint64(n{a})"
+        w(f"    r = r // np.uint64(n{a})")
+    w(f"    {name}x[q] = off" if kind == "table" else f"    {name}t[q] = {name}f[off]")
 
 
 def _fold(w: Writer, n: Node, partial: str, tag: str, positions: str, at: str) -> None:
