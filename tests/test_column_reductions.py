@@ -224,3 +224,18 @@ def test_several_blocks_of_rows(dtype):
     np.testing.assert_allclose(fused[1][1:], exact[1:], atol=tol)
     assert np.isnan(fused[1][0])
     assert _raveled(f, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_extrema_with_infinities_and_nans(dtype):
+    # K = 3 positions in rows of 96 (m = 32 loop rows, a multiple of the vector width):
+    # +-inf, NaN in the partial last row and in a full one; NumPy is the oracle, exactly.
+    x = rng.standard_normal((1001, 3)).astype(dtype)
+    x[5, 0], x[700, 0], x[17, 1], x[1000, 2], x[3, 2] = np.inf, -np.inf, np.nan, np.nan, -np.inf
+
+    def f(x):
+        return fnp.max(x, axis=0), fnp.min(x, axis=0), fnp.max(-x, axis=0)
+
+    for u, r in zip(fg.jit(f)(x), (x.max(0), x.min(0), (-x).max(0)), strict=True):
+        np.testing.assert_array_equal(u, r)
+    assert _raveled(f, x)

@@ -148,6 +148,9 @@ def _kept_loops(w: Writer, o: int, rest: list[int]) -> None:
 # Positions per row of the raveled loop: at least this many (m rows at once when K is
 # smaller), so the inner loop vectorizes however few the kept positions are.
 _ROW_WIDTH = 64
+# The widest vector in elements (16 float32 in an AVX-512 register): rows of L a multiple
+# of it.
+_LANES = 16
 # Positions per tile: a tile's partials (16 KiB in float64) stay in the L1 cache.
 _TILE = 2048
 # At most this many blocks of rows, each at least this many rows and elements: enough
@@ -229,7 +232,14 @@ def _flat_run(
     u = "np.uint64"
     w(f"N = {' * '.join(f'{u}(n{a})' for a in g.inner)}")
     w(f"K = {' * '.join(f'{u}(n{a})' for a in g.outer)}")
-    w(f"m = max({u}(1), {u}({_ROW_WIDTH}) // max(K, {u}(1)))")
+    # m rows at once: at least _ROW_WIDTH positions, and a multiple of _LANES, so that no
+    # row ends in a scalar remainder loop (K = 3 in rows of 63 ran at half the speed).
+    w(f"a = {u}({_LANES})")
+    w(f"while a > {u}(1) and K % a != {u}(0):")
+    w(f"    a = a // {u}(2)")
+    w(f"a = {u}({_LANES}) // a")
+    w(f"m = max({u}(1), ({u}({_ROW_WIDTH}) + K - {u}(1)) // max(K, {u}(1)))")
+    w(f"m = (m + a - {u}(1)) // a * a")
     w("L = m * K")
     w("NK = N * K")
     w(f"R = (N + m - {u}(1)) // m  # rows of L; the last may be partial")
@@ -246,8 +256,6 @@ def _flat_run(
     partials += [(f"q{k}", n) for k, n in enumerate(scalar_reductions) if n in elem_sums]
     for name, n in partials:
         w(f"{name} = np.empty((nb, L), {scalar_type(n.out.aval.dtype)})")
-        if tracks_nan(n):
-            w(f"{name}n = np.empty((nb, L), np.bool_)")
     w(f"for c in {'prange' if g.parallel else 'range'}(nb * nt):")
     w.indent()
     g.in_chunk = True
@@ -259,9 +267,6 @@ def _flat_run(
     for name, n in partials:
         w(f"{name}b = {name}[b]")
         w(f"{name}b[plo:phi] = {reduction_init(n.op.name, n.out.aval.dtype)}")
-        if tracks_nan(n):
-            w(f"{name}nb = {name}n[b]")
-            w(f"{name}nb[plo:phi] = False")
     w(f"for s in range((b * R) // nb, ((b + {u}(1)) * R) // nb):")
     w.indent()
     w("base = s * L")
@@ -272,8 +277,10 @@ def _flat_run(
     w("e = base + p")
     _element_values(g, w, nodes, level, outputs, rows + elem_sums)
     for name, n in partials:
-        for line in accumulate(n, f"{name}b[p]", g.reduced(n), f"{name}nb[p]"):
-            w(line)
+        # Each position has an accumulator of its own, so nothing is carried from one
+        # iteration to the next: a NaN-propagating maximum vectorizes as it is, without
+        # the NaN flags a scalar accumulator needs (source.tracks_nan).
+        w(f"{name}b[p] = {_fold_in(g, n, f'{name}b[p]', g.reduced(n))}")
     w.dedent(2)
     g.body = (body_begin, len(w.lines))
     g.in_chunk = False
@@ -294,7 +301,7 @@ def _flat_run(
         if level[id(n.out)] != "row":
             continue
         k = g.index[id(n.out)]
-        expr = settle(n, f"f{k}", f"f{k}n") if id(n.out) in reduce_phase else g.expression(n, "row")
+        expr = f"f{k}" if id(n.out) in reduce_phase else g.expression(n, "row")
         g.assign(w, f"v{k}", expr)
         g.after_value(w, n, "row", outputs, scalar_index)
     w.dedent()
@@ -302,7 +309,7 @@ def _flat_run(
         acc = f"v{g.index[id(n.out)]}"
         if n in elem_sums:
             _fold(w, n, f"q{k}", f"q{k}", "for p in range(L):", "p")
-            w(f"{acc} = {settle(n, f'fq{k}', f'fq{k}n')}")
+            w(f"{acc} = fq{k}")
         else:
             w(f"{acc} = s{k}")
     g.flat_columns = None
@@ -353,15 +360,20 @@ def _offsets(
     w(f"    {name}x[q] = off" if kind == "table" else f"    {name}t[q] = {name}f[off]")
 
 
-def _fold(w: Writer, n: Node, partial: str, tag: str, positions: str, at: str) -> None:
-    """`f{tag}` (and its NaN flag `f{tag}n`) = the partials of `partial` at the positions
-    `positions` walks, block after block, combined in order."""
-    acc, flag = f"f{tag}", f"f{tag}n"
-    w(f"{acc} = {reduction_init(n.op.name, n.out.aval.dtype)}")
+def _fold_in(g: _Generator, n: Node, acc: str, x: str) -> str:
+    """`x` combined into a per-position accumulator `acc`."""
     if tracks_nan(n):
-        w(f"{flag} = False")
+        name = f"n{n.op.name}"
+        g.imports.add(f"fastgrad.compiler.codegen.support:{name}")
+        return f"{name}({acc}, {x})"
+    return combine(n.op.name, acc, x)
+
+
+def _fold(w: Writer, n: Node, partial: str, tag: str, positions: str, at: str) -> None:
+    """`f{tag}` = the partials of `partial` at the positions `positions` walks, block after
+    block, combined in order."""
+    acc = f"f{tag}"
+    w(f"{acc} = {reduction_init(n.op.name, n.out.aval.dtype)}")
     w("for b in range(nb):")
     w(f"    {positions}")
     w(f"        {acc} = {combine(n.op.name, acc, f'{partial}[b, {at}]')}")
-    if tracks_nan(n):
-        w(f"        {flag} = {flag} | {partial}n[b, {at}]")
