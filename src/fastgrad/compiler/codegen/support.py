@@ -41,9 +41,11 @@ def radd(typingctx, a, b):  # type: ignore[no-untyped-def]
     return None
 
 
-def _ordered(llvm_name: str):  # type: ignore[no-untyped-def]
+def _intrinsic(llvm_name: str, fastmath: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    """A float (a, b) -> float function calling the LLVM intrinsic `llvm_name`."""
+
     @intrinsic
-    def ordered(typingctx, a, b):  # type: ignore[no-untyped-def]
+    def call(typingctx, a, b):  # type: ignore[no-untyped-def]
         if a != b or a not in (types.float64, types.float32):
             return None
 
@@ -53,44 +55,25 @@ def _ordered(llvm_name: str):  # type: ignore[no-untyped-def]
             fn = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ty, [ty, ty]), f"{llvm_name}.{suffix}"
             )
-            # No-NaN and no-signed-zero flags let LLVM vectorize the reduction; callers
-            # track NaNs separately and discard the result when one was seen.
-            return builder.call(fn, args, fastmath=("nnan", "nsz"))
+            return builder.call(fn, args, fastmath=fastmath)
 
         return a(a, b), codegen
 
-    return ordered
+    return call
 
 
-rmax = _ordered("llvm.maxnum")
-rmin = _ordered("llvm.minnum")
-
-
-def _propagating(llvm_name: str):  # type: ignore[no-untyped-def]
-    @intrinsic
-    def propagating(typingctx, a, b):  # type: ignore[no-untyped-def]
-        if a != b or a not in (types.float64, types.float32):
-            return None
-
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            ty = args[0].type
-            suffix = "f64" if ty == ir.DoubleType() else "f32"
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ty, [ty, ty]), f"{llvm_name}.{suffix}"
-            )
-            return builder.call(fn, args)
-
-        return a(a, b), codegen
-
-    return propagating
+# No-NaN and no-signed-zero flags let LLVM vectorize the reduction; callers track NaNs
+# separately and discard the result when one was seen.
+rmax = _intrinsic("llvm.maxnum", ("nnan", "nsz"))
+rmin = _intrinsic("llvm.minnum", ("nnan", "nsz"))
 
 
 # NaN if either is NaN (IEEE 754-2019 maximum/minimum; -0.0 below 0.0): for accumulators
 # that carry nothing from one iteration to the next (one per column), where they vectorize
 # as a few instructions, 1.5x faster than maximum's compare-and-select (measured on
 # 3.2e6 float32 into 64 accumulators).
-nmax = _propagating("llvm.maximum")
-nmin = _propagating("llvm.minimum")
+nmax = _intrinsic("llvm.maximum")
+nmin = _intrinsic("llvm.minimum")
 
 
 def flat(a):  # type: ignore[no-untyped-def]
