@@ -280,7 +280,7 @@ def _flat_run(
         # Each position has an accumulator of its own, so nothing is carried from one
         # iteration to the next: a NaN-propagating maximum vectorizes as it is, without
         # the NaN flags a scalar accumulator needs (source.tracks_nan).
-        w(f"{name}b[p] = {_fold_in(g, n, f'{name}b[p]', g.reduced(n))}")
+        w(f"{name}b[p] = {fold_in(g, n, f'{name}b[p]', g.reduced(n))}")
     w.dedent(2)
     g.body = (body_begin, len(w.lines))
     g.in_chunk = False
@@ -360,7 +360,7 @@ def _offsets(
     w(f"    {name}x[q] = off" if kind == "table" else f"    {name}t[q] = {name}f[off]")
 
 
-def _fold_in(g: _Generator, n: Node, acc: str, x: str) -> str:
+def fold_in(g: _Generator, n: Node, acc: str, x: str) -> str:
     """`x` combined into a per-position accumulator `acc`."""
     if tracks_nan(n):
         name = f"n{n.op.name}"
