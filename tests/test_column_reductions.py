@@ -130,13 +130,16 @@ def test_raveled_columns_match_reference(lead, kept, op, bias, dtype, seed):
         z = fnp.tanh(x + b) if bias else x * 0.5 + 0.25
         return reduce(z, axis=axes), fnp.sum(z * z), z * 3
 
-    fused = fg.jit(f)(x, b)
-    reference = fg.jit(f, fuse=False)(x, b)
-    tol = 2e-4 if dtype == np.float32 else 1e-11
+    _matches_reference_raveled(f, x, b)
+
+
+def _matches_reference_raveled(f, x, y):
+    fused, reference = fg.jit(f)(x, y), fg.jit(f, fuse=False)(x, y)
+    tol = 2e-4 if x.dtype == np.float32 else 1e-11
     for u, r in zip(fused, reference, strict=True):
         assert u.dtype == r.dtype and u.shape == r.shape
         np.testing.assert_allclose(u, r, rtol=tol, atol=tol * max(1, x.size**0.5))
-    assert _raveled(f, x, b)
+    assert _raveled(f, x, y)
 
 
 def test_raveled_columns_read_strided_inputs():
@@ -155,14 +158,48 @@ def test_nan_in_the_partial_last_row():
     np.testing.assert_array_equal(col[[0, 2]], x.max(axis=0)[[0, 2]])
 
 
-def test_broadcast_over_some_kept_axes_keeps_the_nested_form():
-    # (5, 8, 1) broadcast against (5, 8, 2): its index is not the raveled position.
-    x, y = rng.standard_normal((5, 8, 2)), rng.standard_normal((5, 8, 1))
+@settings(max_examples=6, deadline=None)
+@given(
+    lead=st.sampled_from([(1,), (3,), (37,), (301,), (2, 3)]),
+    kept=st.sampled_from([(8, 2), (3, 1), (2, 5), (1, 4), (70,), (4, 3, 2)]),
+    mask=st.integers(0, 63),
+    spans=st.booleans(),
+    op=st.sampled_from(["sum", "max", "min"]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    nan=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_operands_broadcast_over_kept_axes(lead, kept, mask, spans, op, dtype, nan, seed):
+    """Operands broadcast over some kept axes, spanning the reduced axes (read through a
+    table of offsets: the mixture likelihood's x[:, None, :] in bench M4) or not (tiled
+    along a row), with rows of many loop rows and a partial last one; a NaN propagates
+    through max and min. Oracle: the reference interpreter."""
+    shape = lead + kept
+    keep = tuple(1 if mask >> k & 1 else d for k, d in enumerate(kept))
+    draw = np.random.default_rng(seed)
+    x = draw.uniform(-2, 2, shape).astype(dtype)
+    y = draw.uniform(-2, 2, (lead if spans else (1,) * len(lead)) + keep).astype(dtype)
+    if nan:
+        x.reshape(-1)[draw.integers(x.size)] = np.nan
+    axes = tuple(range(len(lead)))
+    reduce = getattr(fnp, op)
 
     def f(x, y):
-        return fnp.sum(x * y, axis=0)
+        z = (x - y) * y
+        return reduce(z, axis=axes), fnp.sum(z * x, axis=axes)
 
-    np.testing.assert_allclose(fg.jit(f)(x, y), (x * y).sum(axis=0), rtol=1e-12)
+    _matches_reference_raveled(f, x, y)
+
+
+def test_broadcast_over_some_reduced_axes_keeps_the_nested_form():
+    # (4, 1, 8, 2) against (4, 5, 8, 2) reduced over its first two axes: its offset is not
+    # a multiple of the raveled row.
+    x, y = rng.standard_normal((4, 5, 8, 2)), rng.standard_normal((4, 1, 8, 2))
+
+    def f(x, y):
+        return fnp.sum(x * y, axis=(0, 1))
+
+    np.testing.assert_allclose(fg.jit(f)(x, y), (x * y).sum(axis=(0, 1)), rtol=1e-12)
     assert not _raveled(f, x, y)
 
 
@@ -186,4 +223,19 @@ def test_several_blocks_of_rows(dtype):
     tol = 2e-2 if dtype == np.float32 else 1e-9
     np.testing.assert_allclose(fused[1][1:], exact[1:], atol=tol)
     assert np.isnan(fused[1][0])
+    assert _raveled(f, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_extrema_with_infinities_and_nans(dtype):
+    # K = 3 positions in rows of 96 (m = 32 loop rows, a multiple of the vector width):
+    # +-inf, NaN in the partial last row and in a full one; NumPy is the oracle, exactly.
+    x = rng.standard_normal((1001, 3)).astype(dtype)
+    x[5, 0], x[700, 0], x[17, 1], x[1000, 2], x[3, 2] = np.inf, -np.inf, np.nan, np.nan, -np.inf
+
+    def f(x):
+        return fnp.max(x, axis=0), fnp.min(x, axis=0), fnp.max(-x, axis=0)
+
+    for u, r in zip(fg.jit(f)(x), (x.max(0), x.min(0), (-x).max(0)), strict=True):
+        np.testing.assert_array_equal(u, r)
     assert _raveled(f, x)

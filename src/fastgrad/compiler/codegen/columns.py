@@ -1,8 +1,11 @@
 """Column kernels: loops whose reduced axes all come before the kept ones (a bias gradient
 summed over the batch, an (N, 8, 2) array summed over N).
 
-Where every operand is whole, kept-shaped or one element, the arrays are raveled and the
-kept axes seen as one of K positions. The array is read in memory order as rows of L = m*K
+Where every operand spans the reduced axes or none of them (broadcast over the kept axes
+as it likes), the arrays are raveled and the kept axes seen as one of K positions.
+Operands smaller than the loop are tiled along a row; those spanning the reduced axes but
+broadcast over kept ones (x[:, None, :] against an (N, 8, 2) array) are read through a
+table of offsets (vector gathers). The array is read in memory order as rows of L = m*K
 elements (m rows at once when K is small, so the inner loop is long enough to vectorize),
 split into blocks of rows and tiles of positions that depend on the sizes only: each block
 keeps its own partial per position, folded in order afterwards, so no result depends on
@@ -146,6 +149,9 @@ def _kept_loops(g: _Generator, w: Writer, o: int, rest: list[int]) -> None:
 # Positions per row of the raveled loop: at least this many (m rows at once when K is
 # smaller), so the inner loop vectorizes however few the kept positions are.
 _ROW_WIDTH = 64
+# The widest vector in elements (16 float32 in an AVX-512 register): rows of L a multiple
+# of it.
+_LANES = 16
 # Positions per tile: a tile's partials (16 KiB in float64) stay in the L1 cache.
 _TILE = 2048
 # At most this many blocks of rows, each at least this many rows and elements: enough
@@ -156,9 +162,11 @@ _UNFLATTENABLE = ("gather", "scatter_add")
 
 
 def _operand_kind(shape: tuple[int, ...], loop_shape: tuple[int, ...], n_reduced: int) -> str:
-    """An operand's kind: "whole" (the loop's shape), "kept" (the kept axes' shape, after
-    leading ones), "one" (a single element), or "" (another broadcast: the nested form
-    handles it)."""
+    """An operand's kind: "whole" (the loop's shape), "one" (a single element), "kept"
+    (the kept axes' shape, after leading ones), "small" (broadcast over every reduced axis
+    and some kept ones), "table" (spanning the reduced axes, broadcast over some kept ones:
+    read through a table of offsets), or "" (broadcast over some reduced axes only: the
+    nested form handles it)."""
 
     def strip(s: tuple[int, ...]) -> tuple[int, ...]:
         return s[next((k for k, d in enumerate(s) if d != 1), len(s)) :]
@@ -169,6 +177,12 @@ def _operand_kind(shape: tuple[int, ...], loop_shape: tuple[int, ...], n_reduced
         return "one"
     if strip(shape) == strip(loop_shape[n_reduced:]):
         return "kept"
+    padded = (1,) * (len(loop_shape) - len(shape)) + shape
+    reduced = padded[:n_reduced]
+    if all(d == 1 for d in reduced):
+        return "small"
+    if reduced == loop_shape[:n_reduced]:
+        return "table"
     return ""
 
 
@@ -195,17 +209,22 @@ def _flat_run(
     partials folded and the row values computed per kept position."""
     shape, n_red = g.loop.shape, len(g.inner)
     kinds = {id(v): _operand_kind(v.aval.shape, shape, n_red) for v in [*g.arrays, *g.loop.outputs]}
-    # A kept-shaped operand read per element needs its position's kept index: with one
-    # row per loop row (m = 1) that is the position itself.
-    kept_per_elem = any(
-        kinds.get(id(v)) == "kept" for n in nodes if level[id(n.out)] == "elem" for v in n.inputs
-    )
     names = {**g.in_name, **g.out_name}
 
     def address(v: Var, at: str) -> str:
-        kind = kinds[id(v)]
-        index = "0" if kind == "one" else "e" if kind == "whole" else "p" if at == "elem" else "j"
-        return f"{names[id(v)]}f[{index}]"
+        name, kind = names[id(v)], kinds[id(v)]
+        if kind in ("one", "whole"):
+            return f"{name}f[{'0' if kind == 'one' else 'e'}]"
+        if kind == "table":
+            assert at == "elem", "a row value reads no operand spanning the reduced axes"
+            return f"{name}f[{name}o + {name}x[p]]"
+        # Small operands are tiled along a row of L, so an element reads it at its position
+        # p, and a kept position j (j < K) at j.
+        return (
+            f"{name}f[j]"
+            if kind == "kept" and at != "elem"
+            else f"{name}t[{'p' if at == 'elem' else 'j'}]"
+        )
 
     g.flat_columns = address
     g.imports.add("fastgrad.compiler.codegen.support:flat")
@@ -214,21 +233,30 @@ def _flat_run(
     u = "np.uint64"
     w(f"N = {' * '.join(f'{u}(n{a})' for a in g.inner)}")
     w(f"K = {' * '.join(f'{u}(n{a})' for a in g.outer)}")
-    w(f"m = {u}(1)" if kept_per_elem else f"m = max({u}(1), {u}({_ROW_WIDTH}) // max(K, {u}(1)))")
+    # m rows at once: at least _ROW_WIDTH positions, and a multiple of _LANES, so that no
+    # row ends in a scalar remainder loop (K = 3 in rows of 63 ran at half the speed).
+    w(f"a = {u}({_LANES})")
+    w(f"while a > {u}(1) and K % a != {u}(0):")
+    w(f"    a = a // {u}(2)")
+    w(f"a = {u}({_LANES}) // a")
+    w(f"m = max({u}(1), ({u}({_ROW_WIDTH}) + K - {u}(1)) // max(K, {u}(1)))")
+    w(f"m = (m + a - {u}(1)) // a * a")
     w("L = m * K")
     w("NK = N * K")
     w(f"R = (N + m - {u}(1)) // m  # rows of L; the last may be partial")
     w(f"nb = min({u}({_BLOCKS}), R // {u}({_BLOCK_ROWS}), NK // {u}({_BLOCK_ELEMENTS}))")
     w(f"nb = max({u}(1), nb)")
     w(f"nt = (L + {u}({_TILE - 1})) // {u}({_TILE})")
+    tables = [v for v in g.arrays if kinds[id(v)] == "table"]
+    for v in g.arrays:
+        if kinds[id(v)] in ("kept", "small", "table"):
+            _offsets(w, names[id(v)], kinds[id(v)], v.aval.shape, shape, g.outer)
     elem_sums = [n for n in scalar_reductions if g._elem_input(n, level)]
     rows = [n for n in nodes if id(n.out) in reduce_phase]
     partials = [(f"r{g.index[id(n.out)]}", n) for n in rows]
     partials += [(f"q{k}", n) for k, n in enumerate(scalar_reductions) if n in elem_sums]
     for name, n in partials:
         w(f"{name} = np.empty((nb, L), {scalar_type(n.out.aval.dtype)})")
-        if tracks_nan(n):
-            w(f"{name}n = np.empty((nb, L), np.bool_)")
     w(f"for c in {'prange' if g.parallel else 'range'}(nb * nt):")
     w.indent()
     g.in_chunk = True
@@ -240,19 +268,20 @@ def _flat_run(
     for name, n in partials:
         w(f"{name}b = {name}[b]")
         w(f"{name}b[plo:phi] = {reduction_init(n.op.name, n.out.aval.dtype)}")
-        if tracks_nan(n):
-            w(f"{name}nb = {name}n[b]")
-            w(f"{name}nb[plo:phi] = False")
     w(f"for s in range((b * R) // nb, ((b + {u}(1)) * R) // nb):")
     w.indent()
     w("base = s * L")
+    for v in tables:
+        w(f"{names[id(v)]}o = s * m * {_kept_size(v.aval.shape, shape, g.outer)}")
     w("for p in range(plo, min(phi, NK - base)):")
     w.indent()
     w("e = base + p")
     _element_values(g, w, nodes, level, outputs, rows + elem_sums)
     for name, n in partials:
-        for line in accumulate(n, f"{name}b[p]", g.reduced(n), f"{name}nb[p]"):
-            w(line)
+        # Each position has an accumulator of its own, so nothing is carried from one
+        # iteration to the next: a NaN-propagating maximum vectorizes as it is, without
+        # the NaN flags a scalar accumulator needs (source.tracks_nan).
+        w(f"{name}b[p] = {fold_in(g, n, f'{name}b[p]', g.reduced(n))}")
     w.dedent(2)
     g.body = (body_begin, len(w.lines))
     g.in_chunk = False
@@ -273,7 +302,7 @@ def _flat_run(
         if level[id(n.out)] != "row":
             continue
         k = g.index[id(n.out)]
-        expr = settle(n, f"f{k}", f"f{k}n") if id(n.out) in reduce_phase else g.expression(n, "row")
+        expr = f"f{k}" if id(n.out) in reduce_phase else g.expression(n, "row")
         g.assign(w, f"v{k}", expr)
         g.after_value(w, n, "row", outputs, scalar_index)
     w.dedent()
@@ -281,22 +310,71 @@ def _flat_run(
         acc = f"v{g.index[id(n.out)]}"
         if n in elem_sums:
             _fold(w, n, f"q{k}", f"q{k}", "for p in range(L):", "p")
-            w(f"{acc} = {settle(n, f'fq{k}', f'fq{k}n')}")
+            w(f"{acc} = fq{k}")
         else:
             w(f"{acc} = s{k}")
     g.flat_columns = None
     return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
 
 
-def _fold(w: Writer, n: Node, partial: str, tag: str, positions: str, at: str) -> None:
-    """`f{tag}` (and its NaN flag `f{tag}n`) = the partials of `partial` at the positions
-    `positions` walks, block after block, combined in order."""
-    acc, flag = f"f{tag}", f"f{tag}n"
-    w(f"{acc} = {reduction_init(n.op.name, n.out.aval.dtype)}")
+def _padded(shape: tuple[int, ...], loop_shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (1,) * (len(loop_shape) - len(shape)) + shape
+
+
+def _kept_size(shape: tuple[int, ...], loop_shape: tuple[int, ...], kept: list[int]) -> str:
+    """The number of elements of an operand's kept axes: its stride between loop rows."""
+    padded = _padded(shape, loop_shape)
+    return " * ".join(["np.uint64(1)", *(f"np.uint64(n{a})" for a in kept if padded[a] != 1)])
+
+
+def _offsets(
+    w: Writer,
+    name: str,
+    kind: str,
+    shape: tuple[int, ...],
+    loop_shape: tuple[int, ...],
+    kept: list[int],
+) -> None:
+    """For an operand broadcast over some kept axes: where each position q of a row of L
+    (m loop rows of K positions) reads it. A "table" operand (one spanning the reduced
+    axes) gets `{name}x`, its offsets from the row's start: the loop reads it through them
+    (gathers). Others are small (at most K elements): `{name}t` holds their values tiled
+    along the row, so the loop reads them in order."""
+    padded = _padded(shape, loop_shape)
+    if kind == "table":
+        w(f"{name}x = np.empty(L, np.uint64)")
+    else:
+        w(f"{name}t = np.empty(L, {name}f.dtype)")
+    w("for q in range(L):")
+    w("    r = q % K")
+    w(
+        f"    off = (q // K) * {_kept_size(shape, loop_shape, kept)}"
+        if kind == "table"
+        else "    off = np.uint64(0)"
+    )
+    stride = "np.uint64(1)"
+    for a in reversed(kept):
+        if padded[a] != 1:
+            w(f"    off += (r % np.uint64(n{a})) * {stride}")
+            stride = f"{stride} * np.uint64(n{a})"
+        w(f"    r = r // np.uint64(n{a})")
+    w(f"    {name}x[q] = off" if kind == "table" else f"    {name}t[q] = {name}f[off]")
+
+
+def fold_in(g: _Generator, n: Node, acc: str, x: str) -> str:
+    """`x` combined into a per-position accumulator `acc`."""
     if tracks_nan(n):
-        w(f"{flag} = False")
+        name = f"n{n.op.name}"
+        g.imports.add(f"fastgrad.compiler.codegen.support:{name}")
+        return f"{name}({acc}, {x})"
+    return combine(n.op.name, acc, x)
+
+
+def _fold(w: Writer, n: Node, partial: str, tag: str, positions: str, at: str) -> None:
+    """`f{tag}` = the partials of `partial` at the positions `positions` walks, block after
+    block, combined in order."""
+    acc = f"f{tag}"
+    w(f"{acc} = {reduction_init(n.op.name, n.out.aval.dtype)}")
     w("for b in range(nb):")
     w(f"    {positions}")
     w(f"        {acc} = {combine(n.op.name, acc, f'{partial}[b, {at}]')}")
-    if tracks_nan(n):
-        w(f"        {flag} = {flag} | {partial}n[b, {at}]")

@@ -21,7 +21,9 @@ from fastgrad.compiler.codegen.columns import column_run
 from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
-from fastgrad.compiler.codegen.recompute import choose_stored, op_cost
+from fastgrad.compiler.codegen.recompute import op_cost
+from fastgrad.compiler.codegen.rowblocks import block_run, blockable
+from fastgrad.compiler.codegen.schedule import schedule
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
@@ -156,6 +158,8 @@ class _Generator:
         self.scalar_acc = lambda k: f"s{k}"
         # Column kernels over raveled operands (codegen.columns) address them themselves.
         self.flat_columns: Callable[[Var, str], str] | None = None
+        # Whole-shaped operands a block of short rows reads and writes transposed.
+        self.transposed: dict[int, str] = {}
 
     # ---- addressing
     def _row_map(self, shape: tuple[int, ...]) -> list[int]:
@@ -170,6 +174,8 @@ class _Generator:
         shape = v.aval.shape
         if self.flat_columns is not None and level != "scalar":
             return self.flat_columns(v, level)
+        if level == "elem" and id(v) in self.transposed:  # codegen.rowblocks
+            return self.transposed[id(v)]
         if shape == () or level == "scalar":
             if id(v) in self.in_name and v.aval.size == 1:
                 self.preloads[f"{name}_0"] = f"{name}[0]"
@@ -332,45 +338,10 @@ class _Generator:
         nodes = loop.nodes
         level = {id(n.out): loop.level[id(n.out)] for n in nodes}
         self.by_id = {id(n.out): n for n in nodes}
-        phase: dict[int, int] = {}
-        avail: dict[int, int] = {}
-        for n in nodes:
-            lv = level[id(n.out)]
-            inside = [v for v in n.inputs if id(v) in level]
-            if lv == "elem":
-                phase[id(n.out)] = max(
-                    [phase[id(v)] if level[id(v)] == "elem" else avail[id(v)] for v in inside],
-                    default=0,
-                )
-            elif lv == "row":
-                x = n.inputs[0]
-                if n.op.name in REDUCTIONS and (
-                    level.get(id(x)) == "elem"
-                    or (id(x) not in level and x.aval.shape == loop.shape)
-                ):
-                    avail[id(n.out)] = phase.get(id(x), 0) + 1
-                elif n.op.name == "gather":  # needs what x needs, then reads it anywhere
-                    avail[id(n.out)] = phase.get(id(x), 0)
-                else:
-                    avail[id(n.out)] = max((avail[id(v)] for v in inside), default=0)
         outputs = {id(v) for v in loop.outputs}
-        reduce_phase: dict[int, int] = {}  # reduction node id(out) -> phase it accumulates in
-        for n in nodes:
-            if n.op.name in REDUCTIONS and n.params["axis"] and level[id(n.out)] == "row":
-                x = n.inputs[0]
-                if level.get(id(x), "elem" if x.aval.shape == loop.shape else "row") == "elem":
-                    reduce_phase[id(n.out)] = phase.get(id(x), 0)
-        scalar_reductions = [
-            n
-            for n in nodes
-            if level[id(n.out)] == "scalar" and n.op.name in REDUCTIONS and n.params["axis"]
-        ]
-        # A reduction of an input read straight from memory accumulates in phase 0.
-        accumulate_phases = list(reduce_phase.values()) + [
-            phase.get(id(n.inputs[0]), 0) for n in scalar_reductions if self._elem_input(n, level)
-        ]
-        n_phases = max([*phase.values(), *accumulate_phases], default=-1) + 1
-
+        sched = schedule(self, nodes, level)
+        phase, avail, reduce_phase = sched.phase, sched.avail, sched.reduce_phase
+        scalar_reductions, n_phases = sched.scalar_reductions, sched.n_phases
         w = Writer()
         sizes = [f"n{a}" for a in range(len(self.shape))]
         args = sizes + ["nchunks"] + list(self.consts.values())
@@ -395,6 +366,8 @@ class _Generator:
         )
         if column:
             return column_run(self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
+        if blockable(self, nodes):
+            return block_run(self, w, args, nodes, level, outputs, sched)
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
         w.indent()
         self.in_chunk = True
@@ -424,36 +397,7 @@ class _Generator:
                 self.assign(w, f"v{self.index[id(n.out)]}", expr)
                 self.after_value(w, n, "row", outputs, scalar_index)
 
-        # What each pass computes: the elem values its outputs and reductions need.
-        plan = []
-        for p in range(n_phases):
-            sinks = [
-                n
-                for n in nodes
-                if level[id(n.out)] == "elem" and phase[id(n.out)] == p and id(n.out) in outputs
-            ]
-            reducers = [
-                n
-                for n in nodes
-                if (id(n.out) in reduce_phase and reduce_phase[id(n.out)] == p)
-                or (
-                    id(n.out) in scalar_index
-                    and self._elem_input(n, level)
-                    and phase.get(id(n.inputs[0]), 0) == p
-                )
-            ]
-            plan.append((sinks, reducers, closure([*sinks, *reducers], nodes, level)))
-        # A value a later pass needs again is kept in a row-sized scratch buffer (it stays
-        # in cache) where recomputing it costs more: exp in a softmax, the chain of a GELU
-        # derivative in a layer norm's backward pass.
-        stored: set[int] = set()
-        if len(self.inner) == 1:
-            stored = choose_stored(nodes, level, phase, [[*s, *r] for s, r, _ in plan], self.cost)
-        for p in range(n_phases):
-            sinks, reducers, _ = plan[p]
-            cut = {k for k in stored if phase[k] < p}
-            kept = [self.by_id[k] for k in stored if phase[k] == p]  # computed here
-            plan[p] = (sinks, reducers, closure([*sinks, *reducers, *kept], nodes, level, cut))
+        plan, stored = sched.plan, sched.stored
         w.lines[scratch_at:scratch_at] = [
             "    " * scratch_depth
             + f"t{k} = np.empty(n{self.inner[0]}, {scalar_type(nodes[k].out.aval.dtype)})"

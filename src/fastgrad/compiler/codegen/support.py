@@ -3,8 +3,8 @@
 `radd` is an addition that LLVM may reassociate: only reduction accumulators use it, so
 their loops vectorize (with several partial sums), while every other operation keeps
 strict IEEE semantics. rmax/rmin are the same for max/min reductions, whose callers track
-NaNs on the side. maximum/minimum propagate NaN as NumPy's do, with selects rather than
-branches.
+NaNs on the side; nmax/nmin propagate NaN themselves, for accumulators kept in arrays.
+maximum/minimum propagate NaN as NumPy's do, with selects rather than branches.
 """
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ def radd(typingctx, a, b):  # type: ignore[no-untyped-def]
     return None
 
 
-def _ordered(llvm_name: str):  # type: ignore[no-untyped-def]
+def _intrinsic(llvm_name: str, fastmath: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    """A float (a, b) -> float function calling the LLVM intrinsic `llvm_name`."""
+
     @intrinsic
-    def ordered(typingctx, a, b):  # type: ignore[no-untyped-def]
+    def call(typingctx, a, b):  # type: ignore[no-untyped-def]
         if a != b or a not in (types.float64, types.float32):
             return None
 
@@ -53,17 +55,25 @@ def _ordered(llvm_name: str):  # type: ignore[no-untyped-def]
             fn = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(ty, [ty, ty]), f"{llvm_name}.{suffix}"
             )
-            # No-NaN and no-signed-zero flags let LLVM vectorize the reduction; callers
-            # track NaNs separately and discard the result when one was seen.
-            return builder.call(fn, args, fastmath=("nnan", "nsz"))
+            return builder.call(fn, args, fastmath=fastmath)
 
         return a(a, b), codegen
 
-    return ordered
+    return call
 
 
-rmax = _ordered("llvm.maxnum")
-rmin = _ordered("llvm.minnum")
+# No-NaN and no-signed-zero flags let LLVM vectorize the reduction; callers track NaNs
+# separately and discard the result when one was seen.
+rmax = _intrinsic("llvm.maxnum", ("nnan", "nsz"))
+rmin = _intrinsic("llvm.minnum", ("nnan", "nsz"))
+
+
+# NaN if either is NaN (IEEE 754-2019 maximum/minimum; -0.0 below 0.0): for accumulators
+# that carry nothing from one iteration to the next (one per column), where they vectorize
+# as a few instructions, 1.5x faster than maximum's compare-and-select (measured on
+# 3.2e6 float32 into 64 accumulators).
+nmax = _intrinsic("llvm.maximum")
+nmin = _intrinsic("llvm.minimum")
 
 
 def flat(a):  # type: ignore[no-untyped-def]

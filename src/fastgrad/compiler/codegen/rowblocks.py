@@ -1,0 +1,202 @@
+"""Row kernels over short rows: blocks of rows, with the loops over a block's rows inside.
+
+A loop reducing a short last axis (the 8 components of a mixture's logsumexp) runs one
+row at a time in the ordinary form, each row's inner loop too short for vector
+instructions: it runs scalar, 4x slower than over rows of 64 (bench M4). Here (2-D loops)
+the rows are taken in blocks of `BLOCK`; each pass runs over the inner axis outside and
+the block's rows inside, so the vector lanes hold rows. Row values are arrays over the
+block; reductions accumulate per row, in the inner axis's order as the ordinary form does.
+Chosen where the reduced axis is shorter than `SHORT_ROW` (a size class, like a rank, in
+the kernel's source).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastgrad.compiler.codegen.columns import fold_in
+from fastgrad.compiler.codegen.schedule import Schedule
+from fastgrad.compiler.codegen.source import (
+    KernelSource,
+    Writer,
+    accumulate,
+    init_scalars,
+    reduction_init,
+    scalar_type,
+)
+from fastgrad.core.ir import Node, Var
+
+if TYPE_CHECKING:
+    from fastgrad.compiler.codegen.loops import _Generator
+
+# Reduced axes shorter than this run in blocks of rows; rows per block.
+SHORT_ROW = 16
+BLOCK = 64
+_UNBLOCKED = ("gather", "scatter_add")
+
+
+def blockable(g: _Generator, nodes: list[Node]) -> bool:
+    """Whether the loop reduces the short last axis of a 2-D shape, and every node reads
+    elements at their own point (row picks and random samples index by axis). Over more
+    outer axes, a block's rows would need their indices from a table: LLVM then cannot
+    tell that the loop's stores miss its loads, and vectorizes nothing."""
+    shape = g.loop.shape
+    return (
+        not g.flat
+        and len(shape) == 2
+        and g.inner == [1]
+        and 0 < shape[-1] < SHORT_ROW
+        and not any(n.op.name in _UNBLOCKED or n.op.extra.get("positional") for n in nodes)
+    )
+
+
+def block_run(
+    g: _Generator,
+    w: Writer,
+    args: list[str],
+    nodes: list[Node],
+    level: dict[int, str],
+    outputs: set[int],
+    sched: Schedule,
+) -> KernelSource:
+    u = "np.uint64"
+    inner = g.inner[0]
+    scalar_index = sched.scalar_index
+    rows = [n for n in nodes if level[id(n.out)] == "row"]
+    w(f"for c in {'prange' if g.parallel else 'range'}(nchunks):")
+    w.indent()
+    init_scalars(w, sched.scalar_reductions)
+    # Every row value, accumulator, stored elem value and transposed operand of a block is in
+    # one array per dtype, at offsets whose distance LLVM sees: with an array each, the loop
+    # over a block's rows needs more overlap checks than LLVM makes, and stays scalar.
+    at: dict[str, str] = {}  # "w3", "t8", "a0" -> its place in its dtype's array
+    taken: dict[str, tuple[int, list[str]]] = {}  # dtype -> elements used: blocks, and more
+
+    def place(key: str, dtype: str, blocks: int, more: str = "") -> None:
+        count, parts = taken.get(dtype, (0, []))
+        at[key] = f"{_array(dtype)}[{' + '.join([f'{u}({count * BLOCK})', *parts])} + "
+        taken[dtype] = (count + blocks, parts + [more] if more else parts)
+
+    for n in rows:
+        place(f"w{g.index[id(n.out)]}", scalar_type(n.out.aval.dtype), 1)
+    for k in sorted(g.index[i] for i in sched.stored):
+        place(f"t{k}", scalar_type(nodes[k].out.aval.dtype), 0, f"{u}({BLOCK}) * {u}(n{inner})")
+    # Operands of the loop's shape are copied in (and out) transposed, a block at a time,
+    # so the loops over a block's rows read and write them in order.
+    names = {**g.in_name, **g.out_name}
+    # (An output of a row value that keeps its reduced axis of length 1 has that shape too.)
+    whole = [v for v in g.arrays if v.aval.shape == g.loop.shape]
+    whole += [v for v in g.loop.outputs if level[id(v)] == "elem"]
+    for v in whole:
+        place(names[id(v)], scalar_type(v.aval.dtype), 0, f"{u}({BLOCK}) * {u}(n{inner})")
+    for dtype, (count, parts) in taken.items():
+        w(f"{_array(dtype)} = np.empty({' + '.join([f'{u}({count * BLOCK})', *parts])}, {dtype})")
+
+    def slot(key: str, index: str) -> str:
+        return f"{at[key]}{index}]"
+
+    for v in whole:
+        g.transposed[id(v)] = slot(names[id(v)], f"i{inner} * {u}({BLOCK}) + r")
+
+    def transpose(v: Var, inward: bool) -> None:
+        w("for r in range(nr):")
+        w(f"    for i{inner} in range({u}(n{inner})):")
+        there = f"{names[id(v)]}[rb + r, i{inner}]"
+        here = slot(names[id(v)], f"i{inner} * {u}({BLOCK}) + r")
+        w(f"        {here} = {there}" if inward else f"        {there} = {here}")
+
+    o = g.outer[0]
+    w(f"lo = {u}((c * n{o}) // nchunks)")
+    w(f"hi = {u}(((c + 1) * n{o}) // nchunks)")
+    w(f"for rb in range(lo, hi, {u}({BLOCK})):")
+    w.indent()
+    w(f"nr = min({u}({BLOCK}), hi - rb)")
+    for v in whole:
+        if id(v) in g.in_name:
+            transpose(v, inward=True)
+    done: set[int] = set()
+
+    def open_rows() -> None:
+        w("for r in range(nr):")
+        w.indent()
+        w(f"i{o} = rb + r")  # affine, so LLVM can check the arrays do not overlap
+        for n in rows:  # the row values known so far, read back (unused reads vanish)
+            if id(n.out) in done:
+                w(f"v{g.index[id(n.out)]} = {slot(f'w{g.index[id(n.out)]}', 'r')}")
+
+    def keep(n: Node) -> None:
+        k = g.index[id(n.out)]
+        w(f"{slot(f'w{k}', 'r')} = v{k}")
+        g.after_value(w, n, "row", outputs, scalar_index)
+        done.add(id(n.out))
+
+    def emit_rows(up_to: int) -> None:
+        now = [
+            n
+            for n in rows
+            if id(n.out) not in done
+            and id(n.out) not in sched.reduce_phase
+            and sched.avail[id(n.out)] <= up_to
+        ]
+        if not now:
+            return
+        open_rows()
+        for n in now:
+            g.assign(w, f"v{g.index[id(n.out)]}", g.expression(n, "row"))
+            keep(n)
+        w.dedent()
+
+    for p in range(sched.n_phases):
+        emit_rows(p)
+        sinks, reducers, needed = sched.plan[p]
+        row_reducers = [n for n in reducers if id(n.out) in sched.reduce_phase]
+        for n in row_reducers:
+            k = g.index[id(n.out)]
+            w("for r in range(nr):")
+            w(f"    {slot(f'w{k}', 'r')} = {reduction_init(n.op.name, n.out.aval.dtype)}")
+        w(f"for i{inner} in range({u}(n{inner})):")
+        w.indent()
+        open_rows()
+        for n in nodes:
+            if id(n.out) not in needed:
+                continue
+            k = g.index[id(n.out)]
+            stored = id(n.out) in sched.stored
+            scratch = slot(f"t{k}", f"i{inner} * {u}({BLOCK}) + r") if stored else ""
+            if id(n.out) in sched.stored and sched.phase[id(n.out)] < p:
+                w(f"v{k} = {scratch}")
+                continue
+            if sched.phase[id(n.out)] < p:
+                g.recomputed.append(f"{n.op.name} (phase {p})")
+            g.assign(w, f"v{k}", g.expression(n, "elem"))
+            if id(n.out) in sched.stored:
+                w(f"{scratch} = v{k}")
+            if id(n.out) in outputs and sched.phase[id(n.out)] == p:
+                w(f"{g.address(n.out, g.loop.shape, 'elem')} = v{k}")
+        for n in reducers:
+            if id(n.out) in sched.reduce_phase:  # an accumulator per row: nothing carried
+                acc = slot(f"w{g.index[id(n.out)]}", "r")
+                w(f"{acc} = {fold_in(g, n, acc, g.reduced(n))}")
+                continue
+            for line in accumulate(n, f"s{scalar_index[id(n.out)]}", g.reduced(n)):
+                w(line)
+        w.dedent(2)
+        if row_reducers:
+            open_rows()
+            for n in row_reducers:
+                k = g.index[id(n.out)]
+                w(f"v{k} = {slot(f'w{k}', 'r')}")
+                keep(n)
+            w.dedent()
+    emit_rows(sched.n_phases + 1)
+    for v in whole:
+        if id(v) in g.out_name:
+            transpose(v, inward=False)
+    w.dedent()
+    g.body = (0, 0)
+    return g._finish(w, args, nodes, level, outputs, sched.scalar_reductions)
+
+
+def _array(dtype: str) -> str:
+    """The name of a block's array of values of a scalar type ("f32", "np.bool_")."""
+    return "b" + dtype.removeprefix("np.").rstrip("_")
