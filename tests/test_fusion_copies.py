@@ -58,13 +58,13 @@ def test_copied_work_keeps_second_derivatives():
     fg.testing.check_grads(mixture_nll, args, order=2, modes=("rev",))
 
 
-def test_a_plan_with_copied_work_is_not_stored_as_the_graphs_plan():
-    """The plan cache stores loops by their nodes' places in the graph; fusion's copies are
-    in no graph, so such a plan is refused (Uncacheable) rather than stored wrong (a
-    gradient of det through jvp hit a KeyError here when the two met)."""
+def test_a_plan_with_copied_work_is_stored_with_its_copies():
+    """Fusion's copies are in no graph (a gradient of det through jvp once hit a KeyError in
+    the plan cache when the two met): the plan codec stores each loop's own nodes, so the
+    plan comes back with the same loops, copies included (bits: tests/test_plan_cache.py)."""
     from fastgrad.compiler.fusion import Loop, partition
     from fastgrad.compiler.passes import simplify
-    from fastgrad.compiler.plan_codec import Uncacheable, encode_plan
+    from fastgrad.compiler.plan_codec import decode_plan, encode_plan
 
     f = fg.value_and_grad(mixture_nll, argnums=(0, 1, 2))
     traced = fg.make_graph(f)(*inputs(np.float64))
@@ -72,5 +72,9 @@ def test_a_plan_with_copied_work_is_not_stored_as_the_graphs_plan():
     steps = partition(graph)
     in_graph = {id(n) for n in graph.nodes}
     assert any(id(n) not in in_graph for s in steps if isinstance(s, Loop) for n in s.nodes)
-    with pytest.raises(Uncacheable, match="fusion made"):
-        encode_plan(traced, graph, steps, {})
+    _, loaded, _ = decode_plan(traced, encode_plan(traced, graph, steps, {}))
+
+    def loops(plan):
+        return [[n.op.name for n in s.nodes] if isinstance(s, Loop) else None for s in plan]
+
+    assert loops(loaded) == loops(steps)
