@@ -39,11 +39,6 @@ def _library() -> Any:
 
 
 @cache
-def _gemm(dtype: np.dtype) -> Any:
-    """`cblas_?gemm` for `dtype` (ctypes, argument types set), or None."""
-
-
-@cache
 def _routine(name: str, dtype: np.dtype) -> Any:
     """`cblas_?gemm` or `cblas_?syrk` (`name`) for `dtype`, argument types set, or None."""
     lib = _library()
@@ -58,10 +53,6 @@ def _routine(name: str, dtype: np.dtype) -> Any:
         kinds = [_INT] * 3 + [_I64] * 2 + [real, _PTR, _I64, real, _PTR, _I64]
     function.argtypes, function.restype = kinds, None
     return function
-
-
-def _gemm(dtype: np.dtype) -> Any:
-    return _routine("gemm", dtype)
 
 
 def blas_address(name: str, dtype: np.dtype) -> int | None:
@@ -103,7 +94,7 @@ def accumulate(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
 def bind(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Callable[[], None]:
     """`accumulate(a, b, c)` as a call with every argument prepared once: the arrays'
     memory must stay where it is (a plan's preallocated buffers and constants)."""
-    gemm = _gemm(c.dtype)
+    gemm = _routine("gemm", c.dtype)
     m, n = c.shape
     k = a.shape[1]
     fits = (

@@ -375,7 +375,7 @@ class _Generator:
         init_scalars(w, scalar_reductions)
         scratch_at, scratch_depth = len(w.lines), w.depth  # row buffers, once per chunk
         if first is not None:
-            w(chunk_loop(self.shape, first))
+            w(chunk_loop(first))
             w.indent()
             for a in self.outer[1:]:
                 w(f"for i{a} in range({trips(self.shape, a)}):")

@@ -11,7 +11,9 @@ kernel holds one copy of the sampler). Any other loop keeps computing the pair p
 
 from __future__ import annotations
 
-CHUNK = "for i0 in range(np.uint64((c * n0) // nchunks), np.uint64(((c + 1) * n0) // nchunks)):"
+from fastgrad.compiler.codegen.source import chunk_loop
+
+CHUNK = chunk_loop(0)  # the line a flat loop's kernel source holds, rewritten here
 # Pairs split into chunks as elements do; a chunk's elements are its pairs' elements.
 PAIR_CHUNK = (
     "for q0 in range(np.uint64((c * (n0 // 2)) // nchunks), "

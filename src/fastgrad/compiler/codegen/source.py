@@ -35,7 +35,7 @@ def trips(shape: tuple[int, ...], a: int) -> str:
     return "np.uint64(1)" if shape[a] == 1 else f"np.uint64(n{a})"
 
 
-def chunk_loop(shape: tuple[int, ...], a: int) -> str:
+def chunk_loop(a: int) -> str:
     """The loop over chunk c's part of axis `a`, bounds from c even where the axis has
     size 1: with a literal count there, the chunk loop's body never changes with c, and a
     (1,) loop of two power_f64 calls and two sums sent LLVM's loop vectorizer into a
