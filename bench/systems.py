@@ -40,7 +40,7 @@ class Ops:
     arange: Any
     softplus: Any = None  # D1 only, which only fastgrad runs of the autodiff systems
     normal: Any = None  # R1 only: normal(key, shape, dtype)
-    scan: Any = None  # S1-S4 (loops): fastgrad and JAX only
+    scan: Any = None  # S1-S5 (loops): fastgrad and JAX only
     checkpoint: Any = None
     sqrt: Any = None  # the models group (models.py): fastgrad, JAX and PyTorch
     swapaxes: Any = None  # swapaxes(x, axis1, axis2)

@@ -309,9 +309,10 @@ DASK = Workload(
 
 
 # ---------------------------------------------------------------- loops (run when named)
-# S1-S4: an RNN over T steps, batch 32, hidden 128, input 64 (run with --dtype float32).
+# S1-S5: an RNN over T steps, batch 32, hidden 128, input 64 (run with --dtype float32).
 # S1 loops with scan, S2 unrolls the same loop in Python (one graph node per step), S3/S4
-# a two-layer cell whose gradient stores three arrays per step, or one with checkpoint.
+# a two-layer cell whose gradient stores three arrays per step, or one with checkpoint;
+# S5 is S1 as a scan of scans.
 
 RNN_BATCH, RNN_HIDDEN, RNN_IN = 32, 128, 64
 
@@ -360,6 +361,26 @@ def deep_rnn_checkpoint_loss(ops, wx, wh, b, xs, h0):
     return _deep_rnn(ops, wx, wh, b, xs, h0, remat=True)
 
 
+NESTED_CHUNK = 10  # S5's inner scan length
+
+
+def nested_rnn_loss(ops, wx, wh, b, xs, h0):
+    """S5: S1's loop as a scan over chunks of NESTED_CHUNK steps, each chunk a scan."""
+    cell = rnn_cell(ops, wx, wh, b)
+
+    def step(h, x):
+        h = cell(h, x)
+        return h, h
+
+    def chunk(h, xs):
+        h, hs = ops.scan(step, h, xs)
+        return h, ops.sum(hs * hs)
+
+    chunks = xs.reshape(xs.shape[0] // NESTED_CHUNK, NESTED_CHUNK, *xs.shape[1:])
+    _, sums = ops.scan(chunk, h0, chunks)
+    return ops.sum(sums) / (xs.shape[0] * RNN_BATCH * RNN_HIDDEN)
+
+
 def rnn_inputs(steps, dtype, rng):
     return (
         _normal(rng, (RNN_IN, RNN_HIDDEN), dtype, scale=RNN_IN**-0.5),
@@ -398,6 +419,8 @@ LOOPS: tuple[Workload, ...] = (
     _rnn_workload("S4", "deep-rnn-remat", "S3 with the cell checkpointed",
                   deep_rnn_checkpoint_loss, 10_000, 100, ("fastgrad", "jax"),
                   note="compare peak mem with S3"),
+    _rnn_workload("S5", "rnn-nested", "S1 as a scan of scans of 10 steps", nested_rnn_loss,
+                  1000, 50, ("fastgrad", "jax"), note="T a multiple of 10; compare with S1"),
 )  # fmt: skip
 # V1: per-example gradients (vmap), against a Python loop over the examples (run when named).
 PER_EXAMPLE = Workload(

@@ -208,6 +208,31 @@ def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path
     assert background.wait_idle(timeout=120)
 
 
+def test_a_long_scan_whose_body_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path):
+    """A scan's body kernel is small, but runs once per step: a scan with enough steps
+    waits on its first call for a kernel on disk, a shorter one runs NumPy meanwhile (the
+    bounds are set here so that 40 steps count as many and 4 as few)."""
+    from fastgrad.runtime import control_flow
+
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fg.config, "compile", "background")
+
+    def loss(c, xs):
+        return fg.scan(lambda c, x: (c + fnp.cos(x) * 1.25, c), c, xs)[1]
+
+    xs = np.linspace(-1, 1, 80).reshape(40, 2)
+    fg.jit(loss).compile(xs[0], xs)  # the body's kernel on disk
+    bound = 10 * control_flow.STEP_WORK
+    monkeypatch.setattr(background, "LOAD_WORK", bound)
+    monkeypatch.setattr(background, "IMPORT_WORK", bound)
+    expected = np.cumsum(np.cos(xs) * 1.25, axis=0)[:-1] + xs[0]
+    for steps, waits in [(4, False), (40, True)]:
+        f = fg.jit(loss)
+        np.testing.assert_allclose(f(xs[0], xs[:steps])[1:], expected[: steps - 1], rtol=1e-12)
+        assert [s.tier is None for s in body_kernel_steps(f)] == [waits]
+    assert background.wait_idle(timeout=120)
+
+
 def test_compile_and_warmup_wait_for_the_kernels(monkeypatch):
     monkeypatch.setattr(fg.config, "compile", "background")
     x = np.linspace(0, 1, 9)

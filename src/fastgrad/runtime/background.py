@@ -365,6 +365,19 @@ def _layout(arg: Any) -> tuple[Any, ...]:
     return (type(arg), getattr(arg, "dtype", None))
 
 
+def loading_beats_numpy(work: int, sources: Sequence[str]) -> bool:
+    """Whether a first call should wait for the kernels `sources` rather than run `work`
+    element-ops with NumPy: their machine code is on disk, so is that of every kernel this
+    first call has handed the compile thread so far (none would compile ahead of them),
+    and the work exceeds what loading costs (Numba's import included, if not done yet)."""
+    if work < (LOAD_WORK if "numba" in sys.modules else IMPORT_WORK):
+        return False
+    batches = _batches.open
+    if batches and batches[-1].to_build:
+        return False
+    return not any(needs_build(source) for source in sources)
+
+
 class KernelTier:
     """What a kernel step runs until its final kernel is ready: NumPy, then each variant
     of its kernel as the compile thread finishes it."""
@@ -430,12 +443,7 @@ class KernelTier:
         loading takes. A warm W1 (10^7 float64 elements, 2.4 s of CPU with NumPy) loads
         its kernel, Numba's import included, in well under a second."""
         work = self.numpy_loop.size * int(np.prod(self.shape))
-        if work < (LOAD_WORK if "numba" in sys.modules else IMPORT_WORK):
-            return False
-        batches = _batches.open
-        if batches and batches[-1].to_build:
-            return False
-        return not needs_build(self.variants[-1].source)
+        return loading_beats_numpy(work, [self.variants[-1].source])
 
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
         """Hand the variants to the compile thread: all of them, or only `waiting`, those

@@ -22,9 +22,11 @@ import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Aval, Graph, Node
+from fastgrad.runtime.background import loading_beats_numpy
 from fastgrad.runtime.blas import OneThread, has_local_threads
 from fastgrad.runtime.loop_hoisting import hoist
 from fastgrad.runtime.loop_table import ScanLoop
+from fastgrad.runtime.thread_budget import largest_gemm
 from fastgrad.transforms.calls import GroupCall
 from fastgrad.transforms.control_flow import (
     SWITCH,
@@ -49,6 +51,12 @@ OPS = frozenset({SCAN.name, WHILE.name, SWITCH.name})
 # bench V1, whose largest product is (1024, 64) @ (64, 64), took 16.1 ms (float32) and
 # 24.7 ms (float64) of CPU per call on two BLAS threads, 1.7 and 5.9 ms on one (load ~7).
 SMALL_MATMUL = 1 << 23
+# What a fused loop's NumPy run costs per call beyond its element-ops, in element-ops (its
+# Python calls, errstate, the tier's question; 16-50 us at 1-3 ns each): a scan's body is
+# small and runs many times. S1's first call at T = 1000 ran 2000 body steps on NumPy (a
+# kernel of 3-4 ops over 4096 elements and a matmul each) in ~0.2 s of CPU, ~100 us a
+# step, where the kernels' element-ops alone would take 15-50 us.
+STEP_WORK = 1 << 14
 
 
 class LoopStep:
@@ -76,6 +84,7 @@ class LoopStep:
         self.stacks = StackPool()
         self._loop: Callable[..., list[Any]]
         self.looped: ScanLoop | None = None  # the scan's LOOP in the interpreter
+        self.first = True  # no run yet: a long scan may wait for its bodies' kernels
         if isinstance(call, ScanCall):
             self.carried = call.n_carry
             hoisted = hoist(call)  # sums after the loop, products before it
@@ -103,6 +112,10 @@ class LoopStep:
                 step.small_matmuls = False
 
     def run(self, env: list[Any]) -> None:
+        if self.first:
+            self.first = False
+            if isinstance(self.call, ScanCall):
+                wait_if_loading_pays(self.call.length, self.bodies)
         with one_blas_thread() if self.small_matmuls else nullcontext():
             outs = self._run([env[i] for i in self.ins])
         for k, slot in self.outs:
@@ -116,13 +129,16 @@ class LoopStep:
         try:
             stacks: dict[str, Any] = {}
             bodies = [b.iterations() for b in self.bodies]
+            fresh: list[Any] = []  # the final carries the LOOP allocated
             if self.looped is not None:  # a scan
                 stacks = {"empty": self.stacks.empty, "private": self.private}
-                stacks["loop"] = self.looped.run
+                stacks["loop"] = partial(_noting, self.looped.run, fresh)
                 bodies = [self.looped.watch(bodies[0])]
             outs = self._loop(arrays, *bodies, **stacks)
             # the carry may be in a body's buffers, which the next call overwrites
-            return [np.array(x, copy=True) for x in outs[: self.carried]] + outs[self.carried :]
+            carry = outs[: self.carried]
+            carry = [x if any(x is f for f in fresh) else np.array(x, copy=True) for x in carry]
+            return carry + outs[self.carried :]
         finally:
             self.iterating.release()
 
@@ -186,6 +202,44 @@ class LoopPlanner:
         return LoopStep(node.params["call"], [slot_of(v) for v in node.inputs], outs, self.build)
 
 
+def _noting(run: Callable[..., list[Any] | None], fresh: list[Any], *args: Any) -> Any:
+    """`run(*args)`, its results (if any) added to `fresh`."""
+    final = run(*args)
+    fresh.extend(final or ())
+    return final
+
+
+def wait_if_loading_pays(length: int, bodies: list[Body]) -> None:
+    """Have the kernels of a loop's `bodies` (and of the loops nested in them) wait on
+    their first run for their machine code on disk, when `length` iterations on NumPy would
+    cost more than loading it (background.loading_beats_numpy). Each kernel step asks
+    only about its own call, which in a loop body is small, but runs `length` times."""
+    work, tiers = _numpy_work(bodies)
+    tiers = [tier for tier in tiers if tier.jobs is None and not tier.wait]
+    sources = [tier.variants[-1].source for tier in tiers]
+    if tiers and loading_beats_numpy(length * work, sources):
+        for tier in tiers:
+            tier.wait = True
+
+
+def _numpy_work(bodies: list[Body]) -> tuple[int, list[Any]]:
+    """Element-ops of one run of `bodies` with their kernels on NumPy (a nested scan's
+    times its length; a while loop's body counted once), and the kernels' tiers."""
+    work, tiers = 0, []
+    for body in bodies:
+        for step in body.plan:
+            tier = getattr(step, "tier", None)
+            if tier is not None:  # a kernel not settled yet
+                work += STEP_WORK + tier.numpy_loop.size * int(np.prod(tier.shape))
+                tiers.append(tier)
+            elif isinstance(step, LoopStep):
+                inner, found = _numpy_work(step.bodies)
+                length = step.call.length if isinstance(step.call, ScanCall) else 1
+                work += length * inner
+                tiers += found
+    return work, tiers
+
+
 def _nested_loops(bodies: list[Body]) -> list[LoopStep]:
     return [step for body in bodies for step in body.plan if isinstance(step, LoopStep)]
 
@@ -194,10 +248,10 @@ def _largest_matmul(bodies: list[Body]) -> int:
     """Multiply-adds of the largest matmul in the bodies and the loops nested in them (0:
     none)."""
     sizes = [s.largest_matmul for s in _nested_loops(bodies)]
-    for body in bodies:
-        for node in body.graph.nodes:
-            if node.op.name == "matmul":  # out (..., m, n) from a (..., m, k)
-                sizes.append(int(np.prod(node.out.aval.shape)) * node.inputs[0].aval.shape[-1])
+    # A batched product counts one matrix: the rule a plan outside loops follows
+    # (Executable.small_matmuls), so a product is small or not the same in a loop body
+    # and out of one.
+    sizes += [largest_gemm(body.graph) for body in bodies]
     return max(sizes, default=0)
 
 

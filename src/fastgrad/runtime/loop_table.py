@@ -64,13 +64,13 @@ class ScanLoop:
 
     def _segments(self) -> list[Any] | None:
         """The body's segments, one per arena used, once each arena is lowered to one."""
-        from fastgrad.runtime.plan_table import Segment
-
         found = []
         for parity in self.parities:
             arena = self.body._alternating[parity]
-            if arena.lowering or arena.lower is None or arena.env is None:
-                return None
+            if not arena.settled or arena.lowering or arena.lower is None or arena.env is None:
+                return None  # not lowered yet (and Numba, plan_table's, maybe not imported)
+            from fastgrad.runtime.plan_table import Segment
+
             calls = arena.calls
             if len(calls) != 1 or not isinstance(calls[0], Segment):
                 self.failed = arena.settled and arena.lower_when is None
