@@ -116,7 +116,9 @@ class ScanLoop:
             segments = self._segments() if len(self.seen) == len(self.parities) else None
             if segments is None:
                 return
-            program = _Program.make(self.call, self.body, segments, self.seen, stores)
+            program = _Program.make(
+                self.call, self.body, segments, self.seen, stores, [*consts, *carry]
+            )
             self.seen = {}
             arrays = None if program is None else program.arrays(consts, carry, xs, stores)
             if program is None or arrays is None:
@@ -158,7 +160,12 @@ class _Program:
 
     @staticmethod
     def make(
-        call: ScanCall, body: Any, segments: list[Any], seen: dict[int, Any], stores: Any
+        call: ScanCall,
+        body: Any,
+        segments: list[Any],
+        seen: dict[int, Any],
+        stores: Any,
+        values: Sequence[Any],
     ) -> _Program | None:
         """The row for `call` whose body's arenas are the single `segments` (by parity),
         whose outputs had the layouts `seen`; None when a layout does not allow it."""
@@ -188,6 +195,13 @@ class _Program:
             stride = k - nc if kind == vm.CARRY else aval.size * aval.dtype.itemsize
             indices = [seg.table.pointer.get(k, -1) for seg in segments]
             entries += [kind, k, stride, indices[0], indices[-1], 0]
+        for slot in outputs[:ncar]:  # a carry handed on: see scan_loop
+            for segment in segments:
+                root = slot
+                while root in segment.views:
+                    root = segment.views[root][0]
+                if nc <= root < first_x:
+                    return None
         out_entries: list[int] = []
         for slot in outputs:
             where = []
@@ -230,6 +244,16 @@ class _Program:
                     checks.append((slot, layout))
         for slot, layout in reads[0].items():
             if nc <= slot < first_x:
+                checks.append((slot, layout))
+        # Consts and initial carries the body hands on unread: their layout is what the
+        # next iteration reads and what the final copy assumes.
+        read = {slot for r in reads for slot in r}
+        for slot in range(first_x):
+            aval = inputs[slot].aval
+            layout = _layout(values[slot])
+            if slot not in read:
+                if layout is None or not _contiguous(layout, aval.shape, aval.dtype):
+                    return None
                 checks.append((slot, layout))
         copies: list[int] = []
         for i, (y, j) in enumerate(stores):

@@ -128,7 +128,12 @@ def scan_loop(
     steps = range(call.length - 1, -1, -1) if call.reverse else range(call.length)
     for t in steps if final is None else ():
         outs = body([*consts, *carry, *(x[t] for x in xs)])
-        carry = outs[:ncar]
+        # A carry handed on unchanged (or as a view) lives where its input did: in the
+        # buffers of the arena the next iteration writes. Copy it out first.
+        carry = [
+            np.array(c, copy=True) if any(np.may_share_memory(c, p) for p in carry) else c
+            for c in outs[:ncar]
+        ]
         for y, j in stores:
             y[t] = outs[j]
     carry = carry if final is None else final
