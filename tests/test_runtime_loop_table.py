@@ -410,3 +410,29 @@ def test_a_const_handed_on_unread_has_its_layout_checked():
         c, ys = jf(c0, k_now, xs)
         want = [c0 * xs[0]] + [k_now * x for x in xs[1:]]
         assert np.array_equal(c, k_now) and np.array_equal(ys, np.stack(want))
+
+
+def test_a_read_only_argument_does_not_compile_the_interpreter_again():
+    """A read-only const is another Numba type: the LOOP calls the entry compiled for its
+    row's kind, not the dispatcher (which compiled the interpreter inside the call)."""
+    from fastgrad.runtime.vm import run_steps
+
+    def f(c0, w, xs):
+        return fg.scan(lambda c, x: (fnp.tanh(c @ w + x), c), c0, xs)
+
+    rng = np.random.default_rng(5)
+    c0, w, xs = (
+        rng.standard_normal((4, 8)),
+        rng.standard_normal((8, 8)),
+        rng.standard_normal((9, 4, 8)),
+    )
+    jf = fg.jit(f)
+    for _ in range(4):  # the LOOP row is built and its interpreter kind compiled
+        got = _flat(jf(c0, w, xs))
+    assert all(s.looped.program is not None for s in _loops(jf, (c0, w, xs)) if s.looped)
+    kinds = len(run_steps.overloads)
+    w = w.copy()
+    w.flags.writeable = False
+    again = _flat(jf(c0, w, xs))
+    assert len(run_steps.overloads) == kinds
+    assert all(np.array_equal(a, b) for a, b in zip(got, again, strict=True))

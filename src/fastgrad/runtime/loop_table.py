@@ -59,8 +59,9 @@ class ScanLoop:
         self.seen: dict[int, list[Layout | None]] = {}  # parity -> its outputs' layouts
         self.program: _Program | None = None
         self.failed = False  # the body cannot run in the interpreter: never try again
-        # The interpreter's compile for the loop table's arrays, and the program waiting for it.
-        self.job: tuple[Any, _Program | None] = (None, None)
+        # The interpreter's compile for the loop table's arrays, the program waiting for
+        # it, and those arrays (their Numba type is the kind the job compiles).
+        self.job: tuple[Any, _Program | None, tuple[Any, ...]] = (None, None, ())
 
     def _segments(self) -> list[Any] | None:
         """The body's segments, one per arena used, once each arena is lowered to one."""
@@ -111,7 +112,7 @@ class ScanLoop:
     def _build(self, consts: Any, carry: Any, xs: Any, stores: Any) -> None:
         """Make the program from what the last watched call saw, and have the interpreter
         compiled for its arrays (on the compile thread: until then, Python loops)."""
-        job, program = self.job
+        job, program, kind = self.job
         if job is None:
             segments = self._segments() if len(self.seen) == len(self.parities) else None
             if segments is None:
@@ -127,12 +128,19 @@ class ScanLoop:
             from fastgrad.runtime import adapters
 
             wait = config.compile == "sync" or self.body.waits
-            job = adapters.interpreter(tuple(arrays), wait)
-            self.job = (job, program)
+            kind = tuple(arrays)
+            job = adapters.interpreter(kind, wait)
+            self.job = (job, program, kind)
         if not job.settled.is_set():
             return
-        self.job = (None, None)
+        self.job = (None, None, ())
         if job.error is None and job.done.is_set():
+            from fastgrad.runtime.small_call import entry_point
+
+            # Called for that kind whatever a later call's flags: a read-only const is
+            # another Numba type, and the dispatcher would compile the interpreter for it
+            # inside the call (~1 s); the row's checks keep shapes, strides and dtypes.
+            program.entry = entry_point(kind)
             self.program = program
         else:
             self.failed = True
@@ -151,9 +159,10 @@ class _Program:
         stacks: list[Layout],
         keep: list[np.ndarray],
     ):
-        from fastgrad.runtime.vm import pack
+        from fastgrad.runtime.vm import pack, run_steps
 
         self.call, self.checks, self.stacks, self.keep = call, checks, stacks, keep
+        self.entry: Callable[..., None] = run_steps  # the compiled kind's, once settled
         count = len(call.body.inputs) + len(stacks) + call.n_carry
         # Outer pointers: consts, initial carries, stacked inputs, stacks, final carries.
         self.table, (self.at,) = pack(row, [0], [], count + 1, [], [[0, 1, count, *range(count)]])
@@ -301,10 +310,8 @@ class _Program:
     def run(
         self, consts: Sequence[Any], carry: Sequence[Any], xs: Sequence[Any], stores: Any
     ) -> list[Any] | None:
-        from fastgrad.runtime.vm import run_steps
-
         arrays = self.arrays(consts, carry, xs, stores)
         if arrays is None:
             return None
-        run_steps(self.table, self.at, tuple(arrays))
+        self.entry(self.table, self.at, tuple(arrays))
         return arrays[len(arrays) - len(carry) :]
