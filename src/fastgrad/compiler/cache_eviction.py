@@ -4,9 +4,11 @@ A file's modification time is when it was last used: written, or read (`touch`, 
 compiler.plan_cache calls before it reads a plan). `evict` removes the oldest files of a
 folder over its limit, down to `KEEP` of it. Processes may evict the same folder at once
 (a file another one removed first counts as removed), and none removes a file used in the
-last `GRACE` seconds: a reader touches a file before it opens it, so a file being read is
-kept, and on POSIX a file removed after a reader opened it still reads whole. A reader
-that finds its file gone prepares the plan again, as for any miss.
+last `GRACE` seconds as its re-check before the unlink sees it: a reader touches a file
+before it opens it, so a file being read is almost always kept, and on POSIX a file
+removed after a reader opened it still reads whole. A reader that touches its file in the
+instant between that re-check and the unlink finds it gone: it prepares the plan again,
+as for any miss (a miss, never a wrong plan).
 """
 
 from __future__ import annotations
