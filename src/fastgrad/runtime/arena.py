@@ -62,7 +62,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def plan_offsets(spans: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]:
@@ -75,9 +75,12 @@ def plan_offsets(spans: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]
     >>> plan_offsets([(4096, 0, 1), (4096, 1, 2), (4096, 2, 3)])
     ([0, 4416, 0], 8832)
     """
-    # Buffers still live, by offset, and when each dies: kept as they change, not rebuilt
-    # and sorted for each buffer (T=200 RNN, 1995 buffers: 52-67 -> 15-19 ms of CPU).
-    live: list[tuple[int, int, int]] = []  # (offset, extent, last step), sorted
+    # The free gaps below `top` (the end of the highest live buffer), sorted and never
+    # touching one another, and a heap of when each live buffer dies: a buffer looks at
+    # the gaps alone, not at every live buffer (T=200 RNN, 1995 buffers, ~1000 live at
+    # once: 150 ms of CPU on the loaded machine scanning live buffers, a few ms now).
+    gaps: list[tuple[int, int]] = []  # (start, end)
+    top = 0
     deaths: list[tuple[int, int, int]] = []  # heap of (last step, offset, extent)
     offsets = []
     total = 0
@@ -85,19 +88,39 @@ def plan_offsets(spans: Sequence[tuple[int, int, int]]) -> tuple[list[int], int]
         extent = nbytes + (STAGGER if nbytes >= PAGE else 0)
         extent += -extent % ALIGN
         while deaths and deaths[0][0] < first:
-            dead, start, size = heapq.heappop(deaths)
-            del live[bisect.bisect_left(live, (start, size, dead))]
-        offset = 0
-        for start, size, _ in live:
-            if start - offset >= extent:
+            _, start, size = heapq.heappop(deaths)
+            top = _free(gaps, top, start, start + size)
+        for k, (start, end) in enumerate(gaps):
+            if end - start >= extent:
+                offset = start
+                if end - start == extent:
+                    del gaps[k]
+                else:
+                    gaps[k] = (start + extent, end)
                 break
-            if start + size > offset:
-                offset = start + size
-        bisect.insort(live, (offset, extent, last))
+        else:
+            offset, top = top, top + extent
         heapq.heappush(deaths, (last, offset, extent))
         offsets.append(offset)
         total = max(total, offset + extent)
     return offsets, total
+
+
+def _free(gaps: list[tuple[int, int]], top: int, start: int, end: int) -> int:
+    """Return [start, end) to `gaps`, merged with the gaps it touches; the new top."""
+    if end == top:  # the highest buffer: the space above the next one is all free
+        if gaps and gaps[-1][1] == start:
+            start = gaps.pop()[0]
+        return start
+    k = bisect.bisect_left(gaps, (start,))
+    if k < len(gaps) and gaps[k][0] == end:
+        end = gaps.pop(k)[1]
+    if k and gaps[k - 1][1] == start:
+        start = gaps[k - 1][0]
+        gaps[k - 1] = (start, end)
+    else:
+        gaps.insert(k, (start, end))
+    return top
 
 
 class Step(Protocol):
