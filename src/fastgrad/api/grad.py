@@ -22,7 +22,6 @@ from fastgrad.api.trace import (
     run,
     trace_function,
 )
-from fastgrad.compiler import plan_cache
 from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, tree_map, unflatten
@@ -96,6 +95,8 @@ def reverse_graph(graph: Graph, n_wrt: int) -> Graph:
     traced graph (compiler.plan_cache): a new process tracing the same function runs no
     VJP rule. Outside one, each call differentiates afresh (nothing is written for
     functions called eagerly)."""
+    from fastgrad.compiler import plan_cache  # the compiler loads on a first call
+
     key = None
     cached = config.plan_cache and current_trace() is not None
     rules = _rules(graph) if cached and len(graph.nodes) >= plan_cache.MIN_NODES else None

@@ -37,7 +37,6 @@ from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import builder, flatten, leaf_paths, unflatten
 from fastgrad.core.tracing import Tracer
-from fastgrad.runtime.explain import explain
 
 # How many past signatures a jitted function keeps to explain why it traces again.
 _REMEMBERED = 16
@@ -62,6 +61,8 @@ class Lowered:
 
     def explain(self) -> str:
         """The kernels, the ops in each, what was recomputed, what stop_gradient pruned."""
+        from fastgrad.runtime.explain import explain  # the runtime loads on a first call
+
         return explain(self._traced.graph, self.executable)
 
     def __repr__(self) -> str:
