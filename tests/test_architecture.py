@@ -160,6 +160,8 @@ import sys, warnings
 import fastgrad as fg
 loaded = sorted(m for m in sys.modules if m.startswith(("fastgrad.compiler", "fastgrad.runtime")))
 assert not loaded, f"import fastgrad loaded {loaded}"
+fg.jit(lambda x: x)
+assert "fastgrad.runtime.executable" in sys.modules and "numba" not in sys.modules
 from fastgrad.compiler.machine_code import CacheWarning
 assert fg.CacheWarning is CacheWarning and "CacheWarning" in dir(fg)
 try:
@@ -172,7 +174,7 @@ else:
 
 
 def test_import_leaves_the_compiler_and_runtime_to_a_first_call():
-    # They cost ~25 ms of `import fastgrad`'s ~65 ms beyond NumPy's (bytecode cached),
-    # and a program that only traces (make_graph) needs neither. ~0.5 s.
+    # They cost ~25 ms of `import fastgrad`'s ~65 ms beyond NumPy's (bytecode cached):
+    # jit(f) loads them (api.trace.load_layers). ~0.5 s.
     out = subprocess.run([sys.executable, "-c", LAZY_LAYERS], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -95,10 +95,10 @@ def reverse_graph(graph: Graph, n_wrt: int) -> Graph:
     traced graph (compiler.plan_cache): a new process tracing the same function runs no
     VJP rule. Outside one, each call differentiates afresh (nothing is written for
     functions called eagerly)."""
-    from fastgrad.compiler import plan_cache  # the compiler loads on a first call
-
     key = None
     cached = config.plan_cache and current_trace() is not None
+    if cached:  # only then: eager calls never load the compiler
+        from fastgrad.compiler import plan_cache
     rules = _rules(graph) if cached and len(graph.nodes) >= plan_cache.MIN_NODES else None
     if rules is not None:
         key = plan_cache.plan_key(graph, "vjp", n_wrt, rules)

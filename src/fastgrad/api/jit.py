@@ -24,6 +24,7 @@ from fastgrad.api.trace import (
     Traced,
     arg_leaf_names,
     leaf_aval,
+    load_layers,
     name_of,
     param_names,
     run,
@@ -102,6 +103,7 @@ class Jitted:
     ):
         if not callable(fun):
             raise TypeError(f"jit expects a function, got {type(fun).__name__}")
+        load_layers()  # here rather than at the first call
         self.fun = fun
         self.fuse = fuse
         self.label = label or name_of(fun)  # what messages call it: `grad(loss)`
