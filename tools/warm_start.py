@@ -29,9 +29,10 @@ thread's jobs 13, 599 loops on NumPy 17, 999 matmuls and the rest ~29); jit(f) 1
 compiler and runtime layers' import). The first run took 166-195 ms before the arena
 placed buffers by its gap list, held off full collections and rebound only unsettled
 steps, and the compile thread's jobs shared their stand-ins (a full garbage collection
-~60, the offsets ~90, a stand-in per kernel argument ~40, every step rebound). W1 (10^7 elements) waits for its kernel: Numba's import
-(~0.45 s), then its first registry load (0.7-1.0 s, of which SciPy's linalg package
-0.36-0.54 s: Numba's BLAS check imports `scipy.linalg.cython_blas`), then the load.
+~60, the offsets ~90, a stand-in per kernel argument ~40, every step rebound). W1 (10^7
+elements) waits for its kernel: Numba's import (~0.45 s), then its first registry load
+(0.7-1.0 s, of which SciPy's linalg package 0.36-0.54 s: Numba's BLAS check imports
+`scipy.linalg.cython_blas`), then the load.
 """
 
 from __future__ import annotations
