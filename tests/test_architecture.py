@@ -173,7 +173,7 @@ else:
 """
 
 
-def test_import_leaves_the_compiler_and_runtime_to_a_first_call():
+def test_import_leaves_the_compiler_and_runtime_to_jit():
     # They cost ~25 ms of `import fastgrad`'s ~65 ms beyond NumPy's (bytecode cached):
     # jit(f) loads them (api.trace.load_layers). ~0.5 s.
     out = subprocess.run([sys.executable, "-c", LAZY_LAYERS], capture_output=True, text=True)
