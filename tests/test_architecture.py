@@ -153,3 +153,28 @@ def test_nothing_but_fastgrad_dask_imports_dask():
     code = "import sys, fastgrad, fastgrad.numpy; print('dask' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+LAZY_LAYERS = """
+import sys, warnings
+import fastgrad as fg
+loaded = sorted(m for m in sys.modules if m.startswith(("fastgrad.compiler", "fastgrad.runtime")))
+assert not loaded, f"import fastgrad loaded {loaded}"
+fg.jit(lambda x: x)
+assert "fastgrad.runtime.executable" in sys.modules and "numba" not in sys.modules
+from fastgrad.compiler.machine_code import CacheWarning
+assert fg.CacheWarning is CacheWarning and "CacheWarning" in dir(fg)
+try:
+    fg.no_such_name
+except AttributeError as error:
+    assert "no_such_name" in str(error)
+else:
+    raise AssertionError("fg.no_such_name did not raise")
+"""
+
+
+def test_import_leaves_the_compiler_and_runtime_to_jit():
+    # They cost ~25 ms of `import fastgrad`'s ~65 ms beyond NumPy's (bytecode cached):
+    # jit(f) loads them (api.trace.load_layers). ~0.5 s.
+    out = subprocess.run([sys.executable, "-c", LAZY_LAYERS], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -5,13 +5,34 @@ cache on, every plan), phase by phase, with the plan cache off and on side by si
         # default: W1 W2 W3 W4 rnn:200, each in fresh processes
 
 Each row is the best of N fresh processes (the machine may be shared): importing fastgrad,
-tracing (the user's function, its reverse-mode graph and the jitted function's graph),
+jitting the function (which loads the compiler and runtime layers), tracing (the user's
+function, its reverse-mode graph and the jitted function's graph),
 preparing (simplify, partition and kernel sources, or the plan read from disk; then the
 executable, whose build is also shown alone: what the plan cache does not keep), the first
 run (NumPy while the kernels load in the background; with --sync,
 Numba imported and the kernels loaded first), and the first call end to end (trace +
 prepare + run, wall time), against a steady call. Tracing and preparing are CPU seconds of
 the calling thread.
+
+The processes keep Python's bytecode of fastgrad (in a folder of their own,
+PYTHONPYCACHEPREFIX, even where PYTHONDONTWRITEBYTECODE is set), as an installed package
+does: compiling fastgrad's source again in every process cost ~1 s of each import and of
+each first call's modules on the loaded development machine.
+
+Where a warm first call's time went (CPU ms of the calling thread, best of 3, 2-core
+machine at load 7, every kernel and plan on disk, background mode), the T=200 unrolled RNN
+(jit(value_and_grad), 6,600 traced nodes): trace 107 (of which Graph.verify 27, the
+reverse-mode graph read from disk 17, and the user's function traced and its forward and
+backward graphs inlined into the jitted one), prepare 92 (the plan key's digest ~14, the
+plan read 24, the executable built 51), first run 70 (arena fill 6, binding 5, the compile
+thread's jobs 13, 599 loops on NumPy 17, 999 matmuls and the rest ~29); jit(f) 19 (the
+compiler and runtime layers' import). The first run took 166-195 ms before the arena
+placed buffers by its gap list, held off full collections and rebound only unsettled
+steps, and the compile thread's jobs shared their stand-ins (a full garbage collection
+~60, the offsets ~90, a stand-in per kernel argument ~40, every step rebound). W1 (10^7
+elements) waits for its kernel: Numba's import (~0.45 s), then its first registry load
+(0.7-1.0 s, of which SciPy's linalg package 0.36-0.54 s: Numba's BLAS check imports
+`scipy.linalg.cython_blas`), then the load.
 """
 
 from __future__ import annotations
@@ -20,6 +41,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,10 +62,12 @@ system = systems.Fastgrad()
 system.setup(2)
 size = {size!r} or workload.default_size
 args = system.inputs(workload, size, np.dtype("float32"))
-fn = system.build(workload)
-import fastgrad.api.trace as trace_module
+jitted = time.perf_counter()
+fn = system.build(workload)  # jit(f) loads the compiler and runtime layers
+jitted = time.perf_counter() - jitted
+import fastgrad.runtime.executable as executable_module
 built = [0.0]  # CPU seconds of the executable's build, part of "prepare"
-Executable = trace_module.Executable
+Executable = executable_module.Executable
 
 def timed_build(*args, **kwargs):
     start = time.thread_time()
@@ -52,8 +76,8 @@ def timed_build(*args, **kwargs):
     finally:
         built[0] += time.thread_time() - start
 
-trace_module.Executable = timed_build
-out = {{"import": imported}}
+executable_module.Executable = timed_build  # api.trace imports it at a first call
+out = {{"import": imported, "jit": jitted}}
 wall = time.perf_counter()
 cpu = time.thread_time()
 traced, _ = fn._trace(args, {{}})
@@ -89,6 +113,8 @@ def child(key: str, size: int | None, env: dict[str, str]) -> dict[str, float]:
 
 def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
     env = dict(os.environ, FASTGRAD_COMPILE_NOTICE="0")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / "fastgrad-pyc"))
     child(key, size, {**env, "FASTGRAD_COMPILE": "sync"})  # every kernel and plan on disk
     env["FASTGRAD_COMPILE"] = mode
     runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
@@ -97,7 +123,7 @@ def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
             runs[flag].append(child(key, size, {**env, "FASTGRAD_PLAN_CACHE": flag}))
     lines = []
     for flag, results in runs.items():
-        phases = ("import", "trace", "prepare", "build", "run")
+        phases = ("import", "jit", "trace", "prepare", "build", "run")
         best = {k: min(r[k] for r in results) for k in phases}
         best["first"] = min(r["first"] for r in results)
         best["steady"] = min(r["steady"] for r in results)
@@ -106,7 +132,7 @@ def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
             f"{label:<22}"
             + "".join(
                 f"{best[k] * 1e3:9.1f}"
-                for k in ("import", "trace", "prepare", "build", "run", "first", "steady")
+                for k in ("import", "jit", "trace", "prepare", "build", "run", "first", "steady")
             )
         )
     return lines
@@ -124,7 +150,8 @@ def main(argv: list[str]) -> None:
     print(
         f"{'ms (best of ' + str(repeat) + ')':<22}"
         + "".join(
-            f"{c:>9}" for c in ("import", "trace", "prepare", "build", "run", "1st call", "steady")
+            f"{c:>9}"
+            for c in ("import", "jit()", "trace", "prepare", "build", "run", "1st call", "steady")
         )
     )
     for spec in argv or ["W1", "W2", "W3", "W4", "rnn:200"]:

@@ -36,7 +36,6 @@ from fastgrad.api import (
     warmup,
     while_loop,
 )
-from fastgrad.compiler.machine_code import CacheWarning
 from fastgrad.core import pytree
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
@@ -81,6 +80,16 @@ __all__ = [
     "warmup",
     "while_loop",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # CacheWarning lives with the machine-code cache, which `import fastgrad` leaves to
+    # the first call (it brings tempfile, hashlib and pickle: ~8 ms).
+    if name == "CacheWarning":
+        from fastgrad.compiler.machine_code import CacheWarning
+
+        return CacheWarning
+    raise AttributeError(f"module 'fastgrad' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -22,7 +22,6 @@ from fastgrad.api.trace import (
     run,
     trace_function,
 )
-from fastgrad.compiler import plan_cache
 from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, tree_map, unflatten
@@ -98,6 +97,8 @@ def reverse_graph(graph: Graph, n_wrt: int) -> Graph:
     functions called eagerly)."""
     key = None
     cached = config.plan_cache and current_trace() is not None
+    if cached:  # only then: eager calls never load the compiler
+        from fastgrad.compiler import plan_cache
     rules = _rules(graph) if cached and len(graph.nodes) >= plan_cache.MIN_NODES else None
     if rules is not None:
         key = plan_cache.plan_key(graph, "vjp", n_wrt, rules)

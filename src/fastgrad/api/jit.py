@@ -24,6 +24,7 @@ from fastgrad.api.trace import (
     Traced,
     arg_leaf_names,
     leaf_aval,
+    load_layers,
     name_of,
     param_names,
     run,
@@ -37,7 +38,6 @@ from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import builder, flatten, leaf_paths, unflatten
 from fastgrad.core.tracing import Tracer
-from fastgrad.runtime.explain import explain
 
 # How many past signatures a jitted function keeps to explain why it traces again.
 _REMEMBERED = 16
@@ -62,6 +62,8 @@ class Lowered:
 
     def explain(self) -> str:
         """The kernels, the ops in each, what was recomputed, what stop_gradient pruned."""
+        from fastgrad.runtime.explain import explain  # the runtime loads on a first call
+
         return explain(self._traced.graph, self.executable)
 
     def __repr__(self) -> str:
@@ -101,6 +103,7 @@ class Jitted:
     ):
         if not callable(fun):
             raise TypeError(f"jit expects a function, got {type(fun).__name__}")
+        load_layers()  # here rather than at the first call
         self.fun = fun
         self.fuse = fuse
         self.label = label or name_of(fun)  # what messages call it: `grad(loss)`

@@ -150,7 +150,14 @@ def _save(key: str, kind: str, encode: Callable[[], Any], counters: Counters) ->
     """Store `encode()` under `key`; data that has no plain form, or a cache that cannot
     be written (warned about once), is skipped."""
     try:
-        payload = pickle.dumps(encode(), protocol=5)
+        # Without pickle's memo, as graph_digest: the bytes follow from the plan alone, not
+        # from which of its equal tuples and strings happen to be one object (an inlined
+        # graph's nodes share their avals with the graph they came from).
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer, protocol=5)
+        pickler.fast = True
+        pickler.dump(encode())
+        payload = buffer.getvalue()
     except Uncacheable:
         counters.uncacheable += 1
         return

@@ -30,9 +30,18 @@ def eval_nodes(graph: Graph, args: Sequence[Any]) -> dict[int, Any]:
             for a, v in zip(args, graph.inputs, strict=True)
         ]
     env: dict[int, Any] = {id(v): a for v, a in zip(graph.inputs, args, strict=True)}
+    # Inlined on tracers of the avals the graph was traced for, each node's result has the
+    # aval the graph records: its type rule is not run again (jit(value_and_grad(f))
+    # inlines f's forward and backward graphs, ~6,600 nodes for the T=200 RNN).
+    known = trace is not None and all(
+        a.aval == v.aval for a, v in zip(args, graph.inputs, strict=True)
+    )
     for node in graph.nodes:
         if node.op is CONST and trace is not None:
             env[id(node.out)] = Tracer(trace, trace.const(node.params["value"], node.out.aval.weak))
+        elif known:
+            ins = [env[id(v)] for v in node.inputs]
+            env[id(node.out)] = trace.emit(node.op, ins, dict(node.params), node.out.aval)
         else:
             env[id(node.out)] = bind(node.op, *(env[id(v)] for v in node.inputs), **node.params)
     return env

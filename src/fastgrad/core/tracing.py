@@ -485,7 +485,11 @@ class Trace:
         self._const_values[id(var)] = value
         return var
 
-    def emit(self, op: Primitive, args: Sequence[Any], params: dict[str, Any]) -> Tracer:
+    def emit(
+        self, op: Primitive, args: Sequence[Any], params: dict[str, Any], aval: Aval | None = None
+    ) -> Tracer:
+        """Record `op` on `args`; `aval`, when given, is its result's (known from a graph
+        traced on inputs of these avals), which the op's type rule is not asked again."""
         if op.effect:
             # An effect's first input is the token of the effect before it in this trace,
             # whatever it was where the node came from: effects run in program order.
@@ -493,7 +497,8 @@ class Trace:
             in_vars = [token, *(self.to_var(a) for a in args[1:])]
         else:
             in_vars = [self.to_var(a) for a in args]
-        aval = op.abstract_eval(*(v.aval for v in in_vars), **params)
+        if aval is None:
+            aval = op.abstract_eval(*(v.aval for v in in_vars), **params)
         if op.effect:
             out = Var(aval)
             self.nodes.append(Node(op, in_vars, params, out))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -345,7 +346,7 @@ class Executable:
         return source
 
     def _kernel_step(self, loop: Loop, slot_of: Any, index: int) -> _KernelStep:
-        size = int(np.prod(loop.shape))
+        size = math.prod(loop.shape)  # np.prod: ~4 us, per loop of a plan
         parallel = size >= PARALLEL_THRESHOLD and numba_threads() > 1
         source = self._generate(index, loop, parallel)
         # Sync mode too: its first call waits for the final kernel on the compile thread,
