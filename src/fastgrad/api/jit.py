@@ -489,7 +489,8 @@ def jit(
     over are read when it is traced, as in JAX: later changes to them are not seen. The
     graph is compiled into fused Numba loops; `fuse=False` runs it through the NumPy
     reference interpreter instead. `grad`, `value_and_grad`, `vjp`, `jvp` and `hessian` of
-    the result are compiled too.
+    the result are compiled too. A call returns arrays of the caller's own, never one
+    another call returns or an argument: an argument returned (or a view of one) is a copy.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> @fg.jit
