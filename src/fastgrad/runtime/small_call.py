@@ -96,7 +96,7 @@ def build(
         "array": np.array,
         "staggered_empty": staggered_empty,
     }
-    names = {slot: f"a{slot}" for slot in expected}  # slot -> what holds its array
+    names = {slot: f"a{slot}" for slot in range(len(args))}  # slot -> what holds its array
     body = [f"    check{j}(args)" for j in range(len(segment.checks))]
     namespace.update((f"check{j}", check) for j, check in enumerate(segment.checks))
     arrays = [f"a{slot}" for slot in expected]
