@@ -36,6 +36,7 @@ from fastgrad.core.collector import no_full_collections
 from fastgrad.core.compile_log import log_trace
 from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph
+from fastgrad.core.miss import MISS
 from fastgrad.core.pytree import builder, flatten, leaf_paths, unflatten
 from fastgrad.core.tracing import Tracer
 
@@ -87,7 +88,8 @@ class _FastEntry:
         """Once the plan's calls are final, take its small call for arguments of layouts
         `key` (`args` are such a call's)."""
         if self.executable.lowered:
-            self.small = self.executable.small_call(key, args) or False
+            tree = self.traced.out_tree
+            self.small = self.executable.small_call(key, args, tree) or False
 
 
 class Jitted:
@@ -138,6 +140,10 @@ class Jitted:
         # each -> its entry. Strides are in the key because kernels are compiled per
         # layout. Only `_store` adds or drops entries, under `_lock`.
         self._fast: dict[Any, _FastEntry] = {}
+        # The small call of the latest call's fast entry, tried first (it matches the
+        # arguments itself, cheaper than the fast key); any other call drops it, so the
+        # entries a call skips are those `_touch` would not reorder.
+        self._latest: Any = None
         self._lock = threading.Lock()
         self._seen: list[Any] = []  # recent signatures, to explain a new trace
         self._derived: dict[Any, Jitted] = {}  # transforms of this function, jitted
@@ -280,6 +286,12 @@ class Jitted:
         return [names[i] for i, _ in positional] + [k for k, _ in named]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        latest = self._latest
+        if latest is not None and not kwargs:
+            out = latest(args)
+            if out is not MISS:
+                return out
+        self._latest = None
         if not kwargs and self.fuse:
             try:
                 key = tuple([(a.shape, a.dtype, a.strides) for a in args if type(a) is np.ndarray])
@@ -291,16 +303,21 @@ class Jitted:
                     self._touch(fast.signature)
                 small = fast.small
                 if small:
-                    outs = small(args)
-                    if outs is not None:  # None: another call holds the plan
-                        return fast.build(outs)
+                    out = small(args)
+                    if out is not MISS:  # MISS: another call holds the plan
+                        self._latest = small
+                        return out
                 elif small is None:
                     fast.settle(key, args)
                 return fast.build(fast.executable(args))
         traced, leaves, key = self._trace_keyed(args, kwargs)
         inputs = [*leaves, *traced.captured]
-        if not self.fuse or any(isinstance(a, Tracer) for a in inputs):
-            return unflatten(traced.out_tree, run(traced.graph, inputs))
+        tracing = any(isinstance(a, Tracer) for a in inputs)
+        if not self.fuse or tracing:
+            from fastgrad.runtime.ownership import owned
+
+            outs = run(traced.graph, inputs)
+            return unflatten(traced.out_tree, outs if tracing else owned(outs, inputs))
         arrays = [np.asarray(a) for a in inputs]
         layout = tuple(map(layout_of, arrays))
         why = ""
@@ -476,7 +493,8 @@ def jit(
     over are read when it is traced, as in JAX: later changes to them are not seen. The
     graph is compiled into fused Numba loops; `fuse=False` runs it through the NumPy
     reference interpreter instead. `grad`, `value_and_grad`, `vjp`, `jvp` and `hessian` of
-    the result are compiled too.
+    the result are compiled too. A call returns arrays of the caller's own, never one
+    another call returns or an argument: an argument returned (or a view of one) is a copy.
 
     >>> import fastgrad as fg, fastgrad.numpy as fnp
     >>> @fg.jit

@@ -121,11 +121,24 @@ def builder(treedef: TreeDef) -> Callable[[Sequence[Any]], Any]:
     Nested tuples, lists and None are written out as one expression; other structures
     fall back to `unflatten`.
     """
-    counter = iter(range(treedef.num_leaves))
+    text = expression(treedef, [f"o[{i}]" for i in range(treedef.num_leaves)])
+    if text is None:
+        return lambda leaves: unflatten(treedef, leaves)
+    return eval(f"lambda o: {text}")  # noqa: S307  built from the structure alone
+
+
+def expression(treedef: TreeDef, leaves: Sequence[str]) -> str | None:
+    """Python source building the structure `treedef` from the expressions `leaves`, one
+    per leaf in order; None unless it is made of tuples, lists, None and leaves.
+
+    >>> expression(flatten((1, [2, None]))[1], ["a", "b"])
+    '(a, [b, None])'
+    """
+    counter = iter(leaves)
 
     def expr(t: TreeDef) -> str | None:
         if t.kind == "leaf":
-            return f"o[{next(counter)}]"
+            return next(counter)
         if t.kind == "none":
             return "None"
         if t.kind not in ("tuple", "list"):
@@ -136,10 +149,7 @@ def builder(treedef: TreeDef) -> Callable[[Sequence[Any]], Any]:
         inner = ", ".join(parts) + ("," if t.kind == "tuple" and len(parts) == 1 else "")  # type: ignore[arg-type]
         return f"({inner})" if t.kind == "tuple" else f"[{inner}]"
 
-    text = expr(treedef)
-    if text is None:
-        return lambda leaves: unflatten(treedef, leaves)
-    return eval(f"lambda o: {text}")  # noqa: S307  built from the structure alone
+    return expr(treedef)
 
 
 def leaf_paths(tree: Any, prefix: str = "") -> list[str]:

@@ -42,7 +42,8 @@ from fastgrad.runtime.control_flow import SMALL_MATMUL, LoopPlanner, LoopStep
 from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
 from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
-from fastgrad.runtime.small_call import SmallCall, for_layouts
+from fastgrad.runtime.ownership import borrowed
+from fastgrad.runtime.small_call import SmallCall, function
 from fastgrad.runtime.small_call import build as build_small_call
 from fastgrad.runtime.thread_budget import largest_gemm, numba_threads, shares_cores
 
@@ -316,7 +317,7 @@ class Executable:
             if key in slot:
                 self.template[slot[key]] = value
         self._lock = threading.Lock()
-        self._small: Any = None  # runtime.small_call's (function, layouts), or False
+        self._small: Any = None  # runtime.small_call's Plan, or False
         self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
         self.one_blas_thread = one = self.small_matmuls or shares_cores(self.plan, graph)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
@@ -394,12 +395,12 @@ class Executable:
         """Whether the arena's calls are final (kernels settled, and lowered for "vm")."""
         return self.arena.settled and not self.arena.lowering
 
-    def small_call(self, key: Sequence[Any], args: Sequence[Any]) -> SmallCall | None:
-        """The plan as one function (runtime.small_call) for calls whose arguments have the
-        layouts `key` (api.jit's fast key; `args` are such a call's), or None."""
+    def small_call(self, key: Sequence[Any], args: Sequence[Any], tree: Any) -> SmallCall | None:
+        """The plan as one function (runtime.small_call) for arguments of layouts `key`
+        (api.jit's fast key, of `args`), returning the structure `tree`; or None."""
         if self._small is None and self.arena.bare and len(args) == len(self.graph.inputs):
             self._small = build_small_call(self.arena.calls, self.outputs, args, self._lock)
-        return for_layouts(self._small, key)
+        return function(self._small, key, tree)
 
     def run(self, args: Sequence[Any]) -> list[np.ndarray]:
         """A call without setting NumPy's errstate: for loop bodies, whose loop did. A call
@@ -536,8 +537,11 @@ def _arena(
     _spans(plan, buffers, outputs)
     # The interpreter runs BLAS on one thread where the step runner would.
     lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
-    # Outside a loop body every output is fresh, unless it is a constant (or a view of one).
-    copied = [] if bound else [k for k, slot in enumerate(outputs) if slot in static]
+    # Outside a loop body what the caller receives is fresh: constants, arguments (and
+    # views of either) are copied (runtime.ownership).
+    views = [(s.ins[0], s.out) for s in plan if isinstance(s, _ViewStep)]
+    owned = static | borrowed(views, len(inputs))
+    copied = [] if bound else [k for k, slot in enumerate(outputs) if slot in owned]
     return Arena(template, buffers, static_views, steps, outputs, static, lower, copied)
 
 

@@ -92,6 +92,7 @@ class Segment:
         self.fresh_indices: list[int] = []
         self.produced: set[int] = set()  # slots this segment's steps write
         self.views: dict[int, tuple[int, Callable[[], None]]] = {}  # out -> (in, host call)
+        self.view_steps: dict[int, Any] = {}  # out -> its view step (runtime.small_call)
         self.exported: set[int] = set()  # views whose arrays Python needs after the run
         self.exports: list[Callable[[], None]] = []
         # Kernels' index checks, on arrays read from outside: made before the run.
@@ -227,6 +228,7 @@ class Segment:
         index = self.operand(step.ins[0])
         self.produced.add(step.out)
         self.views[step.out] = (step.ins[0], call)
+        self.view_steps[step.out] = step
         return [VIEW, index, self.table.index(step.out), offset]
 
     def export(self, slot: int) -> None:

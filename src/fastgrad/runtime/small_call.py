@@ -4,26 +4,52 @@ layouts it was lowered for, as one generated Python function.
 A jitted function's call at N=16 spent more time between Python and the kernel than in
 it: the arena's slots, the segment's layout checks, Numba's dispatcher resolving the
 argument tuple's type, and reshapes of 0-d outputs (5.6 us a call against 0.6 us of
-kernel). Here the caller (api.jit) has already matched every argument's shape, dtype and
-strides (its fast key) against those the segment was built for, so the function only
-allocates the fresh outputs, calls the compiled interpreter's entry point for that tuple
-type directly (no type resolution) and returns the outputs. It touches no arena slot:
-the table's pointer entries are the only shared state, so it holds the plan's lock,
-and a call that finds it taken returns None (the caller then runs the plan as usual).
+kernel). Here one function generated per plan and argument layouts does all of a call:
+it matches the arguments (count, exact type, and each one's shape, dtype and strides)
+against those it was made for, makes the kernels' index checks, allocates the fresh
+outputs, calls the compiled interpreter's entry point for that tuple type directly (no
+type resolution), makes the views it returns and returns the result's structure
+itself. Arguments it returns (or views of them) are copied: what the caller receives is
+always its own. It touches no arena slot: the table's pointer entries are the only
+shared state, so it holds the plan's lock. It returns MISS for other arguments, or when
+another call holds the plan (the caller then runs the plan as usual).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from fastgrad.core.miss import MISS
+from fastgrad.core.pytree import TreeDef, builder, expression
 from fastgrad.runtime.arena import staggered_empty
 
-#: args -> the plan's outputs, or None when another call holds the plan
-SmallCall = Callable[[Sequence[np.ndarray]], "list[np.ndarray] | None"]
+#: args -> the plan's result, or MISS (other arguments, or another call holds the plan)
+SmallCall = Callable[[Sequence[np.ndarray]], Any]
+
+
+# A view step's op (runtime.executable's `view`) as source: its input, its parameter.
+_VIEWS = {
+    "slice": "{}[{}]",
+    "transpose": "{}.transpose({})",
+    "reshape": "{}.reshape({})",
+    "broadcast_to": "broadcast_to({}, {})",
+}
+
+
+@dataclass
+class Plan:
+    """What a small call runs: the segment, its entry point and lock, the argument
+    layouts it holds for, and the source lines after the arguments' match."""
+
+    expected: dict[int, tuple[Any, ...]]  # argument position -> (shape, dtype, strides)
+    body: list[str]
+    outputs: list[str]  # each output's expression
+    namespace: dict[str, Any]
 
 
 def layouts(segment: Any, inputs: int) -> dict[int, tuple[Any, ...]] | None:
@@ -37,71 +63,107 @@ def layouts(segment: Any, inputs: int) -> dict[int, tuple[Any, ...]] | None:
     return expected
 
 
-def for_layouts(built: Any, key: Sequence[Any]) -> SmallCall | None:
-    """The small call of `built` (`build`'s result) if the arguments' layouts `key`
-    ((shape, dtype, strides) of each) are those it was built for, else None."""
-    if not built:
-        return None
-    call, expected = built
-    matches = all(i < len(key) and key[i] == layout for i, layout in expected.items())
-    return call if matches else None
-
-
 def build(
     calls: Sequence[Any], outputs: Sequence[int], args: Sequence[np.ndarray], lock: threading.Lock
-) -> tuple[SmallCall, dict[int, tuple[Any, ...]]] | bool:
-    """The small call for an arena lowered to `calls` (outputs in slots `outputs`, the
-    first slots its arguments, of which `args` are a call's), and the argument layouts
-    it holds for; False unless the plan is one segment whose outputs are all fresh
-    arrays it allocates (not views it exports, arguments or constants) and that checks
-    no indices."""
+) -> Plan | bool:
+    """The small call's plan for an arena lowered to `calls` (outputs in slots `outputs`,
+    the first slots its arguments, of which `args` are a call's); False unless the plan is
+    one segment that reads only arguments, checks indices only of arguments, and whose
+    outputs are arrays it allocates, views of them or of arguments, or arguments."""
     if len(calls) != 1 or not getattr(calls[0], "interpreted", False):
         return False
     segment = calls[0]
     expected = layouts(segment, len(args))
-    fresh = {entry[4]: j for j, entry in enumerate(segment.fresh)}
     if (
         expected is None
-        or segment.checks
-        or segment.exports
         or not segment.reads
-        or not all(slot in fresh for slot in outputs)
+        or not all(slot < len(args) for check in segment.checks for slot in check.__self__.checks)
     ):
         return False
-    empty = np.empty
     namespace: dict[str, Any] = {
-        "entry": entry_point(
-            (*(args[slot] for slot in expected), *(empty(*f[:2]) for f in segment.fresh))
-        ),
         "table": segment.array,
         "at": segment.at,
         "acquire": lock.acquire,
         "release": lock.release,
         "empty": np.empty,
+        "broadcast_to": np.broadcast_to,
+        "array": np.array,
         "staggered_empty": staggered_empty,
     }
-    lines = ["def small_call(args):"]
-    lines += [f"    a{slot} = args[{slot}]" for slot, *_ in segment.reads]
-    names = [f"a{slot}" for slot, *_ in segment.reads]
-    for j, (shape, dtype, k, view, _slot, small) in enumerate(segment.fresh):
+    names = {slot: f"a{slot}" for slot in range(len(args))}  # slot -> what holds its array
+    body = [f"    check{j}(args)" for j in range(len(segment.checks))]
+    namespace.update((f"check{j}", check) for j, check in enumerate(segment.checks))
+    arrays = [f"a{slot}" for slot in expected]
+    for j, (shape, dtype, k, shaped, slot, small) in enumerate(segment.fresh):
         namespace[f"d{j}"] = dtype
         if small:
-            lines.append(f"    f{j} = g{j} = empty({shape!r}, d{j})")
+            body.append(f"    f{j} = g{j} = empty({shape!r}, d{j})")
         else:
-            lines.append(f"    f{j} = staggered_empty({shape!r}, d{j}, {k})")
-            lines.append(f"    g{j} = f{j}" + ("" if view is None else f".reshape({view!r})"))
-        names.append(f"f{j}")
-    lines += [
+            body.append(f"    f{j} = staggered_empty({shape!r}, d{j}, {k})")
+            body.append(f"    g{j} = f{j}" + ("" if shaped is None else f".reshape({shaped!r})"))
+        arrays.append(f"f{j}")
+        names[slot] = f"g{j}"
+    namespace["entry"] = entry_point(
+        (*(args[slot] for slot in expected), *(np.empty(*f[:2]) for f in segment.fresh))
+    )
+    body += [
         "    if not acquire(False):",
-        "        return None",
+        "        return MISS",
         "    try:",
-        f"        entry(table, at, ({', '.join(names)},))",
+        f"        entry(table, at, ({', '.join(arrays)},))",
         "    finally:",
         "        release()",
-        f"    return [{', '.join(f'g{fresh[slot]}' for slot in outputs)}]",
+    ]
+    borrowed = set(range(len(args)))  # slots holding an argument or a view of one
+    for slot, step in segment.view_steps.items():
+        source = step.ins[0]
+        if slot not in segment.exported:
+            continue
+        if source not in names:
+            return False  # a view of a buffer or a constant: the arena's path
+        namespace[f"p{slot}"] = step.arg
+        body.append(f"    v{slot} = " + _VIEWS[step.op].format(names[source], f"p{slot}"))
+        names[slot] = f"v{slot}"
+        if source in borrowed:
+            borrowed.add(slot)
+    if not all(slot in names for slot in outputs):
+        return False  # a constant, or a view of one
+    # An argument returned (or a view of one) is copied: the caller's own, as the arena's
+    # path returns it.
+    returned = [f"array({names[s]}, copy=True)" if s in borrowed else names[s] for s in outputs]
+    return Plan(expected, body, returned, namespace)
+
+
+def function(plan: Plan | bool, key: Sequence[Any], tree: TreeDef) -> SmallCall | None:
+    """The small call of `plan` (`build`'s) for arguments of layouts `key` ((shape,
+    dtype, strides) of each), returning the structure `tree`; None if `plan` does not
+    hold for those layouts."""
+    if not plan or not all(
+        i < len(key) and key[i] == layout for i, layout in plan.expected.items()
+    ):
+        return None
+    n = len(key)
+    names = [f"a{i}" for i in range(n)]
+    attributes = ", ".join(f"{a}.shape, {a}.dtype, {a}.strides" for a in names)
+    namespace = dict(plan.namespace, MISS=MISS, ND=np.ndarray, K=tuple(x for k in key for x in k))
+    result = expression(tree, plan.outputs)
+    if result is None:
+        namespace["build"] = builder(tree)
+        result = f"build([{', '.join(plan.outputs)}])"
+    lines = [
+        "def small_call(args):",
+        f"    if len(args) != {n}:",
+        "        return MISS",
+        f"    {', '.join(names)}, = args",
+        "    if "
+        + " or ".join(f"type({a}) is not ND" for a in names)
+        + f" or ({attributes},) != K:",
+        "        return MISS",
+        *plan.body,
+        f"    return {result}",
     ]
     exec(compile("\n".join(lines), "<fastgrad small call>", "exec"), namespace)  # noqa: S102
-    return namespace["small_call"], expected
+    return namespace["small_call"]  # type: ignore[no-any-return]
 
 
 def entry_point(arrays: tuple[np.ndarray, ...]) -> Callable[..., None]:
