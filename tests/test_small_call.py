@@ -75,6 +75,24 @@ def test_value_and_grad_runs_as_one_small_call(dtype: Any) -> None:
     assert value.shape == () and not any(np.shares_memory(value, g) for g in (gx, gy))
 
 
+def test_read_only_arguments_do_not_compile_the_interpreter_again() -> None:
+    """A read-only array is another Numba type: the small call runs the entry compiled for
+    its segment (the dispatcher compiled the interpreter inside the call, ~0.5-0.9 s)."""
+    from fastgrad.runtime.vm import run_steps
+
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((2, 16))
+    jf = fg.jit(fg.value_and_grad(_loss, argnums=(0, 1)))
+    expected = jf(x, y)  # lowered for writable arrays
+    kinds = len(run_steps.overloads)
+    x.flags.writeable = y.flags.writeable = False
+    for _ in range(4):  # the small call is built from these calls' read-only arguments
+        value, (gx, gy) = jf(x, y)
+        _same_bits([expected[0], *expected[1]], [value, gx, gy])
+    assert all(callable(small) for small in _small(jf))
+    assert len(run_steps.overloads) == kinds
+
+
 def test_other_layouts_take_the_arena_path() -> None:
     def f(x: Any, y: Any) -> Any:
         return fnp.exp(x) * y, fnp.sum(fnp.sin(x) * y, axis=1)

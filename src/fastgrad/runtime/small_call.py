@@ -103,9 +103,10 @@ def build(
             body.append(f"    g{j} = f{j}" + ("" if shaped is None else f".reshape({shaped!r})"))
         arrays.append(f"f{j}")
         names[slot] = f"g{j}"
-    namespace["entry"] = entry_point(
-        (*(args[slot] for slot in expected), *(np.empty(*f[:2]) for f in segment.fresh))
-    )
+    # The segment's entry, compiled for its stand-ins' type: a read-only argument is
+    # another Numba type, for which the dispatcher would compile the interpreter inside
+    # this call; the match above keeps shapes, dtypes and strides.
+    namespace["entry"] = segment.run
     body += [
         "    if not acquire(False):",
         "        return MISS",
