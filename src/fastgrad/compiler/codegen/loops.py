@@ -22,7 +22,7 @@ from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import op_cost
-from fastgrad.compiler.codegen.rowblocks import block_run, blockable
+from fastgrad.compiler.codegen.rowblocks import block_run, blockable, column_blockable
 from fastgrad.compiler.codegen.schedule import schedule
 from fastgrad.compiler.codegen.source import (
     KernelSource,
@@ -364,6 +364,10 @@ class _Generator:
             return column_run(self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
         if blockable(self, nodes):
             return block_run(self, w, args, nodes, level, outputs, sched)
+        if column_blockable(self, nodes, sched):
+            source = block_run(self, w, args, nodes, level, outputs, sched, transpose=False)
+            source.column = True  # each column's result is the same whatever the chunks
+            return source
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
         w.indent()
         self.in_chunk = True
