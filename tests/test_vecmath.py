@@ -492,8 +492,20 @@ def test_trig_large_and_hard_arguments(name, dtype):
     check_against_numpy(name, x[numpy_ok], y[numpy_ok])
     inside = np.abs(x) < vm.TRIG_BOUNDED_LIMIT
     yb = evaluate(name, x, bounded=True)
-    assert np.array_equal(yb[inside], y[inside])
+    check_bounded_agrees(name, x[inside], yb[inside], y[inside])
     assert np.all(np.isnan(yb[~inside]))
+
+
+def check_bounded_agrees(name, x, yb, y):
+    """The bounded variant against the full-range one: float64's is the same arithmetic
+    and gives identical results; float32's reduction runs in float64 (another rounding of
+    the reduced argument), so each result is checked against the float64 reference."""
+    if x.dtype == np.float64:
+        assert np.array_equal(yb, y, equal_nan=True)
+        return
+    err = error_vs_exact(yb, exact_ref(name, x))
+    i = int(np.argmax(err)) if err.size else 0
+    assert err.size == 0 or err[i] <= TOL_EXACT, (name, x[i], yb[i], err[i])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ID.get)
@@ -514,8 +526,7 @@ def test_bounded_trig_hypothesis(name, dtype, data):
     x = data.draw(arrays(dtype, st.integers(1, 48), elements=elems))
     y = evaluate(name, x, bounded=True)
     check_against_numpy(name, x, y)
-    # identical to the full-range reduction inside the limit
-    assert np.array_equal(y, evaluate(name, x), equal_nan=True)
+    check_bounded_agrees(name, x, y, evaluate(name, x))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=ID.get)

@@ -213,8 +213,13 @@ def _flat_run(
 
     def address(v: Var, at: str) -> str:
         name, kind = names[id(v)], kinds[id(v)]
-        if kind in ("one", "whole"):
-            return f"{name}f[{'0' if kind == 'one' else 'e'}]"
+        if kind == "one":
+            return f"{name}f[0]"
+        if kind == "whole":
+            # A row value (at j) has the loop's whole shape where every reduced axis has
+            # size 1: (1, 8) reduced over axis 0 keeping dims. Read or written at e there,
+            # it took the last element's index, and its other positions were never written.
+            return f"{name}f[{'e' if at == 'elem' else 'j'}]"
         if kind == "table":
             assert at == "elem", "a row value reads no operand spanning the reduced axes"
             return f"{name}f[{name}o + {name}x[p]]"

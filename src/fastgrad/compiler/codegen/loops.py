@@ -22,7 +22,7 @@ from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import op_cost
-from fastgrad.compiler.codegen.rowblocks import block_run, blockable
+from fastgrad.compiler.codegen.rowblocks import block_run, blockable, column_blockable
 from fastgrad.compiler.codegen.schedule import schedule
 from fastgrad.compiler.codegen.source import (
     KernelSource,
@@ -227,14 +227,10 @@ class _Generator:
         if op.extra.get("positional"):
             return self.positional(node)
         args = [self.value(v, node, level) for v in node.inputs]
-        if (
-            op.name == "power"
-            and out_dtype.name == "float64"
-            and (op.name, "float64") in (self.vector_math)
-        ):
-            # Any other float64 exponent: vecmath's power (a scalar pow call would keep the
-            # whole loop from vectorizing). Not float32: its power works in float64 and was
-            # measured 1.37x slower than the C library's powf, which is cheap.
+        if op.name == "power" and (op.name, out_dtype.name) in self.vector_math:
+            # Any other exponent: vecmath's power. A pow call in a vectorized loop becomes
+            # one scalar libm call per lane; float32's power (computed in float64) measured
+            # 2.8-3.8x faster than powf in AVX-512 code, 1.9x in AVX2 code (1e6 elements).
             t = scalar_type(out_dtype)
             x, y = (
                 a if v.aval.dtype == out_dtype else f"{t}({a})"
@@ -368,6 +364,10 @@ class _Generator:
             return column_run(self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
         if blockable(self, nodes):
             return block_run(self, w, args, nodes, level, outputs, sched)
+        if column_blockable(self, nodes, sched):
+            source = block_run(self, w, args, nodes, level, outputs, sched, transpose=False)
+            source.column = True  # each column's result is the same whatever the chunks
+            return source
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
         w.indent()
         self.in_chunk = True

@@ -250,16 +250,16 @@ def constants(F: Any) -> dict[str, Any]:  # noqa: C901
     COS_C = _coefs(F, _COS_C[F])
     ATAN_P = _coefs(F, _ATAN_P[F])
 
-    # 2/pi as truncated (floor) chunks of MANT+1 bits, exact in F, for the bounded
-    # reduction; f64 needs three (159 bits), f32 four (~96 bits)
-    if f64:
-        C2PI = _coefs(
-            F, ("0x1.45f306dc9c882p-1", "0x1.4a7f09d5f47d4p-54", "0x1.a6ee06db14accp-107")
-        )
-        C2PI_3 = ZERO  # unused
-    else:
-        C2PI = _coefs(F, ("0x1.45f3060000000p-1", "0x1.b939100000000p-26", "0x1.529fc20000000p-52"))
-        C2PI_3 = F(float.fromhex("0x1.d5f47c0000000p-78"))
+    # 2/pi as truncated (floor) chunks of MANT+1 bits, exact in F, for the float64
+    # bounded reduction (three chunks, 159 bits)
+    C2PI = _coefs(F, ("0x1.45f306dc9c882p-1", "0x1.4a7f09d5f47d4p-54", "0x1.a6ee06db14accp-107"))
+    # float32's bounded reduction runs in float64: 2/pi, and pi/2 as three rounded parts
+    D2PI = np.float64(float.fromhex("0x1.45f306dc9c883p-1"))
+    DPIO2_0 = np.float64(float.fromhex("0x1.921fb54442d18p+0"))
+    DPIO2_1 = np.float64(float.fromhex("0x1.1a62633145c07p-54"))
+    DPIO2_2 = np.float64(float.fromhex("-0x1.f1976b7ed8fbcp-110"))
+    DSHIFTER = np.float64(1.5 * 2.0**52)
+    DSHIFTER_BITS = int(np.array(DSHIFTER).view(np.int64))
     C2PI_0, C2PI_1, C2PI_2 = C2PI
     TRIG_LIMIT = F(TRIG_BOUNDED_LIMIT)
     TAB = _trig_tables(F, MANT, BIAS, TRIG_EMIN)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from fastgrad.compiler.codegen.vecmath.llvm import (
     _always_inline,
     _bits,
@@ -32,8 +34,13 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         C2PI_0,
         C2PI_1,
         C2PI_2,
-        C2PI_3,
         COS_C,
+        D2PI,
+        DPIO2_0,
+        DPIO2_1,
+        DPIO2_2,
+        DSHIFTER,
+        DSHIFTER_BITS,
         FMAX,
         FOUR,
         HALF,
@@ -69,8 +76,13 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         k["C2PI_0"],
         k["C2PI_1"],
         k["C2PI_2"],
-        k["C2PI_3"],
         k["COS_C"],
+        k["D2PI"],
+        k["DPIO2_0"],
+        k["DPIO2_1"],
+        k["DPIO2_2"],
+        k["DSHIFTER"],
+        k["DSHIFTER_BITS"],
         k["FMAX"],
         k["FOUR"],
         k["HALF"],
@@ -110,10 +122,10 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     #  * trig_reduce: tabulated 2/pi chunks per exponent (see _trig_tables), exact for
     #    every finite input. The four table reads become gathers in vector code, which
     #    cost about 3x the rest of the function on Skylake/Cascade Lake.
-    #  * trig_reduce_bounded: 2/pi as three/four constant chunks, no table, valid for
-    #    |x| < TRIG_LIMIT (2^30): the error terms then stay below 2^-120 (f64) /
-    #    2^-68 (f32) absolute, far under the closest approach of any such input to a
-    #    multiple of pi/2.
+    #  * trig_reduce_bounded: no table, valid for |x| < TRIG_LIMIT (2^30). float64: 2/pi
+    #    as three constant chunks, error terms below 2^-120 absolute; float32: the
+    #    same reduction carried in float64 (trig_reduce_bounded_f32), below 2^-76. Both
+    #    far under the closest approach of any such input to a multiple of pi/2.
 
     @_jit
     def quadrant(nf):
@@ -163,28 +175,27 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         rl = _fma(fh, PIO2_HI, -rh) + _mad(fh, PIO2_LO, fl * PIO2_HI)
         return rh, rl, quadrant(nf)
 
-    if f64:
-
-        @_jit
-        def bounded_tail(ax, s, p2):
-            """Fold the last (tiny, < 2^-75) product into the reduced fraction."""
-            _always_inline()
-            return s, p2
-
-    else:
-
-        @_jit
-        def bounded_tail(ax, s, p2):
-            _always_inline()
-            # float32 needs one more chunk; the p2 product is still large enough to be
-            # added exactly
-            e2 = _fma(ax, C2PI_2, -p2)
-            s, ec = _two_sum(s, p2)
-            return s, ec + (e2 + ax * C2PI_3)
+    @_jit
+    def trig_reduce_bounded_f32(ax):
+        """float32 trig_reduce_bounded, carried in float64: ax is exact there, n < 2^30
+        too, and three FMAs with a 159-bit pi/2 leave r = ax - n pi/2 within 2^-76
+        absolute (n * DPIO2_1 < 2^-23 bounds the first step's rounding), far below the closest
+        approach of a float32 to a multiple of pi/2. ~20 instructions where the float32
+        pair arithmetic takes ~75; rh + rl is r rounded to 48 bits."""
+        _always_inline()
+        xd = np.float64(ax)
+        nd = _rint(xd * D2PI)
+        r = _fma(-nd, DPIO2_0, xd)
+        r = _fma(-nd, DPIO2_1, r)
+        r = _fma(-nd, DPIO2_2, r)
+        rh = F(r)
+        rl = F(r - np.float64(rh))  # the difference is exact
+        return rh, rl, _bits(nd + DSHIFTER) - DSHIFTER_BITS
 
     @_jit
     def trig_reduce_bounded(ax):
-        """As trig_reduce, without table lookups, for ax < TRIG_LIMIT."""
+        """As trig_reduce, without table lookups, for ax < TRIG_LIMIT (float64; float32
+        uses trig_reduce_bounded_f32)."""
         _always_inline()
         p0 = ax * C2PI_0
         e0 = _fma(ax, C2PI_0, -p0)
@@ -195,17 +206,19 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         p2 = ax * C2PI_2
         s, ea = _two_sum(s, p1)
         s, eb = _two_sum(s, e0)
-        # near the limit e0 and p1 can exceed 1 (float32): take out their integer part
+        # e0 and p1 may exceed 1 near the limit: take out their integer part
         n1 = _rint(s)
         s = s - n1  # exact
         s, ec = _two_sum(s, ea)
         s, ed = _two_sum(s, eb)
         s, ee = _two_sum(s, e1)
-        s, lo = bounded_tail(ax, s, p2)
-        fh, fl = _fast_two_sum(s, ((ec + ed) + ee) + lo)
+        fh, fl = _fast_two_sum(s, ((ec + ed) + ee) + p2)  # p2 < 2^-75: folded in
         rh = fh * PIO2_HI
         rl = _fma(fh, PIO2_HI, -rh) + _mad(fh, PIO2_LO, fl * PIO2_HI)
         return rh, rl, quadrant(n0) + quadrant(n1)
+
+    if not f64:
+        trig_reduce_bounded = trig_reduce_bounded_f32  # noqa: F811
 
     @_jit
     def sincos_kernel(rh, rl):

@@ -1,0 +1,77 @@
+"""Reductions against the better of their two limits, one table, measured in one run.
+
+    PYTHONPATH=src:bench python tools/reduction_table.py [--dtype float32] [filter ...]
+
+sum, max, logsumexp and mean of squares over axis 0, axis -1 and all axes, for the shapes
+issue 13 names. The memory limit is the bytes a reduction must read over the triad
+bandwidth measured at the start of the run (the benchmark's own triad, bench.measure);
+the compute limit, for logsumexp, is the time of a fused exp over the same array (its
+writes make it an upper bound). `eff` is the larger limit over the reduction's best time
+(25 rounds, run in turn with the exp map): the issue's goal is >= 70%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from reduction_bandwidth import interleaved  # noqa: E402
+
+import fastgrad as fg  # noqa: E402
+import fastgrad.numpy as fnp  # noqa: E402
+from measure import triad  # noqa: E402  (bench/, on PYTHONPATH)
+
+SHAPES = ((4096, 1024), (256, 512), (1_000_000, 8, 2), (1_000_000, 100))
+OPS: dict[str, Callable] = {
+    "sum": lambda x, a: fnp.sum(x, axis=a),
+    "max": lambda x, a: fnp.max(x, axis=a),
+    "logsumexp": lambda x, a: fnp.logsumexp(x, axis=a),
+    "mean(x*x)": lambda x, a: fnp.mean(x * x, axis=a),
+}
+AXES = {"0": 0, "-1": -1, "all": None}
+
+
+def row(op: str, axis: str, x: np.ndarray, gbps: float) -> str:
+    reduce = fg.jit(lambda x: OPS[op](x, AXES[axis]))
+    fns: list[Callable[[], object]] = [lambda: reduce(x)]
+    if op == "logsumexp":
+        mapped = fg.jit(fnp.exp)
+        fns.append(lambda: mapped(x))
+    times = interleaved(fns)
+    memory = x.nbytes / (gbps * 1e9)
+    limit = max([memory, *times[1:]])
+    kind = "exp" if limit > memory else "mem"
+    return (
+        f"{op:10s} {axis:>4s} {str(x.shape):18s} {times[0] * 1e3:9.3f} ms "
+        f"{x.nbytes / times[0] / 1e9:7.1f} GB/s  limit {limit * 1e3:8.3f} ms ({kind})  "
+        f"eff {100 * limit / times[0]:4.0f}%"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("filter", nargs="*", help="only rows containing all these words")
+    args = parser.parse_args()
+    print("uptime:", os.popen("uptime").read().strip())
+    gbps = triad(20_000_000, 10)["best_gbps"]
+    print(f"triad bandwidth {gbps:.1f} GB/s; {args.dtype}")
+    rng = np.random.default_rng(0)
+    for shape in SHAPES:
+        x = rng.standard_normal(shape).astype(args.dtype)
+        for op in OPS:
+            for axis in AXES:
+                label = f"{op} {axis} {shape}"
+                if all(word in label for word in args.filter):
+                    print(row(op, axis, x, gbps), flush=True)
+
+
+if __name__ == "__main__":
+    main()
