@@ -301,10 +301,8 @@ class Executable:
             else:
                 self.plan.append(self._kernel_step(step, slot_of, index))
         self.outputs = [slot_of(v) for v in graph.outputs]
-        per_call = set(range(len(graph.inputs)))  # arguments, and views of them
-        for planned in self.plan:
-            if isinstance(planned, _ViewStep) and planned.ins[0] in per_call:
-                per_call.add(planned.out)
+        views = [(s.ins[0], s.out) for s in self.plan if isinstance(s, _ViewStep)]
+        per_call = borrowed(views, len(graph.inputs))  # arguments, and views of them
         fresh = fresh_slots(self.plan, self.outputs)
         seen = fresh_slots(self.plan, self.outputs, stacked_inputs=False)
         for planned in self.plan:
