@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import background
+from fastgrad.runtime import background, numpy_blocks
 from fastgrad.runtime.executable import PARALLEL_THRESHOLD
 from fastgrad.testing import strategies as fst
 
@@ -275,13 +275,16 @@ def test_the_numpy_tier_agrees_with_the_kernels(case):
     def value_and_grads(*a):
         return fg.value_and_grad(lambda *b: fnp.sum(program(*b)), argnums=argnums)(*a)
 
-    worker, mode = background._WORKER, fg.config.compile
+    worker, mode, block = background._WORKER, fg.config.compile, numpy_blocks.BLOCK
     background._WORKER = HeldCompiles()
     try:
         fg.config.compile = "background"
         tiered = fg.jit(value_and_grads)(*xs)  # never released: all NumPy
+        numpy_blocks.BLOCK = 2  # and again, blocks of a row or two (runtime.numpy_blocks)
+        blocked = fg.jit(value_and_grads)(*xs)
     finally:
         background._WORKER = worker  # sync mode waits for the compile thread too
+        numpy_blocks.BLOCK = block
     try:
         fg.config.compile = "sync"
         jitted = fg.jit(value_and_grads)
@@ -289,9 +292,10 @@ def test_the_numpy_tier_agrees_with_the_kernels(case):
     finally:
         fg.config.compile = mode
     assert plan(jitted).compiled  # kernels ran, not NumPy after an overdue compile
-    np.testing.assert_allclose(tiered[0], compiled[0], **TOL)
-    for a, b in zip(tiered[1], compiled[1], strict=True):
-        np.testing.assert_allclose(a, b, **TOL)
+    for numpy_tier in (tiered, blocked):
+        np.testing.assert_allclose(numpy_tier[0], compiled[0], **TOL)
+        for a, b in zip(numpy_tier[1], compiled[1], strict=True):
+            np.testing.assert_allclose(a, b, **TOL)
 
 
 def test_numpy_tier_fills_the_preallocated_buffers(held):
@@ -319,7 +323,7 @@ LAZY_SCRIPT = """
 import sys
 import numpy as np
 import fastgrad as fg, fastgrad.numpy as fnp
-from fastgrad.runtime import background
+from fastgrad.runtime import background, numpy_blocks
 from fastgrad.runtime.executable import numba_threads
 
 imported = [m for m in ("numba", "scipy") if m in sys.modules]
@@ -367,7 +371,7 @@ EXIT_SCRIPT = """
 import atexit
 import numpy as np
 import fastgrad as fg, fastgrad.numpy as fnp
-from fastgrad.runtime import background
+from fastgrad.runtime import background, numpy_blocks
 
 jobs = []
 submit = background._WORKER.submit
