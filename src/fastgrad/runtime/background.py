@@ -40,7 +40,7 @@ from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import slow_kernels
+from fastgrad.runtime import compile_fork, slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
@@ -149,6 +149,11 @@ class Job:
         self.state = DROPPED
         self._end()
 
+    def fail(self) -> None:
+        """Failed without a compile (its `error` says why)."""
+        self.state = FAILED
+        self._end()
+
     def _end(self) -> None:
         self.done.set()
         self.settled.set()
@@ -174,8 +179,16 @@ class _Worker:
         # for a kernel (`compile` inside a first call, say) lifts the hold.
         self.first_calls = 0
         self.hurry = False
+        self.stale = False  # forked amid a compile that holds Numba's lock: none can run
 
     def submit(self, job: Job) -> None:
+        if self.stale:
+            job.error = RuntimeError(
+                "nothing compiles in this process: it was forked while a compile in its "
+                "parent held Numba's compiler lock"
+            )
+            getattr(job, "fail", job.drop)()
+            return
         with self.lock:
             self.pending += 1
             self.inflight[job] = None
@@ -268,11 +281,14 @@ class _Worker:
         """In a forked child, which has none of its parent's threads (and maybe a lock one
         of them held): start afresh, the jobs queued or compiling in the parent handed to
         a compile thread of the child's own, so that calls waiting for them (sync mode,
-        `compile`) are answered. A compile under way in the parent at the fork may have
-        left Numba's compiler lock held in the child: the watchdog then reports it, and the
-        waiting calls go on with NumPy."""
+        `compile`) are answered. The fork waited for the parent's compile under way to
+        release Numba's compiler lock (runtime.compile_fork); where it could not (a compile
+        found overdue), the child's lock stays held by a thread it does not have, so
+        nothing compiles in the child: its calls, waiting ones too, go on with NumPy at
+        once rather than after the watchdog's timeout."""
         jobs = [job for job in self.inflight if not job.done.is_set()]
         self.__init__()  # type: ignore[misc]
+        self.stale = compile_fork.holds_stale_lock()
         for job in jobs:
             self.submit(job)
 
@@ -289,6 +305,8 @@ class _Worker:
 
 
 _WORKER = _Worker()
+# First, so that a child releases Numba's compiler lock before its compile thread starts.
+compile_fork.register(lambda: getattr(_WORKER, "overdue", None) is not None)
 if hasattr(os, "register_at_fork"):  # the worker of the moment (a test may install its own)
     os.register_at_fork(after_in_child=lambda: getattr(_WORKER, "forked", int)())
 
@@ -326,6 +344,17 @@ def submit(job: Any) -> None:
     for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
     `done`, `settled`, `apart`, `label` and `source`. It runs in turn, under the watchdog."""
     _WORKER.submit(job)
+
+
+def wait_for(job: Any) -> None:
+    """Wait for a job handed to the compile thread (`submit`) until it is done, or the
+    watchdog finds it, or one ahead of it, overdue (`job.settled`)."""
+    worker = _WORKER
+    inflight = getattr(worker, "inflight", None)  # (a test's stand-in may have none)
+    if inflight is not None and job not in inflight and not job.settled.is_set():
+        worker.submit(job)  # handed to a compile thread since replaced (a test's)
+    getattr(worker, "waiting", int)()
+    job.settled.wait()
 
 
 def wait_idle(timeout: float | None = None) -> bool:
