@@ -202,6 +202,12 @@ def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path
     g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
     np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
     assert plan(g).compiled  # the first call ran the kernel
+    # The same loop over blocks: NumPy's cost counts lower (here, as nothing).
+    monkeypatch.setattr(numpy_blocks, "BLOCK", 8)
+    monkeypatch.setattr(background, "BLOCKED_GAIN", 1 << 40)
+    k = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
+    np.testing.assert_allclose(k(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
+    assert not plan(k).compiled and kernel_steps(k)[0].tier.numpy_loop.blocked
     # A kernel to build (no other test compiles it in this process): NumPy meanwhile.
     h = fg.jit(lambda x: fnp.sum(fnp.sinh(fnp.sin(x)) * 1.75))
     np.testing.assert_allclose(h(x), np.sum(np.sinh(np.sin(x)) * 1.75), rtol=1e-13)

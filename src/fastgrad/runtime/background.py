@@ -48,8 +48,11 @@ PENDING, READY, FAILED = "pending", "ready", "failed"
 # kernel on disk rather than run its loop with NumPy (~1-3 ns per element-op, many ops
 # being per row): loading costs Numba's import once (~0.5 s), then ~10-50 ms a kernel.
 # At 2^27 a warm W2 (2^27.0, 0.15 s with NumPy) waited 1.75 s for Numba's import on
-# the loaded machine; W1 (2^28.5, 1.2-2.4 s of CPU with NumPy) gains.
-IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
+# the loaded machine. A loop run over blocks (runtime.numpy_blocks) costs about a quarter
+# per element-op (`BLOCKED_GAIN`): a warm W1 (2^28.5, 0.56-0.69 s of CPU over blocks)
+# answered in 1.5-2.1 s on NumPy against 2.6-2.9 s waiting for the import (3 fresh
+# processes each, load 7); so its work counts as 2^26.5, and W1 runs on NumPy.
+IMPORT_WORK, LOAD_WORK, BLOCKED_GAIN = 1 << 28, 1 << 24, 4
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
@@ -456,9 +459,11 @@ class KernelTier:
         """Whether to wait for the final kernel rather than run the loop with NumPy: its
         machine code is on disk, so is that of every kernel this first call has handed the
         thread so far (none would compile ahead of it), and the loop does more work than
-        loading takes. A warm W1 (10^7 float64 elements, 2.4 s of CPU with NumPy) loads
-        its kernel, Numba's import included, in well under a second."""
+        loading takes (Numba's import, if not done yet, then a few ms a kernel), NumPy's
+        cost counted lower for a loop run over blocks (`BLOCKED_GAIN`)."""
         work = self.numpy_loop.size * int(np.prod(self.shape))
+        if self.numpy_loop.blocked is not None:
+            work //= BLOCKED_GAIN
         if work < (LOAD_WORK if "numba" in sys.modules else IMPORT_WORK):
             return False
         batches = _batches.open
