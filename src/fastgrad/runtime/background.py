@@ -309,7 +309,10 @@ class _Worker:
 
 _WORKER = _Worker()
 # First, so that a child releases Numba's compiler lock before its compile thread starts.
-compile_fork.register(lambda: getattr(_WORKER, "overdue", None) is not None)
+# (A compile found overdue may never release it; in a child forked amid one, none will.)
+compile_fork.register(
+    lambda: getattr(_WORKER, "overdue", None) is not None or getattr(_WORKER, "stale", False)
+)
 if hasattr(os, "register_at_fork"):  # the worker of the moment (a test may install its own)
     os.register_at_fork(after_in_child=lambda: getattr(_WORKER, "forked", int)())
 
