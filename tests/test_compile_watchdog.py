@@ -243,3 +243,39 @@ def test_compile_timeout_setting():
     with pytest.raises(ValueError, match="compile_timeout"):
         fg.config.update("compile_timeout", "soon")
     assert fg.config.compile_timeout == 60.0  # the default (the suite leaves it)
+
+
+def test_sync_mode_waits_for_an_adapter_under_the_watchdog(fresh, monkeypatch):
+    """The plan interpreter's adapters compile on the compile thread in sync mode too: one
+    that outruns the timeout leaves the plan's steps running one by one, not the call
+    blocked."""
+    from fastgrad.runtime import adapters
+
+    x = np.linspace(-1, 2, 8)
+
+    def loss(x):
+        return fnp.sum(fnp.arcsinh(x) * 0.875)
+
+    fg.jit(loss).compile(x)  # its kernel, ready in memory
+    monkeypatch.setattr(adapters, "_JOBS", {})  # the adapters build again
+    release, threads = threading.Event(), []
+    compile_adapter = adapters.compile_adapter
+
+    def slow_adapter(*args):
+        threads.append(threading.current_thread().name)
+        release.wait(120)
+        return compile_adapter(*args)
+
+    monkeypatch.setattr(adapters, "compile_adapter", slow_adapter)
+    monkeypatch.setattr(fg.config, "compile", "sync")
+    monkeypatch.setattr(fg.config, "compile_timeout", 1.0)
+    f = fg.jit(loss)
+    start = time.monotonic()
+    for _ in range(3):  # the run that settles the kernels, then those that would lower
+        np.testing.assert_allclose(f(x), np.sum(np.arcsinh(x) * 0.875), rtol=1e-13)
+    assert time.monotonic() - start < 60
+    assert threads == ["fastgrad-compile"]
+    (job,) = [j for key, j in adapters._JOBS.items() if isinstance(key, str)]
+    assert job.settled.is_set() and not job.done.is_set()
+    release.set()
+    assert background.wait_idle(timeout=120)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import background
+from fastgrad.runtime import background, numpy_blocks
 from fastgrad.runtime.executable import PARALLEL_THRESHOLD
 from fastgrad.testing import strategies as fst
 
@@ -202,8 +202,15 @@ def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path
     g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
     np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
     assert plan(g).compiled  # the first call ran the kernel
-    h = fg.jit(lambda x: fnp.sum(fnp.sin(x) * 1.75))  # a kernel to build: NumPy meanwhile
-    np.testing.assert_allclose(h(x), np.sum(np.sin(x) * 1.75), rtol=1e-13)
+    # The same loop over blocks: NumPy's cost counts lower (here, as nothing).
+    monkeypatch.setattr(numpy_blocks, "BLOCK", 8)
+    monkeypatch.setattr(background, "BLOCKED_GAIN", 1 << 40)
+    k = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
+    np.testing.assert_allclose(k(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
+    assert not plan(k).compiled and kernel_steps(k)[0].tier.numpy_loop.blocked
+    # A kernel to build (no other test compiles it in this process): NumPy meanwhile.
+    h = fg.jit(lambda x: fnp.sum(fnp.sinh(fnp.sin(x)) * 1.75))
+    np.testing.assert_allclose(h(x), np.sum(np.sinh(np.sin(x)) * 1.75), rtol=1e-13)
     assert not plan(h).compiled
     assert background.wait_idle(timeout=120)
 
@@ -300,13 +307,16 @@ def test_the_numpy_tier_agrees_with_the_kernels(case):
     def value_and_grads(*a):
         return fg.value_and_grad(lambda *b: fnp.sum(program(*b)), argnums=argnums)(*a)
 
-    worker, mode = background._WORKER, fg.config.compile
+    worker, mode, block = background._WORKER, fg.config.compile, numpy_blocks.BLOCK
     background._WORKER = HeldCompiles()
     try:
         fg.config.compile = "background"
         tiered = fg.jit(value_and_grads)(*xs)  # never released: all NumPy
+        numpy_blocks.BLOCK = 2  # and again, blocks of a row or two (runtime.numpy_blocks)
+        blocked = fg.jit(value_and_grads)(*xs)
     finally:
         background._WORKER = worker  # sync mode waits for the compile thread too
+        numpy_blocks.BLOCK = block
     try:
         fg.config.compile = "sync"
         jitted = fg.jit(value_and_grads)
@@ -314,9 +324,10 @@ def test_the_numpy_tier_agrees_with_the_kernels(case):
     finally:
         fg.config.compile = mode
     assert plan(jitted).compiled  # kernels ran, not NumPy after an overdue compile
-    np.testing.assert_allclose(tiered[0], compiled[0], **TOL)
-    for a, b in zip(tiered[1], compiled[1], strict=True):
-        np.testing.assert_allclose(a, b, **TOL)
+    for numpy_tier in (tiered, blocked):
+        np.testing.assert_allclose(numpy_tier[0], compiled[0], **TOL)
+        for a, b in zip(numpy_tier[1], compiled[1], strict=True):
+            np.testing.assert_allclose(a, b, **TOL)
 
 
 def test_numpy_tier_fills_the_preallocated_buffers(held):
@@ -344,7 +355,7 @@ LAZY_SCRIPT = """
 import sys
 import numpy as np
 import fastgrad as fg, fastgrad.numpy as fnp
-from fastgrad.runtime import background
+from fastgrad.runtime import background, numpy_blocks
 from fastgrad.runtime.executable import numba_threads
 
 imported = [m for m in ("numba", "scipy") if m in sys.modules]
@@ -392,7 +403,7 @@ EXIT_SCRIPT = """
 import atexit
 import numpy as np
 import fastgrad as fg, fastgrad.numpy as fnp
-from fastgrad.runtime import background
+from fastgrad.runtime import background, numpy_blocks
 
 jobs = []
 submit = background._WORKER.submit

@@ -1,9 +1,9 @@
 """The plan interpreter's machine code (runtime.vm), built like kernels: on the background
-compile thread, so that no call waits for it (or in the calling thread in sync mode, and
-for a plan told to wait): kernels' adapters, one per kernel signature (scalar dtypes,
-operands' ranks and dtypes) whatever the kernel, the kernels' addresses for them, and
-the interpreter itself for each new kind of argument tuple; shared by every plan,
-cached on disk like kernels.
+compile thread, under its watchdog, so that no call waits for it (in sync mode, and for a
+plan told to wait, the call waits for the thread, as long as the watchdog lets it):
+kernels' adapters, one per kernel signature (scalar dtypes, operands' ranks and dtypes)
+whatever the kernel, the kernels' addresses for them, and the interpreter itself for each
+new kind of argument tuple; shared by every plan, cached on disk like kernels.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class CompileJob:
         self._run_lock = threading.Lock()
 
     def run(self) -> None:
-        with self._run_lock:  # once, whichever thread (compile thread or a waiting call)
+        with self._run_lock:  # once, whichever thread (compile thread, or an inline entry)
             if self.done.is_set():
                 return
             start = time.perf_counter()
@@ -64,19 +64,23 @@ class CompileJob:
         self.settled.set()
 
 
-def _job(key: Any, wait: bool, make: Callable[[], CompileJob]) -> CompileJob:
-    """The job for `key` (made by `make` when first asked for and handed to the compile
-    thread), or with `wait`, run here if it is not done yet."""
+def _job(key: Any, wait: bool, make: Callable[[], CompileJob], inline: bool = False) -> CompileJob:
+    """The job for `key`, made by `make` when first asked for and handed to the compile
+    thread; with `wait`, waited for there, under the watchdog (a compile that runs past
+    `config.compile_timeout` leaves the job settled but not done: its plan runs step by
+    step). `inline` jobs compile nothing and run here at once."""
     with _LOCK:
         job = _JOBS.get(key)
         new = job is None
         if new:
             job = _JOBS[key] = make()
     assert job is not None
-    if wait:
-        job.run()  # nothing to do if the compile thread has built it
+    if inline:
+        job.run()  # nothing to do if done already
     elif new:
         background.submit(job)
+    if wait:
+        background.wait_for(job)
     return job
 
 
@@ -106,9 +110,9 @@ def entry(kernel: Any, kernel_source: str, signature: tuple[Any, ...], wait: boo
         return kernel, address
 
     label = f"entry of fastgrad_kernel_{kernel_key(kernel_source)}"
-    ready = wait or signature in kernel.overloads
     key = ("entry", kernel_source, signature)
-    return _job(key, ready, lambda: CompileJob(label, kernel_source, build))
+    inline = signature in kernel.overloads
+    return _job(key, wait, lambda: CompileJob(label, kernel_source, build), inline)
 
 
 def interpreter(arrays: tuple[np.ndarray, ...], wait: bool) -> CompileJob:

@@ -40,7 +40,7 @@ from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import slow_kernels
+from fastgrad.runtime import compile_fork, slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
@@ -48,8 +48,11 @@ PENDING, READY, FAILED = "pending", "ready", "failed"
 # kernel on disk rather than run its loop with NumPy (~1-3 ns per element-op, many ops
 # being per row): loading costs Numba's import once (~0.5 s), then ~10-50 ms a kernel.
 # At 2^27 a warm W2 (2^27.0, 0.15 s with NumPy) waited 1.75 s for Numba's import on
-# the loaded machine; W1 (2^28.5, 1.2-2.4 s of CPU with NumPy) gains.
-IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
+# the loaded machine. A loop run over blocks (runtime.numpy_blocks) costs about a quarter
+# per element-op (`BLOCKED_GAIN`): a warm W1 (2^28.5, 0.56-0.69 s of CPU over blocks)
+# answered in 1.5-2.1 s on NumPy against 2.6-2.9 s waiting for the import (3 fresh
+# processes each, load 7); so its work counts as 2^26.5, and W1 runs on NumPy.
+IMPORT_WORK, LOAD_WORK, BLOCKED_GAIN = 1 << 28, 1 << 24, 4
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
@@ -149,6 +152,11 @@ class Job:
         self.state = DROPPED
         self._end()
 
+    def fail(self) -> None:
+        """Failed without a compile (its `error` says why)."""
+        self.state = FAILED
+        self._end()
+
     def _end(self) -> None:
         self.done.set()
         self.settled.set()
@@ -174,8 +182,16 @@ class _Worker:
         # for a kernel (`compile` inside a first call, say) lifts the hold.
         self.first_calls = 0
         self.hurry = False
+        self.stale = False  # forked amid a compile that holds Numba's lock: none can run
 
     def submit(self, job: Job) -> None:
+        if self.stale:
+            job.error = RuntimeError(
+                "nothing compiles in this process: it was forked while a compile in its "
+                "parent held Numba's compiler lock"
+            )
+            getattr(job, "fail", job.drop)()
+            return
         with self.lock:
             self.pending += 1
             self.inflight[job] = None
@@ -268,11 +284,14 @@ class _Worker:
         """In a forked child, which has none of its parent's threads (and maybe a lock one
         of them held): start afresh, the jobs queued or compiling in the parent handed to
         a compile thread of the child's own, so that calls waiting for them (sync mode,
-        `compile`) are answered. A compile under way in the parent at the fork may have
-        left Numba's compiler lock held in the child: the watchdog then reports it, and the
-        waiting calls go on with NumPy."""
+        `compile`) are answered. The fork waited for the parent's compile under way to
+        release Numba's compiler lock (runtime.compile_fork); where it could not (a compile
+        found overdue), the child's lock stays held by a thread it does not have, so
+        nothing compiles in the child: its calls, waiting ones too, go on with NumPy at
+        once rather than after the watchdog's timeout."""
         jobs = [job for job in self.inflight if not job.done.is_set()]
         self.__init__()  # type: ignore[misc]
+        self.stale = compile_fork.holds_stale_lock()
         for job in jobs:
             self.submit(job)
 
@@ -289,6 +308,11 @@ class _Worker:
 
 
 _WORKER = _Worker()
+# First, so that a child releases Numba's compiler lock before its compile thread starts.
+# (A compile found overdue may never release it; in a child forked amid one, none will.)
+compile_fork.register(
+    lambda: getattr(_WORKER, "overdue", None) is not None or getattr(_WORKER, "stale", False)
+)
 if hasattr(os, "register_at_fork"):  # the worker of the moment (a test may install its own)
     os.register_at_fork(after_in_child=lambda: getattr(_WORKER, "forked", int)())
 
@@ -326,6 +350,17 @@ def submit(job: Any) -> None:
     for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
     `done`, `settled`, `apart`, `label` and `source`. It runs in turn, under the watchdog."""
     _WORKER.submit(job)
+
+
+def wait_for(job: Any) -> None:
+    """Wait for a job handed to the compile thread (`submit`) until it is done, or the
+    watchdog finds it, or one ahead of it, overdue (`job.settled`)."""
+    worker = _WORKER
+    inflight = getattr(worker, "inflight", None)  # (a test's stand-in may have none)
+    if inflight is not None and job not in inflight and not job.settled.is_set():
+        worker.submit(job)  # handed to a compile thread since replaced (a test's)
+    getattr(worker, "waiting", int)()
+    job.settled.wait()
 
 
 def wait_idle(timeout: float | None = None) -> bool:
@@ -442,9 +477,11 @@ class KernelTier:
         """Whether to wait for the final kernel rather than run the loop with NumPy: its
         machine code is on disk, so is that of every kernel this first call has handed the
         thread so far (none would compile ahead of it), and the loop does more work than
-        loading takes. A warm W1 (10^7 float64 elements, 2.4 s of CPU with NumPy) loads
-        its kernel, Numba's import included, in well under a second."""
+        loading takes (Numba's import, if not done yet, then a few ms a kernel), NumPy's
+        cost counted lower for a loop run over blocks (`BLOCKED_GAIN`)."""
         work = self.numpy_loop.size * int(np.prod(self.shape))
+        if self.numpy_loop.blocked is not None:
+            work //= BLOCKED_GAIN
         return loading_beats_numpy(work, [self.variants[-1].source])
 
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:

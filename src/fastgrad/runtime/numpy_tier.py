@@ -2,7 +2,8 @@
 
 `NumpyLoop` evaluates a loop's nodes in order with each op's NumPy reference on whole
 arrays (one vectorized NumPy call per op, not an interpretation per element), writing an
-elementwise result into a dead operand's buffer where it can. It reads and fills the
+elementwise result into a dead operand's buffer where it can; a large loop runs the same
+calls over blocks of rows that stay in cache (runtime.numpy_blocks). It reads and fills the
 same slots as the kernel would, so a plan can switch between the two at any step.
 Results agree with the compiled kernels within the tolerance `tests/test_tiers.py`
 states: NumPy's libm and summation order against fastgrad's vector math and chunked sums.
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.compiler.fusion import Loop
+from fastgrad.runtime.numpy_blocks import BlockedLoop
 
 # (impl, params, inputs as (is_slot, slot or local index), dtype, reusable local index)
 _Op = tuple[Callable[..., Any], dict[str, Any], list[tuple[bool, int]], np.dtype, int]
@@ -58,8 +60,13 @@ class NumpyLoop:
             self.ops.append((node.op.impl, node.params, ins, node.out.aval.dtype, reuse))
         self.outputs = [(local[id(v)], slot_of(v)) for v in loop.outputs]
         self.size = len(self.ops)
+        # A large loop runs a block of rows at a time, in cache (runtime.numpy_blocks).
+        self.blocked = BlockedLoop.plan(loop, slot_of)
 
     def run(self, env: list[Any]) -> None:
+        if self.blocked is not None:
+            self.blocked.run(env)
+            return
         values: list[Any] = [None] * self.size
         with np.errstate(all="ignore"):  # as the kernels: inf and nan, never an exception
             for i, (impl, params, ins, dtype, reuse) in enumerate(self.ops):

@@ -1,0 +1,76 @@
+"""Numba's compiler lock across a fork: a child must not inherit it held.
+
+Numba compiles under one process-wide lock (`numba.core.compiler_lock`). A fork copies the
+lock as it is, but only the forking thread: if the compile thread held it at that moment,
+the child's copy stays held by a thread the child does not have, and every compile in
+the child waits for it, until the watchdog gives the call to NumPy (`config.
+compile_timeout`, 60 s by default) and the child never runs compiled. So, before a fork,
+the forking thread takes the lock itself, waiting for the compile under way to end (at
+most `config.compile_timeout`, and not at all for a compile the watchdog already found
+overdue, which may never end); parent and child release it after the fork, and the
+child's compile thread (background._Worker.forked) compiles what its parent had not
+finished. A fork while Numba is not imported costs nothing here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fastgrad.core.config import config
+
+
+class _Forks(threading.local):
+    """The lock the running thread took for its fork under way, if any."""
+
+    held: Any = None
+
+
+_forks = _Forks()
+
+
+def _compiler_lock() -> Any:
+    module = sys.modules.get("numba.core.compiler_lock")
+    return None if module is None else module.global_compiler_lock._lock
+
+
+def before_fork(overdue: Callable[[], bool]) -> None:
+    """Take Numba's compiler lock for the fork, unless `overdue()` says a compile may
+    never give it back."""
+    _forks.held = None
+    lock = _compiler_lock()
+    if lock is None or overdue():
+        return
+    if lock.acquire(timeout=config.compile_timeout):
+        _forks.held = lock
+
+
+def after_fork() -> None:
+    """In the parent and in the child: give back the lock `before_fork` took."""
+    lock, _forks.held = _forks.held, None
+    if lock is not None:
+        lock.release()
+
+
+def holds_stale_lock() -> bool:
+    """In a forked child: whether Numba's compiler lock is held by a thread the child does
+    not have (the fork did not wait for it: a compile found overdue, or one that outran
+    the wait)."""
+    lock = _compiler_lock()
+    if lock is None or not lock.acquire(blocking=False):
+        return lock is not None
+    lock.release()
+    return False
+
+
+def register(overdue: Callable[[], bool]) -> None:
+    """Install the hooks (once per process, by runtime.background)."""
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(
+            before=lambda: before_fork(overdue),
+            after_in_parent=after_fork,
+            after_in_child=after_fork,
+        )

@@ -1,0 +1,97 @@
+"""A fork while the compile thread holds Numba's compiler lock (runtime.compile_fork): the
+fork waits for that compile, so the child compiles at once rather than wait for a lock no
+thread of its own holds until the watchdog gives up; after a compile the watchdog found
+overdue, the fork does not wait, and the child's calls go on with NumPy at once, saying why
+(and its own forks do not wait for the lock either).
+
+Each case runs in a process of its own (~5-15 s each, a few kernels compile in it).
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, threading, time, warnings
+    import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.runtime import background
+
+    x = np.linspace(-1, 2, 5)
+    fg.jit(lambda x: fnp.sum(fnp.sin(x) * 0.5)).compile(x)  # Numba imported, thread up
+    from numba.core.compiler_lock import global_compiler_lock
+
+    inside, compile_kernel = threading.Event(), background.compile_kernel
+
+    def slow_compile(*args):  # a compile that holds Numba's lock for {hold} s
+        with global_compiler_lock:
+            inside.set()
+            time.sleep({hold})
+            return compile_kernel(*args)
+
+    background.compile_kernel = slow_compile
+    fg.jit(lambda x: fnp.sum(fnp.exp(x) * 0.25))(x)  # NumPy answers; its job compiles
+    assert inside.wait(60)
+    fg.config.update("compile_timeout", {timeout})
+    time.sleep({pause})
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        background.compile_kernel = compile_kernel
+        fg.config.update("compile", "sync")
+        g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 3.5))
+        start = time.monotonic()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            right = abs(g(x) - np.sum(np.cos(x) * 3.5)) < 1e-12
+        seconds = time.monotonic() - start
+        (traced,) = g._cache.values()
+        said = " | ".join(str(w.message) for w in caught)
+        fg.config.update("compile_timeout", 60.0)
+        start = time.monotonic()
+        grandchild = os.fork()  # waits for no compile, even with Numba's lock stale
+        if grandchild == 0:
+            os._exit(0)
+        os.waitpid(grandchild, 0)
+        quick = time.monotonic() - start < 30
+        print(right, traced.executable.compiled, seconds < {timeout} / 2, quick, said, flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), round(time.monotonic() - start, 1))
+    """
+)
+
+
+def run(hold, timeout, pause, tmp_path):
+    script = SCRIPT.format(hold=hold, timeout=timeout, pause=pause)
+    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="background")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child hung (killed after 300 s)")
+    assert out.returncode == 0, out.stderr
+    child, parent = out.stdout.splitlines()
+    return child, parent.split()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_waits_for_the_compile_holding_numbas_lock(tmp_path):
+    child, (status, seconds) = run(hold=2.0, timeout=60.0, pause=0.0, tmp_path=tmp_path)
+    assert status == "0"
+    # right, compiled, well within time; the child's own fork is quick
+    assert child.startswith("True True True True"), child
+    assert float(seconds) >= 1.0  # the fork waited for the parent's compile
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_after_an_overdue_compile_leaves_the_child_on_numpy(tmp_path):
+    # The compile holds the lock for 8 s; the watchdog finds it overdue after 1 s.
+    child, (status, _) = run(hold=8.0, timeout=1.0, pause=1.5, tmp_path=tmp_path)
+    assert status == "0"
+    assert child.startswith("True False True True"), child  # right, on NumPy, at once
+    assert "forked while a compile in its parent held Numba's compiler lock" in child
