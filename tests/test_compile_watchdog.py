@@ -245,10 +245,11 @@ def test_compile_timeout_setting():
     assert fg.config.compile_timeout == 60.0  # the default (the suite leaves it)
 
 
-def test_sync_mode_waits_for_an_adapter_under_the_watchdog(fresh, monkeypatch):
+def test_sync_mode_waits_for_an_adapter_under_the_watchdog(fresh, monkeypatch, capsys):
     """The plan interpreter's adapters compile on the compile thread in sync mode too: one
     that outruns the timeout leaves the plan's steps running one by one, not the call
-    blocked."""
+    blocked; it is not recorded as a slow kernel (adapters never compile apart), and the
+    message does not promise that."""
     from fastgrad.runtime import adapters
 
     x = np.linspace(-1, 2, 8)
@@ -277,5 +278,9 @@ def test_sync_mode_waits_for_an_adapter_under_the_watchdog(fresh, monkeypatch):
     assert threads == ["fastgrad-compile"]
     (job,) = [j for key, j in adapters._JOBS.items() if isinstance(key, str)]
     assert job.settled.is_set() and not job.done.is_set()
+    err = capsys.readouterr().err
+    assert "has run for" in err and "plans run step by step" in err
+    assert "separate process" not in err
+    assert slow_kernels.recorded(job.source.source) is None
     release.set()
     assert background.wait_idle(timeout=120)

@@ -83,13 +83,19 @@ def log_kernel_ready(label: str, ok: bool, built: bool, seconds: float) -> None:
         print(text + ("; calls switch to it" if ok else ""), file=_stream(), flush=True)
 
 
-def compile_overdue(label: str, size: str, seconds: float) -> None:
+def compile_overdue(label: str, size: str, seconds: float, kernel: bool = True) -> None:
     """Say (always: something is wrong) that the compile of one kernel (`label`, of `size`)
-    has run for `seconds`, past `config.compile_timeout`."""
+    has run for `seconds`, past `config.compile_timeout`; a kernel (not an adapter or the
+    plan interpreter) compiles in a separate process next time."""
+    then = (
+        "the kernel compiles in a separate process next time"
+        if kernel
+        else "plans run step by step"
+    )
     print(
         f"{PREFIX}the compile of the {label}, {size}, has run for {seconds:.0f} s (more than "
         f"compile_timeout): calls run that loop, and any queued behind it, with NumPy "
-        "meanwhile; the kernel compiles in a separate process next time",
+        f"meanwhile; {then}",
         file=_stream(),
         flush=True,
     )

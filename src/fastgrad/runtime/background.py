@@ -256,9 +256,11 @@ class _Worker:
             self.overdue = job
             behind = list(self.queue)
         seconds = time.perf_counter() - start
-        slow_kernels.record(job.source.source, slow_kernels.SLOW, job.label, seconds)
+        kernel = isinstance(job, Job)  # adapters and the interpreter never compile apart
+        if kernel:
+            slow_kernels.record(job.source.source, slow_kernels.SLOW, job.label, seconds)
         size = f"{job.source.source.count(chr(10))} lines of source"
-        compile_log.compile_overdue(job.label, size, seconds)  # said before calls go on
+        compile_log.compile_overdue(job.label, size, seconds, kernel)  # before calls go on
         for waiting in (job, *behind):
             waiting.settled.set()
 
