@@ -438,6 +438,28 @@ def test_carries_handed_on_run_as_a_loop(reads, swapped):
         _close(got, ((a, b), ys), dtype)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_carry_handed_on_as_a_view(reverse):
+    """(a, b) -> (b.reshape(12), new): the carry handed on is a view of a carry input."""
+
+    def f(a0, b0, xs):
+        def body(c, x):
+            a, b = c
+            return (b.reshape(12), fnp.tanh(a.reshape(3, 4) * 0.5 + x)), fnp.sum(a * b.reshape(12))
+
+        return fg.scan(body, (a0, b0), xs, reverse=reverse)
+
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal(12), rng.standard_normal((3, 4))
+    xs = rng.standard_normal((5, 3, 4))
+    got = _three_ways(f, (a, b, xs))
+    ys = []
+    for x in xs[::-1] if reverse else xs:
+        ys.append(np.sum(a * b.reshape(12)))
+        a, b = b.reshape(12), np.tanh(a.reshape(3, 4) * 0.5 + x)
+    _close(got, ((a, b), np.stack(ys[::-1] if reverse else ys)), np.float64)
+
+
 def test_a_const_handed_on_unread_has_its_layout_checked():
     """(c, x) -> (k, c * x): the body never reads `k`, so the LOOP row built for a C-order
     `k` must still check `k`'s layout when a later call passes it in Fortran order."""

@@ -73,6 +73,21 @@ class ScanLoop:
         # The interpreter's compile for the loop table's arrays, the program waiting for
         # it, and those arrays (their Numba type is the kind the job compiles).
         self.job: tuple[Any, _Program | None, tuple[Any, ...]] = (None, None, ())
+        self._handed: frozenset[int] | None = None
+
+    def handed(self) -> frozenset[int]:
+        """The carry outputs that may be (views of) carry inputs, by the body's plan: the
+        Python loop copies these, and no other (scan_loop's `handed`)."""
+        if self._handed is None:
+            from fastgrad.runtime.executable import fresh_slots
+
+            nc, ncar = self.call.n_consts, self.call.n_carry
+            self._handed = frozenset(
+                k
+                for k, slot in enumerate(self.body.outputs[:ncar])
+                if any(nc <= s < nc + ncar for s in fresh_slots(self.body.plan, [slot]))
+            )
+        return self._handed
 
     def _segments(self) -> list[Any] | None:
         """The body's segments, one per arena used, once each arena is lowered to one."""
