@@ -460,6 +460,32 @@ def test_a_carry_handed_on_as_a_view(reverse):
     _close(got, ((a, b), np.stack(ys[::-1] if reverse else ys)), np.float64)
 
 
+def test_the_gradient_of_a_delay_line():
+    """value_and_grad's forward and backward scans of a delay line both run as a LOOP,
+    with the bits of the Python loop and the step runner, and the unrolled loop's grad."""
+
+    def loss(a0, b0, w, xs, unrolled=False):
+        def body(c, x):
+            a, b = c
+            return (b, fnp.tanh(b @ w) * x), a @ w
+
+        if unrolled:
+            c, ys = (a0, b0), []
+            for t in range(xs.shape[0]):
+                c, y = body(c, xs[t])
+                ys.append(y)
+            (a, b), ys = c, fnp.stack(ys)
+        else:
+            (a, b), ys = fg.scan(body, (a0, b0), xs)
+        return fnp.sum(ys * ys) + fnp.sum(a * b)
+
+    rng = np.random.default_rng(8)
+    args = tuple(rng.standard_normal(s) * 0.5 for s in [(3, 4), (3, 4), (4, 4), (6, 3, 4)])
+    got = _three_ways(fg.grad(loss, argnums=(0, 1, 2)), args)
+    want = fg.grad(lambda *a: loss(*a, unrolled=True), argnums=(0, 1, 2))(*args)
+    _close(got, want, np.float64)
+
+
 def test_a_const_handed_on_unread_has_its_layout_checked():
     """(c, x) -> (k, c * x): the body never reads `k`, so the LOOP row built for a C-order
     `k` must still check `k`'s layout when a later call passes it in Fortran order."""
