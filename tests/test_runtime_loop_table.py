@@ -387,12 +387,103 @@ def test_a_carry_handed_on_unchanged_is_not_overwritten(dtype):
     rng = np.random.default_rng(3)
     a0, b0, w = (rng.standard_normal((5, 5)).astype(dtype) * 0.5 for _ in range(3))
     xs = rng.standard_normal((7, 5, 5)).astype(dtype)
-    got = _three_ways(_delay_line, (a0, b0, w, xs), looped=None)
+    got = _three_ways(_delay_line, (a0, b0, w, xs))
     a, b, ys = a0, b0, []
     for x in xs:
         ys.append(a @ w + a.sum(axis=0))
         a, b = b, np.tanh(b @ w) * x
     _close(got, ((a, b), np.stack(ys)), dtype)
+
+
+_READS = {  # what a delay line's body reads of the carry it hands on
+    "a @ w": (lambda a, w, x: a @ w, lambda a, w, x: a @ w),
+    "sum(a)": (lambda a, w, x: fnp.sum(a), lambda a, w, x: np.sum(a)),
+    "a * 2": (lambda a, w, x: a * 2.0, lambda a, w, x: a * 2.0),
+    "a.T @ x": (lambda a, w, x: a.T @ x, lambda a, w, x: a.T @ x),
+}
+
+
+@pytest.mark.parametrize("swapped", [False, True], ids=["delay", "swapped"])
+@pytest.mark.parametrize("reads", sorted(_READS))
+def test_carries_handed_on_run_as_a_loop(reads, swapped):
+    """(a, b) -> (b, new) and (a, b) -> (b, a) run as a LOOP (each iteration copies the
+    carry it hands on out of the buffers the next one writes), with the Python loop's and
+    the step runner's bits, and NumPy's values; trip counts 0, 1, 2, 5, 1-D and 2-D
+    carries, reverse, float32 and float64 over the cases."""
+    traced, plain = _READS[reads]
+
+    def f(a0, b0, w, xs, reverse):
+        def body(c, x):
+            a, b = c
+            return (b, a if swapped else fnp.tanh(b * 0.5 + x)), traced(a, w, x)
+
+        return fg.scan(body, (a0, b0), xs, reverse=reverse)
+
+    for i, steps in enumerate([0, 1, 2, 5]):
+        shape, reverse = [(4,), (3, 4)][i % 2], i in (1, 3)
+        dtype = [np.float32, np.float64][(i + swapped) % 2]
+        rng = np.random.default_rng(i)
+        a0, b0 = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+        w = rng.standard_normal((4, 4)).astype(dtype) * 0.5
+        xs = rng.standard_normal((steps, *shape)).astype(dtype)
+        # A product of 1-D operands is a host step (not a LOOP body, handed on or not).
+        looped = None if len(shape) == 1 and "@" in reads else True
+        args = (a0, b0, w, xs)
+        got = _three_ways(lambda a0, b0, w, xs, r=reverse: f(a0, b0, w, xs, r), args, looped)
+        a, b, ys = a0, b0, []
+        for x in xs[::-1] if reverse else xs:
+            ys.append(plain(a, w, x))
+            a, b = b, a if swapped else np.tanh(b * 0.5 + x)
+        ys = np.stack(ys[::-1] if reverse else ys) if steps else got[2]
+        _close(got, ((a, b), ys), dtype)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_carry_handed_on_as_a_view(reverse):
+    """(a, b) -> (b.reshape(12), new): the carry handed on is a view of a carry input."""
+
+    def f(a0, b0, xs):
+        def body(c, x):
+            a, b = c
+            return (b.reshape(12), fnp.tanh(a.reshape(3, 4) * 0.5 + x)), fnp.sum(a * b.reshape(12))
+
+        return fg.scan(body, (a0, b0), xs, reverse=reverse)
+
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal(12), rng.standard_normal((3, 4))
+    xs = rng.standard_normal((5, 3, 4))
+    got = _three_ways(f, (a, b, xs))
+    ys = []
+    for x in xs[::-1] if reverse else xs:
+        ys.append(np.sum(a * b.reshape(12)))
+        a, b = b.reshape(12), np.tanh(a.reshape(3, 4) * 0.5 + x)
+    _close(got, ((a, b), np.stack(ys[::-1] if reverse else ys)), np.float64)
+
+
+def test_the_gradient_of_a_delay_line():
+    """value_and_grad's forward and backward scans of a delay line both run as a LOOP,
+    with the bits of the Python loop and the step runner, and the unrolled loop's grad."""
+
+    def loss(a0, b0, w, xs, unrolled=False):
+        def body(c, x):
+            a, b = c
+            return (b, fnp.tanh(b @ w) * x), a @ w
+
+        if unrolled:
+            c, ys = (a0, b0), []
+            for t in range(xs.shape[0]):
+                c, y = body(c, xs[t])
+                ys.append(y)
+            (a, b), ys = c, fnp.stack(ys)
+        else:
+            (a, b), ys = fg.scan(body, (a0, b0), xs)
+        return fnp.sum(ys * ys) + fnp.sum(a * b)
+
+    rng = np.random.default_rng(8)
+    args = tuple(rng.standard_normal(s) * 0.5 for s in [(3, 4), (3, 4), (4, 4), (6, 3, 4)])
+    got = _three_ways(fg.grad(loss, argnums=(0, 1, 2)), args)
+    want = fg.grad(lambda *a: loss(*a, unrolled=True), argnums=(0, 1, 2))(*args)
+    _close(got, want, np.float64)
 
 
 def test_a_const_handed_on_unread_has_its_layout_checked():

@@ -133,6 +133,7 @@ class LoopStep:
             if self.looped is not None:  # a scan
                 stacks = {"empty": self.stacks.empty, "private": self.private}
                 stacks["loop"] = partial(_noting, self.looped.run, fresh)
+                stacks["handed"] = self.looped.handed()
                 bodies = [self.looped.watch(bodies[0])]
             outs = self._loop(arrays, *bodies, **stacks)
             # the carry may be in a body's buffers, which the next call overwrites

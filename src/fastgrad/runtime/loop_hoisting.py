@@ -97,6 +97,7 @@ class HoistedScan:
         empty: Callable[[int, Aval], np.ndarray] | None = None,
         private: Collection[int] = (),
         loop: Callable[..., list[Any] | None] | None = None,
+        handed: Collection[int] | None = None,
     ) -> list[Any]:
         call, summed = self.call, {s.carry for s in self.sums}
         nc, ncar = call.n_consts, call.n_carry
@@ -107,7 +108,7 @@ class HoistedScan:
         ins = [*consts, *fixed, *(arrays[nc + k] for k in kept), *stacked]
         n_ys = len(call.body.outputs) - ncar  # then the added stacks, which no caller sees
         private = {*private, *range(n_ys, n_ys + self.n_added)}
-        outs = scan_loop(self.inner, ins, body, empty, private, loop)
+        outs = scan_loop(self.inner, ins, body, empty, private, loop, handed)
         added = outs[len(outs) - self.n_added :]
         carries: list[Any] = [None] * ncar
         for k, c in zip(kept, outs, strict=False):

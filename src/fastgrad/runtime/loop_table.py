@@ -47,6 +47,17 @@ def _contiguous(layout: Layout, shape: tuple[int, ...], dtype: np.dtype) -> bool
     return all(n <= 1 or s == e for n, s, e in zip(shape, strides, reversed(expected), strict=True))
 
 
+def _handed(slot: int, segments: list[Any], call: ScanCall) -> bool:
+    """Whether body output `slot` is a carry input or a view of one in any of `segments`."""
+    for segment in segments:
+        root = slot
+        while root in segment.views:
+            root = segment.views[root][0]
+        if call.n_consts <= root < call.n_consts + call.n_carry:
+            return True
+    return False
+
+
 class ScanLoop:
     """The LOOP of one scan (`call`, whose body plan is `body`, built with `looped`):
     `run` runs all its iterations in one call into the interpreter once it can, else
@@ -62,6 +73,21 @@ class ScanLoop:
         # The interpreter's compile for the loop table's arrays, the program waiting for
         # it, and those arrays (their Numba type is the kind the job compiles).
         self.job: tuple[Any, _Program | None, tuple[Any, ...]] = (None, None, ())
+        self._handed: frozenset[int] | None = None
+
+    def handed(self) -> frozenset[int]:
+        """The carry outputs that may be (views of) carry inputs, by the body's plan: the
+        Python loop copies these, and no other (scan_loop's `handed`)."""
+        if self._handed is None:
+            from fastgrad.runtime.executable import fresh_slots
+
+            nc, ncar = self.call.n_consts, self.call.n_carry
+            self._handed = frozenset(
+                k
+                for k, slot in enumerate(self.body.outputs[:ncar])
+                if any(nc <= s < nc + ncar for s in fresh_slots(self.body.plan, [slot]))
+            )
+        return self._handed
 
     def _segments(self) -> list[Any] | None:
         """The body's segments, one per arena used, once each arena is lowered to one."""
@@ -158,13 +184,16 @@ class _Program:
         checks: list[tuple[int, Layout]],
         stacks: list[Layout],
         keep: list[np.ndarray],
+        handed: list[int],
     ):
         from fastgrad.runtime.vm import pack, run_steps
 
         self.call, self.checks, self.stacks, self.keep = call, checks, stacks, keep
+        self.handed = handed
         self.entry: Callable[..., None] = run_steps  # the compiled kind's, once settled
-        count = len(call.body.inputs) + len(stacks) + call.n_carry
-        # Outer pointers: consts, initial carries, stacked inputs, stacks, final carries.
+        count = len(call.body.inputs) + len(stacks) + call.n_carry + len(handed)
+        # Outer pointers: consts, initial carries, stacked inputs, stacks, final carries,
+        # the pairs of buffers of the carries handed on.
         self.table, (self.at,) = pack(row, [0], [], count + 1, [], [[0, 1, count, *range(count)]])
 
     @staticmethod
@@ -204,13 +233,9 @@ class _Program:
             stride = k - nc if kind == vm.CARRY else aval.size * aval.dtype.itemsize
             indices = [seg.table.pointer.get(k, -1) for seg in segments]
             entries += [kind, k, stride, indices[0], indices[-1], 0]
-        for slot in outputs[:ncar]:  # a carry handed on: see scan_loop
-            for segment in segments:
-                root = slot
-                while root in segment.views:
-                    root = segment.views[root][0]
-                if nc <= root < first_x:
-                    return None
+        # Carries handed on (a carry input, or a view of one): they live in the buffers
+        # the next iteration writes, so each iteration copies them into a pair of its own.
+        handed = [k for k, slot in enumerate(outputs[:ncar]) if _handed(slot, segments, call)]
         out_entries: list[int] = []
         for slot in outputs:
             where = []
@@ -241,6 +266,8 @@ class _Program:
                 if layout is None or not _contiguous(layout, aval.shape, aval.dtype):
                     return None
                 want = reads[nxt].get(first_x - ncar + k)
+                if k in handed:  # the next iteration reads half of the pair
+                    layout = _layout(np.empty((2, *aval.shape), aval.dtype)[0])
                 if want is not None and want != layout:
                     return None
             for _, j in stores:
@@ -265,6 +292,10 @@ class _Program:
                     return None
                 checks.append((slot, layout))
         copies: list[int] = []
+        for h, k in enumerate(handed):  # before the stacks: they copy what it hands on
+            aval = call.body.outputs[k].aval
+            nbytes = int(np.prod(aval.shape)) * aval.dtype.itemsize
+            copies += [-1 - k, first_final + ncar + h, nbytes, nbytes]
         for i, (y, j) in enumerate(stores):
             aval = call.body.outputs[j].aval
             if not _contiguous((y.shape[1:], y.strides[1:], y.dtype), aval.shape, aval.dtype):
@@ -276,12 +307,14 @@ class _Program:
             nbytes = int(np.prod(aval.shape)) * aval.dtype.itemsize
             finals += [k, nc + k, first_final + k, nbytes]
         bodies = segments * 2 if parities == 1 else segments
-        head = [vm.LOOP, call.length, int(call.reverse), n_in, len(outputs), len(stores), ncar]
+        n_copy = len(stores) + len(handed)
+        head = [vm.LOOP, call.length, int(call.reverse), n_in, len(outputs), n_copy, ncar]
         for segment in bodies:
             head += [segment.array.ctypes.data, segment.at]
         row = [*head, *entries, *out_entries, *copies, *finals]
         stacks = [(y.shape, y.strides, y.dtype) for y, _ in stores]
-        return _Program(call, row, checks, stacks, [segment.array for segment in bodies])
+        keep = [segment.array for segment in bodies]
+        return _Program(call, row, checks, stacks, keep, handed)
 
     def arrays(
         self, consts: Sequence[Any], carry: Sequence[Any], xs: Sequence[Any], stores: Any
@@ -302,10 +335,10 @@ class _Program:
         for (y, _), (shape, strides, dtype) in zip(stores, self.stacks, strict=True):
             if y.shape != shape or y.strides != strides or y.dtype != dtype:
                 return None
-        finals = [
-            np.empty(v.aval.shape, v.aval.dtype) for v in self.call.body.outputs[: len(carry)]
-        ]
-        return [*values, *(y for y, _ in stores), *finals]
+        outputs = self.call.body.outputs
+        finals = [np.empty(v.aval.shape, v.aval.dtype) for v in outputs[: len(carry)]]
+        pairs = [np.empty((2, *outputs[k].aval.shape), outputs[k].aval.dtype) for k in self.handed]
+        return [*values, *(y for y, _ in stores), *finals, *pairs]
 
     def run(
         self, consts: Sequence[Any], carry: Sequence[Any], xs: Sequence[Any], stores: Any
@@ -314,4 +347,5 @@ class _Program:
         if arrays is None:
             return None
         self.entry(self.table, self.at, tuple(arrays))
-        return arrays[len(arrays) - len(carry) :]
+        end = len(arrays) - len(self.handed)
+        return arrays[end - len(carry) : end]

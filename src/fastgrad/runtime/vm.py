@@ -332,10 +332,13 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
     outer pointer index, stride or output number, pointer index in body 0, in body 1 (-1:
     unread), its address this iteration]; per body output [kind, address or pointer index
     in body 0, in body 1, input number, its address after the last iteration]; per stacked
-    output [output number, outer pointer index of the stack, bytes per row, bytes]; per
-    final carry [output number, input number, outer pointer index, bytes]. Iteration i
-    runs body i % 2 (step t: i, or length - 1 - i with `reverse`); what it reads was
-    checked once before the loop (runtime.loop_table)."""
+    output [output number, outer pointer index of the stack, bytes per row, bytes], first
+    those of the carries handed on [-1 - output number, outer pointer index of a pair of
+    buffers, bytes of one, bytes] (a carry output that is a carry input, or a view of one,
+    lives in the buffers the next iteration writes: iteration i copies it into half i % 2
+    and hands on that); per final carry [output number, input number, outer pointer
+    index, bytes]. Iteration i runs body i % 2 (step t: i, or length - 1 - i with
+    `reverse`); what it reads was checked once before the loop (runtime.loop_table)."""
     ptrs = table[2]
     length, reverse, n_in, n_out = table[p + 1], table[p + 2], table[p + 3], table[p + 4]
     n_copy, n_carry = table[p + 5], table[p + 6]
@@ -369,7 +372,14 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
                 where = table[ins + LOOP_IN * table[o + 3] + 5]
             table[o + 4] = where
         for c in range(copies, carries, LOOP_COPY):
-            source = table[outs + LOOP_OUT * table[c] + 4]
+            k = table[c]
+            if k < 0:  # a carry handed on: into the half of its pair the next one reads
+                o = outs + LOOP_OUT * (-1 - k) + 4
+                destination = table[ptrs + table[c + 1]] + parity * table[c + 2]
+                _copy(destination, table[o], table[c + 3])
+                table[o] = destination
+                continue
+            source = table[outs + LOOP_OUT * k + 4]
             _copy(table[ptrs + table[c + 1]] + t * table[c + 2], source, table[c + 3])
     for c in range(carries, carries + LOOP_CARRY * n_carry, LOOP_CARRY):
         if length > 0:

@@ -90,6 +90,7 @@ def scan_loop(
     empty: Callable[[int, Aval], np.ndarray] | None = None,
     private: Collection[int] = (),
     loop: Callable[..., list[Any] | None] | None = None,
+    handed: Collection[int] | None = None,
 ) -> list[np.ndarray]:
     """Run `call` on concrete arrays, calling `body(args) -> outputs` once per step.
 
@@ -99,6 +100,9 @@ def scan_loop(
     sees them): one that is another shifted by a step (`shifted_outputs`) is then a view.
     `loop(consts, carry, xs, stores)`, when given, may run all the steps at once (the
     plan interpreter's LOOP, runtime.loop_table): it returns the final carry, or None.
+    `handed`, when given, says which carry outputs may be (views of) carry inputs (the
+    runtime knows from the body's plan): those are copied at every step, and no other;
+    else each step checks the memory of each.
     """
     nc, ncar = call.n_consts, call.n_carry
     avals = call.input_avals()
@@ -130,10 +134,15 @@ def scan_loop(
         outs = body([*consts, *carry, *(x[t] for x in xs)])
         # A carry handed on unchanged (or as a view) lives where its input did: in the
         # buffers of the arena the next iteration writes. Copy it out first.
-        carry = [
-            np.array(c, copy=True) if any(np.may_share_memory(c, p) for p in carry) else c
-            for c in outs[:ncar]
-        ]
+        if handed is None:
+            carry = [
+                np.array(c, copy=True) if any(np.may_share_memory(c, p) for p in carry) else c
+                for c in outs[:ncar]
+            ]
+        else:
+            carry = list(outs[:ncar])
+            for k in handed:
+                carry[k] = np.array(carry[k], copy=True)
         for y, j in stores:
             y[t] = outs[j]
     carry = carry if final is None else final
