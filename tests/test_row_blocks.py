@@ -3,7 +3,7 @@ reference interpreter, forward and backward, with NaN and infinities, partial bl
 of one element and outputs of row values that keep their axis."""
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fastgrad as fg
@@ -55,3 +55,70 @@ def test_short_rows_match_reference(rows, width, dtype, special, seed):
 def test_long_rows_keep_the_row_form():
     z, w = np.ones((4, 16)), np.ones(16)
     assert not _blocked(lambda z, w: mixture_like(z, w), z, w)
+
+
+def _merged(f, *args):
+    """Whether a kernel of the plan runs over merged axes (codegen.merge)."""
+    plan = fg.jit(f).lower(*args).executable.plan
+    return any(s.source.source.count("def kernel(s0") for s in plan if isinstance(s, _KernelStep))
+
+
+def _lse_and_softmax(z, w):
+    s = z + w
+    return fnp.sum(fnp.logsumexp(s, axis=-1)), fnp.logsumexp(s, axis=0), fnp.logsumexp(s)
+
+
+def _spreads(z, w):
+    """Two-pass reductions that have an identity (for arrays with no elements)."""
+    d = z * w - fnp.sum(z, axis=-1, keepdims=True)
+    return fnp.sum(d * d), fnp.sum(fnp.exp(d), axis=0), fnp.sum(d * d, axis=-1)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    shape=st.sampled_from([(3, 5, 2), (1, 8, 2), (70, 1, 3), (2, 3, 4, 2), (0, 8, 2), (4, 0, 2)]),
+    bias=st.sampled_from(["row", "last", "none", "lead"]),
+    view=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**32 - 1),
+)
+@example(shape=(0, 8, 2), bias="lead", view=True, dtype=np.float64, seed=1)
+@example(shape=(4, 0, 2), bias="last", view=False, dtype=np.float32, seed=2)
+@example(shape=(70, 8, 2), bias="row", view=True, dtype=np.float32, seed=3)
+def test_leading_axes_merge_match_reference(shape, bias, view, dtype, seed):
+    """Loops over 3-D and 4-D shapes (axes of size 1 and 0 too) with operands broadcast
+    along whole runs of axes or part of one (which keep the nested form), inputs that are
+    transposed views (copied before the reshape), forward and backward."""
+    draw = np.random.default_rng(seed)
+    z = draw.uniform(-3, 3, shape).astype(dtype)
+    if view:
+        z = np.ascontiguousarray(np.swapaxes(z, 0, -1)).swapaxes(0, -1)
+    w = {
+        "row": draw.uniform(-1, 1, shape[-1]),
+        "last": draw.uniform(-1, 1, (*shape[:-1], 1)),
+        "none": np.zeros(()),
+        "lead": draw.uniform(-1, 1, (1, *shape[1:])),
+    }[bias].astype(dtype)
+
+    g = _lse_and_softmax if z.size else _spreads
+
+    def f(z, w):
+        grads = fg.grad(lambda z, w: g(z, w)[0], argnums=(0, 1))(z, w)
+        return grads, g(z, w)
+
+    fused = fg.pytree.flatten(fg.jit(f)(z, w))[0]
+    reference = fg.pytree.flatten(fg.jit(f, fuse=False)(z, w))[0]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for u, r in zip(fused, reference, strict=True):
+        assert u.dtype == r.dtype and u.shape == r.shape
+        np.testing.assert_allclose(u, r, rtol=tol, atol=tol * max(1, z.size))
+
+
+def test_mixture_shape_runs_merged_and_blocked():
+    z, w = np.ones((70, 8, 2), np.float32), np.ones(2, np.float32)
+    lse = lambda z, w: fnp.logsumexp(z + w, axis=-1)  # noqa: E731
+    assert _merged(lse, z, w) and _blocked(lse, z, w)
+    # One pass over a short last axis stays nested (faster than blocks of rows of 2).
+    assert not _merged(lambda z, w: fnp.sum(z * w, axis=-1), z, w)
+    # A broadcast along part of a run of kept axes: the strides do not merge.
+    assert not _merged(lse, z, np.ones((8, 1), np.float32))

@@ -19,6 +19,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.columns import column_run
 from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
+from fastgrad.compiler.codegen.merge import merge, relabel
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import op_cost
@@ -68,6 +69,10 @@ def generate(
     id(var) to the value of the graph's constants: one-element ones are passed as typed
     scalar arguments.
     """
+    merged = None if _is_flat(loop) else merge(loop, constants)
+    if merged is not None and _merge_pays(merged[0], parallel, vector_math, merged[3]):
+        inner, back, dims_of, known = merged
+        return relabel(generate(inner, parallel, vector_math, known), back, dims_of, loop)
     bounded = int(np.prod(loop.shape)) >= BOUNDED_MIN_SIZE
     fast = _Generator(loop, parallel, vector_math, constants, bounded_trig=bounded)
     source = fast.run()
@@ -96,6 +101,23 @@ def generate(
         fast.signature, pair_steps(lines, fast.pairs | exact.pairs), imports, parallel
     )
     return source
+
+
+def _merge_pays(
+    merged: Loop,
+    parallel: bool,
+    vector_math: AbstractSet[tuple[str, str]],
+    constants: dict[int, np.ndarray],
+) -> bool:
+    """Whether a loop runs its merged form (codegen.merge): full reductions (then raveled),
+    and reductions in several passes (then in blocks of rows or columns). One pass over
+    a short last axis stays nested: over (1e6, 8, 2) float32, the nested loop's sum took
+    4.6 ms of CPU, a block of rows of 2 10 ms (max 7.2 against 10.4 ms)."""
+    if not merged.reduce_axes:
+        return True
+    g = _Generator(merged, parallel, vector_math, constants)
+    level = {id(n.out): merged.level[id(n.out)] for n in merged.nodes}
+    return schedule(g, merged.nodes, level).n_phases > 1
 
 
 _TRIG = ("sin", "cos", "tan")
