@@ -6,8 +6,7 @@ an arena (runtime.arena), or into fresh arrays for what the caller receives. A l
 kernel is generated, and compiled, on its first run: the serial variant for small sizes,
 the parallel one (prange) above a threshold. A kernel step asks its tier
 (runtime.background) at each run whether its kernel is ready; until then the tier runs the
-loop with NumPy (in sync mode it waits for the kernel, or for the compile watchdog).
-"""
+loop with NumPy (in sync mode it waits for the kernel, or for the compile watchdog)."""
 
 from __future__ import annotations
 
@@ -309,6 +308,7 @@ class Executable:
             if isinstance(planned, LoopStep):
                 planned.publish(seen)
         self.plan = fold_accumulations(self.plan, fresh, per_call)
+        self.views_of = partial(fresh_slots, self.plan)  # (runtime.loop_table's carries)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
         for key, value in constants.items():

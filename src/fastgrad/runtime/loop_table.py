@@ -79,13 +79,11 @@ class ScanLoop:
         """The carry outputs that may be (views of) carry inputs, by the body's plan: the
         Python loop copies these, and no other (scan_loop's `handed`)."""
         if self._handed is None:
-            from fastgrad.runtime.executable import fresh_slots
-
             nc, ncar = self.call.n_consts, self.call.n_carry
             self._handed = frozenset(
                 k
                 for k, slot in enumerate(self.body.outputs[:ncar])
-                if any(nc <= s < nc + ncar for s in fresh_slots(self.body.plan, [slot]))
+                if any(nc <= s < nc + ncar for s in self.body.views_of([slot]))
             )
         return self._handed
 

@@ -112,9 +112,11 @@ def _merge_pays(
     """Whether a loop runs its merged form (codegen.merge): full reductions (then raveled),
     and reductions in several passes (then in blocks of rows or columns). One pass over
     a short last axis stays nested: over (1e6, 8, 2) float32, the nested loop's sum took
-    4.6 ms of CPU, a block of rows of 2 10 ms (max 7.2 against 10.4 ms)."""
+    4.6 ms of CPU, a block of rows of 2 10 ms (max 7.2 against 10.4 ms). Loops without a
+    reduction keep their axes: they gain nothing from fewer, and merged ones had a kernel
+    whose signature differed from its call (a (1, 1, 1) loop with a (1,) operand)."""
     if not merged.reduce_axes:
-        return True
+        return False
     g = _Generator(merged, parallel, vector_math, constants)
     level = {id(n.out): merged.level[id(n.out)] for n in merged.nodes}
     return schedule(g, merged.nodes, level).n_phases > 1
