@@ -207,6 +207,17 @@ def _steps(n: int, reverse: bool) -> range:
     return range(n - 1, -1, -1) if reverse else range(n)
 
 
+def _unrolled(body: Callable[..., Any], h: Any, xs: Any, reverse: bool, y_shape: Any) -> Any:
+    """A scan of `body` over the rows of `xs` as a Python loop: the final carry and the
+    stacked outputs (of shape `y_shape` each, for a scan of no steps)."""
+    ys = []
+    for t in _steps(xs.shape[0], reverse):
+        h, y = body(h, xs[t])
+        ys.append(y)
+    ys = ys[::-1] if reverse else ys
+    return h, fnp.stack(ys) if ys else fnp.zeros((0, *y_shape), h.dtype)
+
+
 def _nested(reverse: tuple[bool, bool], scan: bool = True) -> Callable[..., Any]:
     """A scan over chunks of steps, each chunk a scan (`reverse`: whether the inner and
     the outer scan run backwards); with `scan` off, the same loops unrolled in Python."""
@@ -220,24 +231,14 @@ def _nested(reverse: tuple[bool, bool], scan: bool = True) -> Callable[..., Any]
         if scan:
             h, ys = fg.scan(lambda h, x: inner(h, x, w), h, chunk, reverse=inner_reverse)
         else:
-            ys = []
-            for t in _steps(chunk.shape[0], inner_reverse):
-                h, y = inner(h, chunk[t], w)
-                ys.append(y)
-            ys = ys[::-1] if inner_reverse else ys
-            ys = fnp.stack(ys) if ys else fnp.zeros((0, h.shape[0]), h.dtype)
+            h, ys = _unrolled(lambda h, x: inner(h, x, w), h, chunk, inner_reverse, h.shape[:1])
         return h * 0.9, fnp.sum(ys * ys) + fnp.sum(h)
 
     def loss(w, h, xs):
         if scan:
             h, sums = fg.scan(lambda h, c: outer(h, c, w), h, xs, reverse=outer_reverse)
         else:
-            sums = []
-            for k in _steps(xs.shape[0], outer_reverse):
-                h, total = outer(h, xs[k], w)
-                sums.append(total)
-            sums = sums[::-1] if outer_reverse else sums
-            sums = fnp.stack(sums) if sums else fnp.zeros((0,), h.dtype)
+            h, sums = _unrolled(lambda h, c: outer(h, c, w), h, xs, outer_reverse, ())
         return fnp.sum(h * h) + fnp.sum(sums * 0.5)
 
     return loss

@@ -323,11 +323,11 @@ class Executable:
             # The plan's own steps run the loop; copies of them (bound to buffers of
             # their own) serve `run`, for a loop that finds the two arenas in use.
             copies = [copy.copy(s) for s in self.plan]
-            first = _arena(self.plan, self.template, self.outputs, graph.inputs, True, one)
+            first = _arena(self.plan, self.template, self.outputs, per_call, True, one)
             self._alternating = [first, first.fresh()]
-            self.arena = _arena(copies, self.template, self.outputs, graph.inputs, False, one)
+            self.arena = _arena(copies, self.template, self.outputs, per_call, False, one)
         else:
-            self.arena = _arena(self.plan, self.template, self.outputs, graph.inputs, False, one)
+            self.arena = _arena(self.plan, self.template, self.outputs, per_call, False, one)
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
         ins = [slot_of(v) for v in n.inputs]
@@ -480,12 +480,13 @@ def _arena(
     plan: list[PlanStep],
     template: list[Any],
     outputs: list[int],
-    inputs: Sequence[Any],
+    from_args: set[int],
     bound: bool = False,
     one_blas_thread: bool = False,
 ) -> Arena:
     """Give every intermediate that kernels and matmuls write a preallocated buffer, bind
     the steps to them, and set apart the views of buffers (made once per arena).
+    `from_args`: the slots of the arguments and of views of them (runtime.ownership).
 
     What the caller receives must be fresh at every call: the outputs, and what they may
     be views of (the inputs of a view, of a library call or of a loop that may return
@@ -496,7 +497,7 @@ def _arena(
     buffers: list[Buffer] = []
     # Slots whose value never changes identity during a call, and among them the ones
     # holding a whole buffer or a constant (a reshape of those is a view or a constant).
-    plain = {k for k, v in enumerate(template) if v is not None} - set(range(len(inputs)))
+    plain = {k for k, v in enumerate(template) if v is not None} - from_args
     static = set(plain)
     static_views: list[_ViewStep] = []
     steps: list[PlanStep] = []
@@ -537,8 +538,7 @@ def _arena(
     lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
     # Outside a loop body what the caller receives is fresh: constants, arguments (and
     # views of either) are copied (runtime.ownership).
-    views = [(s.ins[0], s.out) for s in plan if isinstance(s, _ViewStep)]
-    owned = static | borrowed(views, len(inputs))
+    owned = static | from_args
     copied = [] if bound else [k for k, slot in enumerate(outputs) if slot in owned]
     return Arena(template, buffers, static_views, steps, outputs, static, lower, copied)
 
