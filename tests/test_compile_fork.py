@@ -95,3 +95,95 @@ def test_a_fork_after_an_overdue_compile_leaves_the_child_on_numpy(tmp_path):
     assert status == "0"
     assert child.startswith("True False True True"), child  # right, on NumPy, at once
     assert "forked while a compile in its parent held Numba's compiler lock" in child
+
+
+LOGGING_SCRIPT = textwrap.dedent(
+    """
+    import os, threading, time
+    import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.runtime import background
+
+    x = np.linspace(-1, 2, 5)
+    fg.jit(lambda x: fnp.sum(fnp.sin(x) * 0.5)).compile(x)  # Numba imported, thread up
+    from numba.core.compiler_lock import global_compiler_lock
+
+    inside, compile_kernel = threading.Event(), background.compile_kernel
+
+    def compile_that_logs(*args):  # as Numba's passes do on a first compile
+        import logging  # here: imported before fastgrad's hook, it would be harmless
+
+        with global_compiler_lock:
+            inside.set()
+            time.sleep(1.0)
+            logging.getLogger("numba.core.a_pass").debug("a first debug call")
+            return compile_kernel(*args)
+
+    background.compile_kernel = compile_that_logs
+    fg.config.update("compile_timeout", 20.0)
+    fg.jit(lambda x: fnp.sum(fnp.exp(x) * 0.25))(x)
+    assert inside.wait(60)
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        print(background._WORKER.stale, flush=True)
+        os._exit(0)
+    seconds = time.monotonic() - start
+    os.waitpid(pid, 0)
+    print(round(seconds, 1))
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_does_not_hold_loggings_lock_while_waiting_for_a_compile(tmp_path):
+    # logging's own fork hook takes its module lock; run before ours, it made the fork
+    # and a compile that logs wait on each other until compile_timeout, and the child
+    # inherited Numba's lock held (stale)
+    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="background")
+    out = subprocess.run(
+        [sys.executable, "-c", LOGGING_SCRIPT], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    stale, seconds = out.stdout.split()
+    assert stale == "False" and float(seconds) < 10, out.stdout
+
+
+ENTRY_SCRIPT = textwrap.dedent(
+    """
+    import threading, time
+    import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.runtime import background
+
+    x = np.linspace(-1, 2, 5)
+    g = fg.jit(lambda x: fnp.tanh(x) * 3.0 + 1.0)
+    g(x)  # on NumPy; its kernel compiles in the background
+    assert background.wait_idle(120)
+    from numba.core.compiler_lock import global_compiler_lock
+
+    held, done = threading.Event(), threading.Event()
+
+    def hold():  # a compile that never ends, as far as this test runs
+        with global_compiler_lock:
+            held.set()
+            done.wait(60)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(10)
+    start = time.monotonic()
+    right = all(np.allclose(g(x), np.tanh(x) * 3 + 1) for _ in range(3))
+    print(right, round(time.monotonic() - start, 1), flush=True)
+    done.set()
+    """
+)
+
+
+def test_a_call_finding_its_kernels_compiled_waits_for_no_compile(tmp_path):
+    # the plan's lowering asked Numba to compile a signature it had, which takes Numba's
+    # compiler lock: on the calling thread, behind whatever compile held it
+    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="background")
+    out = subprocess.run(
+        [sys.executable, "-c", ENTRY_SCRIPT], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    right, seconds = out.stdout.split()
+    assert right == "True" and float(seconds) < 20, out.stdout

@@ -242,6 +242,10 @@ def test_compile_timeout_setting():
         fg.config.update("compile_timeout", 0)
     with pytest.raises(ValueError, match="compile_timeout"):
         fg.config.update("compile_timeout", "soon")
+    # locks and timers raise OverflowError beyond TIMEOUT_MAX (a fork hook would fail)
+    for endless in (float("inf"), threading.TIMEOUT_MAX * 2):
+        with pytest.raises(ValueError, match="compile_timeout takes seconds > 0 and <="):
+            fg.config.update("compile_timeout", endless)
     assert fg.config.compile_timeout == 60.0  # the default (the suite leaves it)
 
 

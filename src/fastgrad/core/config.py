@@ -15,6 +15,7 @@ cache directory).
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,12 @@ def _count(variable: str, default: int) -> int:
     return int(value)
 
 
+def _fits_timeout(seconds: float) -> bool:
+    """Whether `seconds` can be a wait's timeout: above 0, and at most what threading's
+    locks and timers accept (they raise OverflowError beyond it, inf included)."""
+    return 0 < seconds <= threading.TIMEOUT_MAX
+
+
 def _seconds(variable: str, default: float) -> float:
     value = os.environ.get(variable, "").strip()
     if not value:
@@ -71,8 +78,11 @@ def _seconds(variable: str, default: float) -> float:
         seconds = float(value)
     except ValueError:
         seconds = 0.0
-    if not seconds > 0:
-        raise ValueError(f"{variable}={value!r}: expected a number of seconds above 0")
+    if not _fits_timeout(seconds):
+        raise ValueError(
+            f"{variable}={value!r}: expected a number of seconds above 0 and at most "
+            f"{threading.TIMEOUT_MAX:g}"
+        )
     return seconds
 
 
@@ -157,8 +167,15 @@ class Config:
             if value not in COMPILE_MODES:
                 raise ValueError(f"setting compile takes one of {COMPILE_MODES}, got {value!r}")
         elif name == "compile_timeout":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"setting compile_timeout takes seconds > 0, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not _fits_timeout(value)
+            ):
+                raise ValueError(
+                    "setting compile_timeout takes seconds > 0 and <= "
+                    f"{threading.TIMEOUT_MAX:g}, got {value!r}"
+                )
             value = float(value)
         elif name == "runtime":
             if value not in RUNTIMES:

@@ -68,7 +68,7 @@ def _job(key: Any, wait: bool, make: Callable[[], CompileJob], inline: bool = Fa
     """The job for `key`, made by `make` when first asked for and handed to the compile
     thread; with `wait`, waited for there, under the watchdog (a compile that runs past
     `config.compile_timeout` leaves the job settled but not done: its plan runs step by
-    step). `inline` jobs compile nothing and run here at once."""
+    step). `inline` jobs compile nothing, take no compiler lock and run here at once."""
     with _LOCK:
         job = _JOBS.get(key)
         new = job is None
@@ -103,7 +103,11 @@ def entry(kernel: Any, kernel_source: str, signature: tuple[Any, ...], wait: boo
     compile on the compile thread."""
 
     def build() -> tuple[Any, int]:
-        kernel.compile(signature)
+        # compile() takes Numba's compiler lock even for a signature it has: an inline job
+        # would then wait on the calling thread behind an overdue compile (or, in a child
+        # forked during one, forever)
+        if signature not in kernel.overloads:
+            kernel.compile(signature)
         address = entry_address(kernel, signature)
         if address is None:
             raise RuntimeError(f"no C entry for {kernel_key(kernel_source)} at {signature}")

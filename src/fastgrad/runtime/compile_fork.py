@@ -67,7 +67,12 @@ def holds_stale_lock() -> bool:
 
 
 def register(overdue: Callable[[], bool]) -> None:
-    """Install the hooks (once per process, by runtime.background)."""
+    """Install the hooks (once per process, by runtime.background). `logging` is imported
+    first so that its own fork hook, which takes logging's module lock, runs after ours
+    (hooks run in reverse order of registration): else a fork would hold logging's lock
+    while waiting for a compile that itself waits for logging's lock (Numba logs)."""
+    import logging  # noqa: F401  (its fork hook must be registered before ours)
+
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(
             before=lambda: before_fork(overdue),

@@ -124,8 +124,9 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     #    cost about 3x the rest of the function on Skylake/Cascade Lake.
     #  * trig_reduce_bounded: no table, valid for |x| < TRIG_LIMIT (2^30). float64: 2/pi
     #    as three constant chunks, error terms below 2^-120 absolute; float32: the
-    #    same reduction carried in float64 (trig_reduce_bounded_f32), below 2^-76. Both
-    #    far under the closest approach of any such input to a multiple of pi/2.
+    #    same reduction carried in float64 (trig_reduce_bounded_f32), within half an ulp
+    #    of r in float64 (2^-53 relative). Both far under what the polynomials need, even
+    #    at the closest approach of any such input to a multiple of pi/2.
 
     @_jit
     def quadrant(nf):
@@ -178,10 +179,11 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     @_jit
     def trig_reduce_bounded_f32(ax):
         """float32 trig_reduce_bounded, carried in float64: ax is exact there, n < 2^30
-        too, and three FMAs with a 159-bit pi/2 leave r = ax - n pi/2 within 2^-76
-        absolute (n * DPIO2_1 < 2^-23 bounds the first step's rounding), far below the closest
-        approach of a float32 to a multiple of pi/2. ~20 instructions where the float32
-        pair arithmetic takes ~75; rh + rl is r rounded to 48 bits."""
+        too, and three FMAs with a 159-bit pi/2 leave r = ax - n pi/2 within half an ulp
+        of r in float64 (the last FMA's rounding: 2^-53 relative, 2^-54 absolute near pi/4;
+        n * DPIO2_1 < 2^-23 bounds the first step's), far more than float32 results need,
+        even at the closest approach of a float32 to a multiple of pi/2. ~20 instructions
+        where the float32 pair arithmetic takes ~75; rh + rl is r rounded to 48 bits."""
         _always_inline()
         xd = np.float64(ax)
         nd = _rint(xd * D2PI)
