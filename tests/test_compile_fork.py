@@ -65,17 +65,22 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run(hold, timeout, pause, tmp_path):
-    script = SCRIPT.format(hold=hold, timeout=timeout, pause=pause)
+def python(script, tmp_path):
+    """What `script` printed, run in a process of its own with compiles in the background."""
     env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="background")
     try:
         out = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
         )
     except subprocess.TimeoutExpired:
-        pytest.fail("the forked child hung (killed after 300 s)")
+        pytest.fail("the script hung (killed after 300 s)")
     assert out.returncode == 0, out.stderr
-    child, parent = out.stdout.splitlines()
+    return out.stdout
+
+
+def run(hold, timeout, pause, tmp_path):
+    script = SCRIPT.format(hold=hold, timeout=timeout, pause=pause)
+    child, parent = python(script, tmp_path).splitlines()
     return child, parent.split()
 
 
@@ -139,13 +144,8 @@ def test_a_fork_does_not_hold_loggings_lock_while_waiting_for_a_compile(tmp_path
     # logging's own fork hook takes its module lock; run before ours, it made the fork
     # and a compile that logs wait on each other until compile_timeout, and the child
     # inherited Numba's lock held (stale)
-    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="background")
-    out = subprocess.run(
-        [sys.executable, "-c", LOGGING_SCRIPT], capture_output=True, text=True, timeout=300, env=env
-    )
-    assert out.returncode == 0, out.stderr
-    stale, seconds = out.stdout.split()
-    assert stale == "False" and float(seconds) < 10, out.stdout
+    stale, seconds = python(LOGGING_SCRIPT, tmp_path).split()
+    assert stale == "False" and float(seconds) < 10, (stale, seconds)
 
 
 ENTRY_SCRIPT = textwrap.dedent(
@@ -180,10 +180,5 @@ ENTRY_SCRIPT = textwrap.dedent(
 def test_a_call_finding_its_kernels_compiled_waits_for_no_compile(tmp_path):
     # the plan's lowering asked Numba to compile a signature it had, which takes Numba's
     # compiler lock: on the calling thread, behind whatever compile held it
-    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path), FASTGRAD_COMPILE="background")
-    out = subprocess.run(
-        [sys.executable, "-c", ENTRY_SCRIPT], capture_output=True, text=True, timeout=300, env=env
-    )
-    assert out.returncode == 0, out.stderr
-    right, seconds = out.stdout.split()
-    assert right == "True" and float(seconds) < 20, out.stdout
+    right, seconds = python(ENTRY_SCRIPT, tmp_path).split()
+    assert right == "True" and float(seconds) < 20, (right, seconds)
