@@ -112,6 +112,36 @@ def test_verifier_rejects_a_mistyped_graph():
     undefined = Var(x.aval)
     with pytest.raises(ValueError, match="before it is defined"):
         Graph([x], [Node(REGISTRY["exp"], [undefined], {}, Var(x.aval))], []).verify()
+    # Without types (a trace's check unless config.check_graphs): the wiring only.
+    assert graph.verify(types=False) is graph
+    with pytest.raises(ValueError, match="before it is defined"):
+        Graph([x], [Node(REGISTRY["exp"], [undefined], {}, Var(x.aval))], []).verify(False)
+    twice = Node(REGISTRY["exp"], [x], {}, x)
+    with pytest.raises(ValueError, match="defined twice"):
+        Graph([x], [twice], [x]).verify(types=False)
+    with pytest.raises(ValueError, match="not defined"):
+        Graph([x], [], [undefined]).verify(types=False)
+
+
+def test_a_trace_checks_types_only_when_asked(monkeypatch):
+    """A trace type-checks its graph under config.check_graphs (the tests' setting), and
+    checks only its wiring otherwise: a type rule that disagrees with the one the tracer
+    bound by shows up only in the former."""
+    from fastgrad.core import ir
+
+    calls = []
+    original = ir.Graph.verify
+
+    def spy(self, types=True):
+        calls.append(types)
+        return original(self, types)
+
+    monkeypatch.setattr(ir.Graph, "verify", spy)
+    assert fg.config.check_graphs  # conftest sets FASTGRAD_CHECK_GRAPHS=1
+    fg.make_graph(lambda v: fnp.exp(v))(np.ones(2))
+    monkeypatch.setattr(fg.config, "check_graphs", False)
+    fg.make_graph(lambda v: fnp.exp(v))(np.ones(2))
+    assert calls == [True, False]
 
 
 def test_tracers_have_the_array_methods_numpy_code_calls():

@@ -43,6 +43,8 @@ def _encode(value: Any, array: Any) -> Any:
     if kind in _PLAIN:
         return value
     if kind is tuple:
+        if all(type(v) is int for v in value):  # a shape or axes: most params
+            return ("t", *value)
         return ("t", *(_encode(v, array) for v in value))
     if kind is list:
         return ("l", *(_encode(v, array) for v in value))
@@ -62,6 +64,8 @@ def _decode(value: Any, array: Any) -> Any:
         return value
     tag, rest = value[0], value[1:]
     if tag == "t":
+        if all(type(v) is not tuple for v in rest):  # plain values (a shape, axes)
+            return rest
         return tuple(_decode(v, array) for v in rest)
     if tag == "l":
         return [_decode(v, array) for v in rest]
@@ -95,7 +99,9 @@ def _aval(a: Aval) -> tuple[tuple[int, ...], str, bool]:
 
 def _params(node: Node, array: Any) -> tuple[Any, ...]:
     # In the params' own order, which the printed graph shows.
-    return tuple([(k, _encode(v, array)) for k, v in node.params.items()])
+    return tuple(
+        [(k, v if type(v) in _PLAIN else _encode(v, array)) for k, v in node.params.items()]
+    )
 
 
 class _Avals:
@@ -138,7 +144,7 @@ def _decode_nodes(
     nodes: list[Node] = []
     for name, ins, params, aval, hint in nodes_data:
         out = Var(avals[aval], hint)
-        decoded = {k: _decode(v, array) for k, v in params}
+        decoded = {k: v if type(v) is not tuple else _decode(v, array) for k, v in params}
         nodes.append(Node(REGISTRY[name], [values[i] for i in ins], decoded, out))
         values.append(out)
     return values, nodes
