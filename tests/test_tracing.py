@@ -160,3 +160,30 @@ def test_tracers_have_the_array_methods_numpy_code_calls():
 
     for got, want in zip(fg.jit(methods)(x), methods(x), strict=True):
         np.testing.assert_allclose(got, want)
+
+
+def test_inlining_a_graph_gives_the_graph_the_node_by_node_path_gives():
+    """eval_graph inlines on tracers of the recorded avals var by var (no tracer per value):
+    the graph it gives prints like the one bind gives node by node (types run again),
+    effects in order with fresh tokens, constants folded alike."""
+    from fastgrad.core.interpreter import eval_graph, eval_nodes
+
+    def f(x, n):
+        fg.debug.print("x {}", x)
+        y = fnp.exp(x) * (1.0 / 3.0) + fnp.sum(x) / x.shape[0]
+        fg.debug.print("y {}", y)
+        return y @ np.ones((3, 2), np.float32), n * 2
+
+    inner = fg.make_graph(f)(np.ones((4, 3), np.float32), np.int64(3))
+
+    def by_vars(x, n):
+        return eval_graph(inner, [x, n])
+
+    def by_nodes(x, n):
+        env = eval_nodes(inner, [x, n])
+        return [env[id(v)] for v in inner.outputs]
+
+    args = (np.ones((4, 3), np.float32), np.int64(3))
+    fast, slow = fg.make_graph(by_vars)(*args), fg.make_graph(by_nodes)(*args)
+    assert str(fast) == str(slow) == str(inner)
+    assert [n.op.name for n in fast.nodes].count("debug_print") == 2
