@@ -189,11 +189,14 @@ class Arena:
 
     def _fill(self) -> list[Any]:
         env = list(self.base)
-        offsets, end = plan_offsets([(b.nbytes, b.first, b.last) for b in self.buffers])
+        buffers = self.buffers
+        sizes = [b.nbytes for b in buffers]
+        spans = [(n, b.first, b.last) for n, b in zip(sizes, buffers, strict=True)]
+        offsets, end = plan_offsets(spans)
         block = np.empty(end + ALIGN, np.uint8)
         shift = -block.ctypes.data % ALIGN
-        for b, start in zip(self.buffers, offsets, strict=True):
-            array = block[shift + start : shift + start + b.nbytes].view(b.dtype).reshape(b.shape)
+        for b, start, n in zip(buffers, offsets, sizes, strict=True):
+            array = block[shift + start : shift + start + n].view(b.dtype).reshape(b.shape)
             env[b.slot] = array
             env[b.view_slot] = array.reshape(b.view_shape)
         for step in self.static_views:

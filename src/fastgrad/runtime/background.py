@@ -500,13 +500,13 @@ class KernelTier:
         batch = batches[-1] if batches else Batch(f"a loop over {self.shape}")
         jobs = []
         for source in variants:
-            final = source is self.variants[-1]
-            kind = "parallel" if final and step.parallel else "serial"
-            key = kernel_key(source.source)
-            label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
             signature = (source.source, *layouts)
             job = batch.shared.get(signature)
-            if job is None:
+            if job is None:  # (a label's sha256 of the source: ~10 us, once per job)
+                final = source is self.variants[-1]
+                kind = "parallel" if final and step.parallel else "serial"
+                key = kernel_key(source.source)
+                label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
                 args = args or tuple(stand_in(a) for a in arguments)
                 job = batch.shared[signature] = Job(source, label, args, batch)
                 if needs_build(source.source):
