@@ -125,10 +125,11 @@ def _encode_nodes(graph: Graph, array: Any) -> tuple[Any, Any, dict[int, int]]:
     index = {id(v): k for k, v in enumerate(graph.inputs)}
     avals = _Avals()
     number = avals.number  # (numbered here, not by a call per node: ~6,600 per digest)
+    at = index.__getitem__
     nodes = []
     for node in graph.nodes:
         out = node.out
-        ins = tuple([index[id(v)] for v in node.inputs])
+        ins = tuple(map(at, map(id, node.inputs)))
         index[id(out)] = len(index)
         aval = out.aval
         k = number.get(aval)

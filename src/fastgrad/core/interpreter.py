@@ -61,7 +61,7 @@ def _inline(trace: Trace, graph: Graph, args: Sequence[Tracer]) -> dict[int, Any
         if op is CONST:
             var = trace.const(node.params["value"], node.out.aval.weak)
         else:
-            ins = [env[id(v)] for v in node.inputs]
+            ins = list(map(env.__getitem__, map(id, node.inputs)))
             if op.effect:
                 ins[0] = trace.effect_token()
             var = trace.add_node(op, ins, dict(node.params), node.out.aval)

@@ -129,9 +129,9 @@ class Graph:
                 raise ValueError(f"graph input {v!r} is listed twice")
             defined.add(id(v))
         for node in self.nodes:
-            for v in node.inputs:
-                if id(v) not in defined:
-                    raise ValueError(f"{node!r} uses {v!r} before it is defined")
+            if not defined.issuperset(map(id, node.inputs)):
+                v = next(v for v in node.inputs if id(v) not in defined)
+                raise ValueError(f"{node!r} uses {v!r} before it is defined")
             if id(node.out) in defined:
                 raise ValueError(f"{node.out!r} is defined twice")
             if not types:
@@ -173,6 +173,6 @@ def live_nodes(nodes: Iterable[Node], outputs: Iterable[Var]) -> list[Node]:
     for node in reversed(nodes):
         if id(node.out) in needed or node.op.effect:
             keep.append(node)
-            needed.update(id(v) for v in node.inputs)
+            needed.update(map(id, node.inputs))  # (a generator: 2x the time, per node)
     keep.reverse()
     return keep
