@@ -277,10 +277,9 @@ class Executable:
         slot: dict[int, int] = {}
 
         def slot_of(v: Any) -> int:  # ~12,600 calls building the T=200 RNN's plan
-            key = id(v)
-            k = slot.get(key)
+            k = slot.get(id(v))
             if k is None:
-                k = slot[key] = len(slot)
+                k = slot[id(v)] = len(slot)
             return k
 
         for v in graph.inputs:
