@@ -112,6 +112,36 @@ def test_verifier_rejects_a_mistyped_graph():
     undefined = Var(x.aval)
     with pytest.raises(ValueError, match="before it is defined"):
         Graph([x], [Node(REGISTRY["exp"], [undefined], {}, Var(x.aval))], []).verify()
+    # Without types (a trace's check unless config.check_graphs): the wiring only.
+    assert graph.verify(types=False) is graph
+    with pytest.raises(ValueError, match="before it is defined"):
+        Graph([x], [Node(REGISTRY["exp"], [undefined], {}, Var(x.aval))], []).verify(False)
+    twice = Node(REGISTRY["exp"], [x], {}, x)
+    with pytest.raises(ValueError, match="defined twice"):
+        Graph([x], [twice], [x]).verify(types=False)
+    with pytest.raises(ValueError, match="not defined"):
+        Graph([x], [], [undefined]).verify(types=False)
+
+
+def test_a_trace_checks_types_only_when_asked(monkeypatch):
+    """A trace type-checks its graph under config.check_graphs (the tests' setting), and
+    checks only its wiring otherwise: a type rule that disagrees with the one the tracer
+    bound by shows up only in the former."""
+    from fastgrad.core import ir
+
+    calls = []
+    original = ir.Graph.verify
+
+    def spy(self, types=True):
+        calls.append(types)
+        return original(self, types)
+
+    monkeypatch.setattr(ir.Graph, "verify", spy)
+    assert fg.config.check_graphs  # conftest sets FASTGRAD_CHECK_GRAPHS=1
+    fg.make_graph(lambda v: fnp.exp(v))(np.ones(2))
+    monkeypatch.setattr(fg.config, "check_graphs", False)
+    fg.make_graph(lambda v: fnp.exp(v))(np.ones(2))
+    assert calls == [True, False]
 
 
 def test_tracers_have_the_array_methods_numpy_code_calls():
@@ -130,3 +160,30 @@ def test_tracers_have_the_array_methods_numpy_code_calls():
 
     for got, want in zip(fg.jit(methods)(x), methods(x), strict=True):
         np.testing.assert_allclose(got, want)
+
+
+def test_inlining_a_graph_gives_the_graph_the_node_by_node_path_gives():
+    """eval_graph inlines on tracers of the recorded avals var by var (no tracer per value):
+    the graph it gives prints like the one bind gives node by node (types run again),
+    effects in order with fresh tokens, constants folded alike."""
+    from fastgrad.core.interpreter import eval_graph, eval_nodes
+
+    def f(x, n):
+        fg.debug.print("x {}", x)
+        y = fnp.exp(x) * (1.0 / 3.0) + fnp.sum(x) / x.shape[0]
+        fg.debug.print("y {}", y)
+        return y @ np.ones((3, 2), np.float32), n * 2
+
+    inner = fg.make_graph(f)(np.ones((4, 3), np.float32), np.int64(3))
+
+    def by_vars(x, n):
+        return eval_graph(inner, [x, n])
+
+    def by_nodes(x, n):
+        env = eval_nodes(inner, [x, n])
+        return [env[id(v)] for v in inner.outputs]
+
+    args = (np.ones((4, 3), np.float32), np.int64(3))
+    fast, slow = fg.make_graph(by_vars)(*args), fg.make_graph(by_nodes)(*args)
+    assert str(fast) == str(slow) == str(inner)
+    assert [n.op.name for n in fast.nodes].count("debug_print") == 2

@@ -19,7 +19,16 @@ PYTHONPYCACHEPREFIX, even where PYTHONDONTWRITEBYTECODE is set), as an installed
 does: compiling fastgrad's source again in every process cost ~1 s of each import and of
 each first call's modules on the loaded development machine.
 
-Where a warm first call's time went (CPU ms of the calling thread, best of 3, 2-core
+Where a warm first call's time goes now (CPU ms of the calling thread, best of 5 fresh
+processes alternating with the tree before, load 6-7, bytecode cached, every kernel and
+plan on disk, background mode), the T=200 unrolled RNN: trace 68 (was 90 in the same
+run: the type check left to config.check_graphs, the graphs inlined var by var), prepare
+65 (was 76: the two digests ~14 in all, the plan read ~20, the executable ~40), first run
+48 (was 58: NumPy loops ~17, the compile thread's jobs ~11, the arena ~5); the whole
+first call 181 against 227, 2.66x its trace (2.52x before: the trace shrank more than the
+rest). M1 (T=50): 57 against 67.
+
+Where it went before (CPU ms of the calling thread, best of 3, 2-core
 machine at load 7, every kernel and plan on disk, background mode), the T=200 unrolled RNN
 (jit(value_and_grad), 6,600 traced nodes): trace 107 (of which Graph.verify 27, the
 reverse-mode graph read from disk 17, and the user's function traced and its forward and

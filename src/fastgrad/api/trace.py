@@ -190,7 +190,7 @@ def trace_avals(
             if not isinstance(leaf, Tracer):
                 leaf_aval(leaf, f"output leaf {i} of {fun_name}")
     graph = trace.to_graph(out_leaves)
-    graph.verify()
+    graph.verify(types=config.check_graphs)
     name = f"{fun_name}({signature_text(names, avals)})"
     return Traced(graph, out_tree, list(trace.captured), name)
 

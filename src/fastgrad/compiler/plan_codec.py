@@ -43,6 +43,8 @@ def _encode(value: Any, array: Any) -> Any:
     if kind in _PLAIN:
         return value
     if kind is tuple:
+        if all(type(v) is int for v in value):  # a shape or axes: most params
+            return ("t", *value)
         return ("t", *(_encode(v, array) for v in value))
     if kind is list:
         return ("l", *(_encode(v, array) for v in value))
@@ -62,6 +64,8 @@ def _decode(value: Any, array: Any) -> Any:
         return value
     tag, rest = value[0], value[1:]
     if tag == "t":
+        if all(type(v) is not tuple for v in rest):  # plain values (a shape, axes)
+            return rest
         return tuple(_decode(v, array) for v in rest)
     if tag == "l":
         return [_decode(v, array) for v in rest]
@@ -95,7 +99,9 @@ def _aval(a: Aval) -> tuple[tuple[int, ...], str, bool]:
 
 def _params(node: Node, array: Any) -> tuple[Any, ...]:
     # In the params' own order, which the printed graph shows.
-    return tuple([(k, _encode(v, array)) for k, v in node.params.items()])
+    return tuple(
+        [(k, v if type(v) in _PLAIN else _encode(v, array)) for k, v in node.params.items()]
+    )
 
 
 class _Avals:
@@ -118,12 +124,18 @@ def _encode_nodes(graph: Graph, array: Any) -> tuple[Any, Any, dict[int, int]]:
     """The aval table, the nodes as rows, and each value's index (inputs first)."""
     index = {id(v): k for k, v in enumerate(graph.inputs)}
     avals = _Avals()
+    number = avals.number  # (numbered here, not by a call per node: ~6,600 per digest)
+    at = index.__getitem__
     nodes = []
     for node in graph.nodes:
-        ins = tuple([index[id(v)] for v in node.inputs])
-        index[id(node.out)] = len(index)
         out = node.out
-        nodes.append((node.op.name, ins, _params(node, array), avals(out.aval), out.hint))
+        ins = tuple(map(at, map(id, node.inputs)))
+        index[id(out)] = len(index)
+        aval = out.aval
+        k = number.get(aval)
+        if k is None:
+            k = number[aval] = len(number)
+        nodes.append((node.op.name, ins, _params(node, array) if node.params else (), k, out.hint))
     return avals, tuple(nodes), index
 
 
@@ -138,8 +150,8 @@ def _decode_nodes(
     nodes: list[Node] = []
     for name, ins, params, aval, hint in nodes_data:
         out = Var(avals[aval], hint)
-        decoded = {k: _decode(v, array) for k, v in params}
-        nodes.append(Node(REGISTRY[name], [values[i] for i in ins], decoded, out))
+        decoded = {k: v if type(v) is not tuple else _decode(v, array) for k, v in params}
+        nodes.append(Node(REGISTRY[name], tuple(map(values.__getitem__, ins)), decoded, out))
         values.append(out)
     return values, nodes
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.core.ir import Graph
-from fastgrad.core.tracing import CONST, Tracer, bind, current_trace
+from fastgrad.core.ir import Graph, Var
+from fastgrad.core.tracing import CONST, Trace, Tracer, bind, current_trace
 
 
-def eval_nodes(graph: Graph, args: Sequence[Any]) -> dict[int, Any]:
-    """The value of every var of `graph` (keyed by id) for `args` given to `graph.inputs`."""
+def eval_nodes(graph: Graph, args: Sequence[Any], every: bool = True) -> dict[int, Any]:
+    """The value of every var of `graph` (keyed by id) for `args` given to `graph.inputs`;
+    without `every`, the values of its outputs at least."""
     if len(args) != len(graph.inputs):
         raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(args)}")
     # When inlining into a trace, concrete inputs and constants become constants of that
@@ -36,6 +37,9 @@ def eval_nodes(graph: Graph, args: Sequence[Any]) -> dict[int, Any]:
     known = trace is not None and all(
         a.aval == v.aval for a, v in zip(args, graph.inputs, strict=True)
     )
+    if known and not every:
+        assert trace is not None
+        return _inline(trace, graph, args)
     for node in graph.nodes:
         if node.op is CONST and trace is not None:
             env[id(node.out)] = Tracer(trace, trace.const(node.params["value"], node.out.aval.weak))
@@ -47,9 +51,27 @@ def eval_nodes(graph: Graph, args: Sequence[Any]) -> dict[int, Any]:
     return env
 
 
+def _inline(trace: Trace, graph: Graph, args: Sequence[Tracer]) -> dict[int, Any]:
+    """`graph`'s nodes re-emitted into `trace` on tracers of the avals it was traced for,
+    var by var (no tracer per value, nor type rule run again: the T=200 RNN's forward
+    and backward graphs inlined into the jitted one): tracers of its outputs, by id."""
+    env: dict[int, Var] = {id(v): trace.to_var(a) for v, a in zip(graph.inputs, args, strict=True)}
+    for node in graph.nodes:
+        op = node.op
+        if op is CONST:
+            var = trace.const(node.params["value"], node.out.aval.weak)
+        else:
+            ins = list(map(env.__getitem__, map(id, node.inputs)))
+            if op.effect:
+                ins[0] = trace.effect_token()
+            var = trace.add_node(op, ins, dict(node.params), node.out.aval)
+        env[id(node.out)] = var
+    return {id(v): Tracer(trace, env[id(v)]) for v in graph.outputs}
+
+
 def eval_graph(graph: Graph, args: Sequence[Any]) -> list[Any]:
     """Values of `graph.outputs` for `args` given to `graph.inputs`."""
-    env = eval_nodes(graph, args)
+    env = eval_nodes(graph, args, every=False)
     return [env[id(v)] for v in graph.outputs]
 
 

@@ -117,19 +117,26 @@ class Graph:
         self.nodes = list(nodes)
         self.outputs = list(outputs)
 
-    def verify(self) -> Graph:
-        """Check that every var is defined once before use and every node's type holds."""
+    def verify(self, types: bool = True) -> Graph:
+        """Check that every var is defined once before use and (with `types`) that every
+        node's type is what its op's type rule gives. The type check re-derives each
+        node's type (~3 us a node: 20 ms of a 6,600-node trace); tracing gives each
+        node its rule's type as it binds it, so a trace checks its wiring alone unless
+        `config.check_graphs` asks for types too (tests, debugging)."""
         defined: set[int] = set()
         for v in self.inputs:
             if id(v) in defined:
                 raise ValueError(f"graph input {v!r} is listed twice")
             defined.add(id(v))
         for node in self.nodes:
-            for v in node.inputs:
-                if id(v) not in defined:
-                    raise ValueError(f"{node!r} uses {v!r} before it is defined")
+            if not defined.issuperset(map(id, node.inputs)):
+                v = next(v for v in node.inputs if id(v) not in defined)
+                raise ValueError(f"{node!r} uses {v!r} before it is defined")
             if id(node.out) in defined:
                 raise ValueError(f"{node.out!r} is defined twice")
+            if not types:
+                defined.add(id(node.out))
+                continue
             expected = node.op.abstract_eval(*(v.aval for v in node.inputs), **node.params)
             if expected != node.out.aval:
                 raise TypeError(
@@ -166,6 +173,6 @@ def live_nodes(nodes: Iterable[Node], outputs: Iterable[Var]) -> list[Node]:
     for node in reversed(nodes):
         if id(node.out) in needed or node.op.effect:
             keep.append(node)
-            needed.update(id(v) for v in node.inputs)
+            needed.update(map(id, node.inputs))  # (a generator: 2x the time, per node)
     keep.reverse()
     return keep

@@ -491,27 +491,37 @@ class Trace:
         """Record `op` on `args`; `aval`, when given, is its result's (known from a graph
         traced on inputs of these avals), which the op's type rule is not asked again."""
         if op.effect:
-            # An effect's first input is the token of the effect before it in this trace,
-            # whatever it was where the node came from: effects run in program order.
-            token = self._effect_token or self.const(np.True_)
+            token = self.effect_token()
             in_vars = [token, *(self.to_var(a) for a in args[1:])]
         else:
             in_vars = [self.to_var(a) for a in args]
+        return Tracer(self, self.add_node(op, in_vars, params, aval))
+
+    def effect_token(self) -> Var:
+        """An effect's first input: the token of the effect before it in this trace,
+        whatever it was where the node came from, so effects run in program order."""
+        return self._effect_token or self.const(np.True_)
+
+    def add_node(
+        self, op: Primitive, in_vars: list[Var], params: dict[str, Any], aval: Aval | None = None
+    ) -> Var:
+        """`emit` on vars of this trace (an effect's first one its `effect_token`): the
+        output's var. Inlining a graph calls this, without a tracer per value."""
         if aval is None:
             aval = op.abstract_eval(*(v.aval for v in in_vars), **params)
         if op.effect:
             out = Var(aval)
             self.nodes.append(Node(op, in_vars, params, out))
             self._effect_token = out
-            return Tracer(self, out)
+            return out
         if aval.size <= 1 and all(id(v) in self._const_values for v in in_vars):
             # Fold scalar arithmetic on constants (like `1 / n` in a mean's gradient).
             with np.errstate(all="ignore"):
                 value = op.impl(*(self._const_values[id(v)] for v in in_vars), **params)
-            return Tracer(self, self.const(np.asarray(value, aval.dtype), aval.weak))
+            return self.const(np.asarray(value, aval.dtype), aval.weak)
         out = Var(aval)
         self.nodes.append(Node(op, in_vars, params, out))
-        return Tracer(self, out)
+        return out
 
     def to_graph(self, outputs: Sequence[Any]) -> Graph:
         """The graph from this trace's inputs (explicit, then captured) to `outputs`, pruned."""

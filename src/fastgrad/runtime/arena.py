@@ -189,13 +189,17 @@ class Arena:
 
     def _fill(self) -> list[Any]:
         env = list(self.base)
-        offsets, end = plan_offsets([(b.nbytes, b.first, b.last) for b in self.buffers])
+        buffers = self.buffers
+        offsets, end = plan_offsets([(b.nbytes, b.first, b.last) for b in buffers])
         block = np.empty(end + ALIGN, np.uint8)
         shift = -block.ctypes.data % ALIGN
-        for b, start in zip(self.buffers, offsets, strict=True):
-            array = block[shift + start : shift + start + b.nbytes].view(b.dtype).reshape(b.shape)
+        for b, start in zip(buffers, offsets, strict=True):
+            # One constructor call per buffer, not a slice, a view and a reshape (~2,000
+            # buffers in the T=200 RNN's arena).
+            array = np.ndarray(b.shape, b.dtype, block, shift + start)
             env[b.slot] = array
-            env[b.view_slot] = array.reshape(b.view_shape)
+            if b.view_slot != b.slot:
+                env[b.view_slot] = array.reshape(b.view_shape)
         for step in self.static_views:
             step.run(env)
         return env

@@ -24,6 +24,7 @@ process that can be (runtime.slow_kernels), on a thread of its own beside the qu
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import sys
 import threading
@@ -481,7 +482,7 @@ class KernelTier:
         thread so far (none would compile ahead of it), and the loop does more work than
         loading takes (Numba's import, if not done yet, then a few ms a kernel), NumPy's
         cost counted lower for a loop run over blocks (`BLOCKED_GAIN`)."""
-        work = self.numpy_loop.size * int(np.prod(self.shape))
+        work = self.numpy_loop.size * math.prod(self.shape)  # np.prod: ~3 us a step
         if self.numpy_loop.blocked is not None:
             work //= BLOCKED_GAIN
         return loading_beats_numpy(work, [self.variants[-1].source])
@@ -499,13 +500,13 @@ class KernelTier:
         batch = batches[-1] if batches else Batch(f"a loop over {self.shape}")
         jobs = []
         for source in variants:
-            final = source is self.variants[-1]
-            kind = "parallel" if final and step.parallel else "serial"
-            key = kernel_key(source.source)
-            label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
             signature = (source.source, *layouts)
             job = batch.shared.get(signature)
-            if job is None:
+            if job is None:  # (a label's sha256 of the source: ~10 us, once per job)
+                final = source is self.variants[-1]
+                kind = "parallel" if final and step.parallel else "serial"
+                key = kernel_key(source.source)
+                label = f"{kind} kernel fastgrad_kernel_{key} (loop over {self.shape})"
                 args = args or tuple(stand_in(a) for a in arguments)
                 job = batch.shared[signature] = Job(source, label, args, batch)
                 if needs_build(source.source):

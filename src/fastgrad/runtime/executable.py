@@ -276,10 +276,11 @@ class Executable:
         self.generated = {} if generated is None else generated
         slot: dict[int, int] = {}
 
-        def slot_of(v: Any) -> int:
-            if id(v) not in slot:
-                slot[id(v)] = len(slot)
-            return slot[id(v)]
+        def slot_of(v: Any) -> int:  # ~12,600 calls building the T=200 RNN's plan
+            k = slot.get(id(v))
+            if k is None:
+                k = slot[id(v)] = len(slot)
+            return k
 
         for v in graph.inputs:
             slot_of(v)
@@ -591,7 +592,7 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) 
                     buffers[k].last = i
         else:
             outs = [slot for _, slot in step.outs] if isinstance(step, LoopStep) else [step.out]
-            seen = set().union(*(aliases.get(slot, set()) for slot in reads))
+            seen = set().union(*(aliases.get(slot, ()) for slot in reads))
             for slot in outs:
                 aliases.setdefault(slot, set()).update(seen)
     for slot in outputs:  # read by the caller: preallocated outputs (a loop body's) too

@@ -18,6 +18,7 @@ a value reduced over the first axis that the loop reads again) run whole.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -79,7 +80,7 @@ class BlockedLoop:
             kinds.append(kind)
             self.ops.append((node.op.impl, node.params, ins, kind, node.op.name))
         self.kinds = kinds
-        self.rows = max(1, BLOCK // int(np.prod(loop.shape[1:])))
+        self.rows = max(1, BLOCK // math.prod(loop.shape[1:]))
         self.ufuncs = [node.op.ufunc for node in nodes]
         self.dtypes = [node.out.aval.dtype for node in nodes]
         self.out_shapes = [node.out.aval.shape for node in nodes]
@@ -92,9 +93,9 @@ class BlockedLoop:
         block of `BLOCK` elements, or of one row where a row holds more) or its values do
         not map onto them."""
         shape = loop.shape
-        if not shape or int(np.prod(shape)) == 0:
+        if not shape or math.prod(shape) == 0:  # np.prod: ~3 us, per loop of a plan
             return None
-        if max(1, BLOCK // int(np.prod(shape[1:]))) >= shape[0]:
+        if max(1, BLOCK // math.prod(shape[1:])) >= shape[0]:
             return None  # one block would hold it all
         try:
             return cls(loop, slot_of)

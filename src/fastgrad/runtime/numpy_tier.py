@@ -32,17 +32,21 @@ class NumpyLoop:
         outputs = {local[id(v)] for v in loop.outputs}
         # A ufunc's result is fresh memory, and one read only by ufuncs is never aliased by
         # a view: the last of those ufuncs may write its own result into it.
-        ufunc = [isinstance(n.op.impl, np.ufunc) and n.op.impl is n.op.ufunc for n in nodes]
+        ufunc = [n.op.impl is n.op.ufunc and isinstance(n.op.ufunc, np.ufunc) for n in nodes]
         readers: dict[int, list[int]] = {}
+        inputs: list[list[tuple[bool, int]]] = []
         for i, node in enumerate(nodes):
+            ins: list[tuple[bool, int]] = []
             for v in node.inputs:
-                if id(v) in local:
-                    readers.setdefault(local[id(v)], []).append(i)
+                k = local.get(id(v))
+                if k is None:
+                    ins.append((True, slot_of(v)))
+                else:
+                    ins.append((False, k))
+                    readers.setdefault(k, []).append(i)
+            inputs.append(ins)
         self.ops: list[_Op] = []
-        for i, node in enumerate(nodes):
-            ins = [
-                (False, local[id(v)]) if id(v) in local else (True, slot_of(v)) for v in node.inputs
-            ]
+        for i, (node, ins) in enumerate(zip(nodes, inputs, strict=True)):
             reuse = -1
             for v in node.inputs if ufunc[i] else ():
                 k = local.get(id(v))

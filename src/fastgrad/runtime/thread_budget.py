@@ -9,8 +9,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from fastgrad.core.ir import Graph
 
 # The largest matmul (multiply-adds of one product) that `shares_cores` runs on one BLAS
@@ -40,7 +38,7 @@ def largest_gemm(graph: Graph) -> int:
     """Multiply-adds of the largest single product BLAS computes in `graph` (a batched
     matmul is one product per matrix); 0: none."""
     sizes = [
-        int(np.prod(n.out.aval.shape[-2:])) * n.inputs[0].aval.shape[-1]
+        n.out.aval.shape[-2] * n.out.aval.shape[-1] * n.inputs[0].aval.shape[-1]
         for n in graph.nodes
         if n.op.name == "matmul" and n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
     ]
