@@ -131,7 +131,9 @@ def scan_loop(
     final = loop(consts, carry, xs, stores) if loop is not None else None
     steps = range(call.length - 1, -1, -1) if call.reverse else range(call.length)
     for t in steps if final is None else ():
-        outs = body([*consts, *carry, *(x[t] for x in xs)])
+        # x[t, ...]: a 0-d view for a stack of scalars (x[t] is a NumPy scalar, which a
+        # plan's view or product steps do not take: its body would not run as a LOOP).
+        outs = body([*consts, *carry, *(x[t, ...] for x in xs)])
         # A carry handed on unchanged (or as a view) lives where its input did: in the
         # buffers of the arena the next iteration writes. Copy it out first.
         if handed is None:
