@@ -173,3 +173,53 @@ def test_grad_of_grad_through_a_matvec_scan(form):
     got = _three_ways(fg.value_and_grad(f), (w, h0, xs), looped=None)
     unrolled = along_v(_loss(form, reverse=True, scan=False))
     _close(got, fg.jit(fg.value_and_grad(unrolled), fuse=False)(w, h0, xs), np.float64)
+
+
+def _rnn(w, u, b, h0, xs, reverse=False, scan=True, left=False):
+    """The unbatched RNN, `h = tanh(W @ h + U @ x_t + b)` (with `left`, h @ W + x_t @ U)."""
+
+    def step(h, x):
+        h = fnp.tanh((h @ w + x @ u if left else w @ h + u @ x) + b)
+        return h, h
+
+    if scan:
+        _, hs = fg.scan(step, h0, xs, reverse=reverse)
+    else:
+        h, hs = h0, [None] * xs.shape[0]
+        for t in range(xs.shape[0])[::-1] if reverse else range(xs.shape[0]):
+            h, hs[t] = step(h, xs[t])
+        hs = fnp.stack(hs) if hs else fnp.zeros((0, h0.shape[0]), h0.dtype)
+    return fnp.sum(hs * hs)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    steps=st.sampled_from([0, 1, 2, 5]),
+    reverse=st.booleans(),
+    left=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_unbatched_rnn_hoists_its_input_products_and_weight_gradients(
+    steps, reverse, left, dtype, seed
+):
+    """`U @ x_t` (or `x_t @ U`) is one product before the forward loop, and the weight
+    gradients' outer products one product after the backward loop (loop_hoisting): each
+    body keeps one matrix-vector product, W's; both scans are LOOPs with the Python
+    loop's and the step runner's bits, and the unrolled loop's values."""
+    rng = np.random.default_rng(seed)
+    shapes = [(4, 4), (3, 4) if left else (4, 3), (4,), (4,), (steps, 3)]
+    args = tuple((rng.standard_normal(s) * 0.5).astype(dtype) for s in shapes)
+    loss = lambda *a: _rnn(*a, reverse=reverse, left=left)  # noqa: E731
+    grad = fg.value_and_grad(loss, argnums=(0, 1, 2, 3))
+    got = _three_ways(grad, args)
+    jf = fg.jit(grad)
+    jf(*args)
+    loops = [s for s in jf.lower(*args).executable.plan if type(s).__name__ == "LoopStep"]
+    assert len(loops) == 2
+    for loop in loops:
+        assert sum(n.op.name == "matmul" for n in loop.bodies[0].graph.nodes) == 1
+    unrolled = fg.value_and_grad(
+        lambda *a: _rnn(*a, reverse=reverse, scan=False, left=left), argnums=(0, 1, 2, 3)
+    )
+    _close(got, fg.jit(unrolled, fuse=False)(*args), dtype)
