@@ -50,7 +50,7 @@ def _products(draw: Any) -> tuple[np.ndarray, np.ndarray]:
     m, k, p = dims
     dtype = draw(st.sampled_from([np.float32, np.float64]))
     batch = draw(st.sampled_from([(), (2,)]))
-    a = _operand(draw, m, k, dtype, batch)
+    a = _operand(draw, m, k, dtype, batch if draw(st.booleans()) else ())
     b = _operand(draw, k, p, dtype, batch if draw(st.booleans()) else ())
     return a, b
 
