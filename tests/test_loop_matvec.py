@@ -59,7 +59,7 @@ def _run_row(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """`a @ b` by the interpreter's row for it (None: no row), on the operands' memory."""
     from fastgrad.runtime.plan_rows import vector_row
     from fastgrad.runtime.vm import pack, run_steps
-    from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
+    from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS, vector_function
 
     shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
     out = np.full(shape, np.nan, a.dtype)
@@ -68,10 +68,11 @@ def _run_row(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     kind, address, params, order, offsets = fields
     row = [*params, *order, 2, *offsets]
+    functions = [vector_function()]  # the rows' own C function, then BLAS's routine
     if kind == "noblas":
-        row, functions = [NOBLAS, *row], []
+        row = [NOBLAS, 0, *row]
     else:
-        row, functions = [GEMV if kind == "gemv" else DOT, 0, *row], [address]
+        row, functions = [GEMV if kind == "gemv" else DOT, 0, 1, *row], [*functions, address]
     table, at = pack(row, [0], functions, 4, [], [[0, 1, 3, 0, 1, 2]])
     # The interpreter reads only where each operand starts (the row has the strides).
     starts = tuple(
@@ -223,3 +224,30 @@ def test_the_unbatched_rnn_hoists_its_input_products_and_weight_gradients(
         lambda *a: _rnn(*a, reverse=reverse, scan=False, left=left), argnums=(0, 1, 2, 3)
     )
     _close(got, fg.jit(unrolled, fuse=False)(*args), dtype)
+
+
+def test_the_vector_rows_compile_in_the_background():
+    """In background mode the plan runs its steps until the rows' C function (compiled
+    once, apart from the interpreter's loop) and the LOOP are ready, then the LOOP takes
+    over with the Python loop's bits."""
+    from fastgrad.runtime.background import wait_idle
+    from test_runtime_loop_table import _flat, _python_loop
+
+    rng = np.random.default_rng(11)
+    args = (rng.standard_normal((5, 5)) * 0.5, rng.standard_normal((5, 3)) * 0.5)
+    args += (rng.standard_normal(5), rng.standard_normal(5), rng.standard_normal((6, 3)))
+    config.update("runtime", "vm")
+    config.update("compile", "background")
+    jf = fg.jit(fg.value_and_grad(_rnn, argnums=(0, 1)))
+    want = _flat(
+        fg.jit(fg.value_and_grad(lambda *a: _rnn(*a, scan=False), argnums=(0, 1)), fuse=False)(
+            *args
+        )
+    )
+    for _ in range(8):
+        _close(_flat(jf(*args)), want, np.float64)
+        assert wait_idle(timeout=600)
+    loops = [s for s in jf.lower(*args).executable.plan if type(s).__name__ == "LoopStep"]
+    assert all(s.looped.program is not None for s in loops)
+    got, python = _flat(jf(*args)), _python_loop(jf, args)
+    assert all(np.array_equal(a, b) for a, b in zip(got, python, strict=True))

@@ -227,18 +227,20 @@ class Segment:
         if fields is None:
             return None
         kind, address, params, order, offsets = fields
+        table = self.table
+        job = adapters.vector_rows(table.wait)
+        if job.settled.is_set() and job.address is None:
+            return None  # failed to compile, or the process is exiting
+        if not job.settled.is_set():
+            table.pending.append(job)
+        rows = table.function(job.address) if job.address is not None else -1
         pointers = [self.operand(step.ins[i]) for i in order]
         fresh = None if step.buffer is not None else (step.shape, step.dtype, 0, None)
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(step.buffer))
         if kind == "noblas":
-            return [NOBLAS, *params, *pointers, *offsets]
-        return [
-            GEMV if kind == "gemv" else DOT,
-            self.table.function(address),
-            *params,
-            *pointers,
-            *offsets,
-        ]
+            return [NOBLAS, rows, *params, *pointers, *offsets]
+        op = GEMV if kind == "gemv" else DOT
+        return [op, rows, table.function(address), *params, *pointers, *offsets]
 
     def _view(self, step: Any, call: Callable[[], None]) -> list[int] | None:
         arrays = self._arrays([step.ins[0], step.out])

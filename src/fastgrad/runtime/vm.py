@@ -15,8 +15,8 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
     copy of its upper triangle to the lower, as `np.matmul` does, for the same bits
   LOOP: a scan's iterations, each a call of one of two body segments (tables of their
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
-  GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them
-    (runtime.vm_vectors)
+  GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them: a
+    call of runtime.vm_vectors' C function (its index the row's second entry) with the row
 `ptrs[j]` is the address of operand slot j, filled before each segment runs (or once, for
 buffers and constants).
 """
@@ -38,8 +38,7 @@ from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
-from fastgrad.runtime import vm_vectors
-from fastgrad.runtime.vm_vectors import GEMV, run_vector
+from fastgrad.runtime.vm_vectors import GEMV
 from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
 
 KERNEL, VIEW, GEMM, LOOP = 1, 2, 3, 4
@@ -254,11 +253,8 @@ POINTERS = {
 def _source_tag() -> str:
     """What the interpreter's cached machine code is keyed by besides Numba's: this
     module's source, so that a changed interpreter is never loaded from an older cache."""
-    digest = hashlib.sha256()
-    for path in (__file__, vm_vectors.__file__):  # the interpreter calls vm_vectors' rows
-        with open(path, "rb") as f:
-            digest.update(f.read())
-    return "plan interpreter " + digest.hexdigest()[:16]
+    with open(__file__, "rb") as f:
+        return "plan interpreter " + hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 _float64_pointer, _float32_pointer = POINTERS["float64"], POINTERS["float32"]
@@ -318,8 +314,8 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
                     )  # fmt: skip
         elif op == LOOP:
             _run_loop(table, p)
-        elif op >= GEMV:
-            run_vector(table, p, op)
+        elif op >= GEMV:  # runtime.vm_vectors' rows, by their function's address
+            _call_table(table[functions + table[p + 1]], pointer, p)
     if threads != 0:
         _set_threads(threads, before)
 

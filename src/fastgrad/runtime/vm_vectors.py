@@ -4,6 +4,8 @@ times a vector on either side, a row times a column, an outer product. They comp
 arguments by NumPy's own rules), so a scan body with `W @ h` runs whole in the
 interpreter (a LOOP) with the bits of the step runner.
 
+Each row's second entry is the index of `vector_function` among the table's functions
+(the interpreter calls it with the row); the rest:
   GEMV: [GEMV, gemv, float64?, order, n, m, lda, incx, incy, pointer matrix, pointer
     vector, pointer out, count, <count triples of byte offsets>]: cblas_?gemv(order,
     Trans, n, m, 1, matrix, lda, vector, incx, 0, out, incy), as NumPy's gemv
@@ -16,12 +18,17 @@ interpreter (a LOOP) with the bits of the step runner.
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, njit, types
+from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
+
+from fastgrad.compiler.machine_code import MachineCodeCache
 
 GEMV, DOT, NOBLAS = 5, 6, 7
 TRANS = 112
@@ -93,9 +100,10 @@ _sgemv, _dgemv = _gemv(ir.FloatType()), _gemv(ir.DoubleType())
 _sdot, _ddot = _dot(ir.FloatType(), types.float32), _dot(ir.DoubleType(), types.float64)
 
 
-@njit(nogil=True)
+@njit(inline="always")
 def run_vector(table: Any, p: int, op: int) -> None:  # pragma: no cover - compiled
-    """The GEMV, DOT or NOBLAS row at `table[p]` (the module's docstring)."""
+    """The GEMV, DOT or NOBLAS row at `table[p]` (the module's docstring; `op` its first
+    entry)."""
     ptrs, functions = table[2], table[1]
     double = table[p + 2] if op != NOBLAS else table[p + 1]
     head = 9 if op == GEMV else 6 if op == DOT else 11
@@ -142,3 +150,32 @@ def _noblas(table: Any, p: int, double: int, pa: int, pb: int, pc: int) -> None:
                 for r in range(k):
                     single += _f32(pa + i * s1m + r * s1n)[0] * _f32(pb + r * s2n + j * s2p)[0]
                 _f32(pc + i * som + j * sop)[0] = single
+
+
+def _vector_row(pointer: Any, p: int) -> None:  # pragma: no cover - compiled
+    """The row at `table[p]`, [op, this function's index, <the row as the module's
+    docstring gives it, from its second entry>], of the table at `pointer`. Compiled as a
+    C function of its own (`vector_function`), which the interpreter calls by address:
+    the interpreter's loop does not carry these routines (~0.9 s of CPU more to compile
+    from an empty cache), and a plan without such products never compiles them."""
+    table = carray(pointer, (pointer[6],))
+    run_vector(table, p + 1, table[p])
+
+
+_FUNCTION: list[Any] = []  # the compiled `_vector_row`, kept alive
+_LOCK = threading.Lock()
+
+
+def vector_function() -> int:
+    """The address of `_vector_row` compiled (or loaded from fastgrad's cache), a C
+    function `(int64* table, int64 at)` as the interpreter's loop is."""
+    with _LOCK:
+        if not _FUNCTION:
+            with open(__file__, "rb") as f:
+                tag = "vector rows " + hashlib.sha256(f.read()).hexdigest()[:16]
+            signature = (types.void(types.CPointer(types.int64), types.int64).args, types.void)
+            function: Any = CFunc(_vector_row, signature, locals={}, options={"nogil": True})
+            function._cache = MachineCodeCache(_vector_row, tag, folder="adapters")
+            function.compile()
+            _FUNCTION.append(function)
+        return int(_FUNCTION[0].address)
