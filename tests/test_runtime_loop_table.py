@@ -427,10 +427,8 @@ def test_carries_handed_on_run_as_a_loop(reads, swapped):
         a0, b0 = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
         w = rng.standard_normal((4, 4)).astype(dtype) * 0.5
         xs = rng.standard_normal((steps, *shape)).astype(dtype)
-        # A product of 1-D operands is a host step (not a LOOP body, handed on or not).
-        looped = None if len(shape) == 1 and "@" in reads else True
         args = (a0, b0, w, xs)
-        got = _three_ways(lambda a0, b0, w, xs, r=reverse: f(a0, b0, w, xs, r), args, looped)
+        got = _three_ways(lambda a0, b0, w, xs, r=reverse: f(a0, b0, w, xs, r), args)
         a, b, ys = a0, b0, []
         for x in xs[::-1] if reverse else xs:
             ys.append(plain(a, w, x))

@@ -133,3 +133,14 @@ def interpreter(arrays: tuple[np.ndarray, ...], wait: bool) -> CompileJob:
 
     label = f"plan interpreter for {kind}"
     return _job(("interpreter", str(kind)), wait, lambda: CompileJob(label, str(kind), build))
+
+
+def vector_rows(wait: bool) -> CompileJob:
+    """The job compiling (or loading) the C function that runs the interpreter's rows for
+    products with a dimension of 1 (runtime.vm_vectors), once for all plans."""
+    from fastgrad.runtime.vm_vectors import vector_function
+
+    def build() -> tuple[Any, int]:
+        return None, vector_function()
+
+    return _job("vector rows", wait, lambda: CompileJob("vector rows", "vector rows", build))

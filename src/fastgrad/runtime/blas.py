@@ -62,6 +62,16 @@ def blas_address(name: str, dtype: np.dtype) -> int | None:
     return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
 
 
+def vector_address(name: str, dtype: np.dtype) -> int | None:
+    """The address of `cblas_?gemv` or `cblas_?dot` (`name`) for `dtype`, the routines
+    `np.matmul` calls for products with a dimension of 1 (the plan interpreter calls them
+    from compiled code, runtime.vm_vectors), or None where NumPy's OpenBLAS is not found."""
+    lib = _library()
+    prefix = _PREFIXES.get(np.dtype(dtype))
+    function = getattr(lib, f"scipy_cblas_{prefix}{name}64_", None) if lib and prefix else None
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
 def _operand(x: np.ndarray) -> tuple[int, int] | None:
     """(transpose flag, leading dimension) of a 2-D row-major operand as BLAS takes it
     without a copy, or None when neither of its axes has unit stride."""

@@ -186,8 +186,17 @@ class _Program:
     ):
         from fastgrad.runtime.vm import pack, run_steps
 
-        self.call, self.checks, self.stacks, self.keep = call, checks, stacks, keep
+        # Both parities' segments read most inputs alike: each check once.
+        self.call, self.checks, self.stacks, self.keep = (
+            call,
+            list(dict.fromkeys(checks)),
+            stacks,
+            keep,
+        )
         self.handed = handed
+        outputs = call.body.outputs
+        self.finals = [(v.aval.shape, v.aval.dtype) for v in outputs[: call.n_carry]]
+        self.pairs = [((2, *outputs[k].aval.shape), outputs[k].aval.dtype) for k in handed]
         self.entry: Callable[..., None] = run_steps  # the compiled kind's, once settled
         count = len(call.body.inputs) + len(stacks) + call.n_carry + len(handed)
         # Outer pointers: consts, initial carries, stacked inputs, stacks, final carries,
@@ -333,10 +342,8 @@ class _Program:
         for (y, _), (shape, strides, dtype) in zip(stores, self.stacks, strict=True):
             if y.shape != shape or y.strides != strides or y.dtype != dtype:
                 return None
-        outputs = self.call.body.outputs
-        finals = [np.empty(v.aval.shape, v.aval.dtype) for v in outputs[: len(carry)]]
-        pairs = [np.empty((2, *outputs[k].aval.shape), outputs[k].aval.dtype) for k in self.handed]
-        return [*values, *(y for y, _ in stores), *finals, *pairs]
+        fresh = [np.empty(shape, dtype) for shape, dtype in (*self.finals, *self.pairs)]
+        return [*values, *(y for y, _ in stores), *fresh]
 
     def run(
         self, consts: Sequence[Any], carry: Sequence[Any], xs: Sequence[Any], stores: Any

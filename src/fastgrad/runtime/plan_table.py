@@ -28,9 +28,10 @@ from fastgrad.runtime import adapters
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
-from fastgrad.runtime.plan_rows import gemm_row, view_offset
+from fastgrad.runtime.plan_rows import gemm_row, vector_row, view_offset
 from fastgrad.runtime.small_call import entry_point
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
+from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
 
 _DTYPES = ("float64", "float32", "int64", "int32", "bool")
 
@@ -212,13 +213,34 @@ class Segment:
             out = np.empty(step.shape, step.dtype)  # what the fresh output will look like
         fields = gemm_row(a, b, out, step.accumulate)
         if fields is None:
-            return None
+            return None if step.accumulate else self._vector(step, a, b, out)
         (gemm, syrk), params, offsets = fields
         pointers = [self.operand(step.ins[0]), self.operand(step.ins[1])]
         fresh = None if target is not None else (step.shape, step.dtype, 0, None)
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
         functions = [self.table.function(gemm), self.table.function(syrk)]
         return [GEMM, *functions, *params, *pointers, *offsets]
+
+    def _vector(self, step: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
+        """The row of a product with a dimension of 1 (runtime.vm_vectors), or None."""
+        fields = vector_row(a, b, out)
+        if fields is None:
+            return None
+        kind, address, params, order, offsets = fields
+        table = self.table
+        job = adapters.vector_rows(table.wait)
+        if job.settled.is_set() and job.address is None:
+            return None  # failed to compile, or the process is exiting
+        if not job.settled.is_set():
+            table.pending.append(job)
+        rows = table.function(job.address) if job.address is not None else -1
+        pointers = [self.operand(step.ins[i]) for i in order]
+        fresh = None if step.buffer is not None else (step.shape, step.dtype, 0, None)
+        pointers.append(self.output(step.out, fresh) if fresh else self.operand(step.buffer))
+        if kind == "noblas":
+            return [NOBLAS, rows, *params, *pointers, *offsets]
+        op = GEMV if kind == "gemv" else DOT
+        return [op, rows, table.function(address), *params, *pointers, *offsets]
 
     def _view(self, step: Any, call: Callable[[], None]) -> list[int] | None:
         arrays = self._arrays([step.ins[0], step.out])

@@ -15,6 +15,8 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
     copy of its upper triangle to the lower, as `np.matmul` does, for the same bits
   LOOP: a scan's iterations, each a call of one of two body segments (tables of their
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
+  GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them: a
+    call of runtime.vm_vectors' C function (its index the row's second entry) with the row
 `ptrs[j]` is the address of operand slot j, filled before each segment runs (or once, for
 buffers and constants).
 """
@@ -36,6 +38,8 @@ from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
+from fastgrad.runtime.vm_vectors import GEMV
+from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
 
 KERNEL, VIEW, GEMM, LOOP = 1, 2, 3, 4
 # LOOP's entries: where a body input's address comes from (FIXED: an outer pointer; SLICE:
@@ -233,17 +237,6 @@ _copy: Any = intrinsic(_copy_typing)
 _table_pointer: Any = intrinsic(_table_pointer_typing)
 
 
-def _typed_pointer(dtype: Any) -> Any:
-    @intrinsic
-    def pointer(typingctx: Any, address: Any) -> Any:
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
-
-        return types.CPointer(dtype)(address), codegen
-
-    return pointer
-
-
 #: address -> typed pointer, by NumPy dtype name: the adapters' globals.
 POINTERS = {
     name: _typed_pointer(numba_type)
@@ -321,6 +314,8 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
                     )  # fmt: skip
         elif op == LOOP:
             _run_loop(table, p)
+        elif op >= GEMV:  # runtime.vm_vectors' rows, by their function's address
+            _call_table(table[functions + table[p + 1]], pointer, p)
     if threads != 0:
         _set_threads(threads, before)
 
