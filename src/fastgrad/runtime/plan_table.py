@@ -24,7 +24,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.core.config import config
-from fastgrad.runtime import adapters
+from fastgrad.runtime import adapters, gemm_split
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
@@ -48,8 +48,9 @@ class Waiting:
 class _Table:
     """The step table under construction, shared by a plan's segments."""
 
-    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool):
+    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool, split: int = 0):
         self.env, self.static, self.wait = env, static, wait
+        self.split = split  # runtime.gemm_split's state, where products are cut; 0: none
         self.code: list[int] = []
         self.starts: list[int] = []
         self.floats: list[float] = []
@@ -218,7 +219,8 @@ class Segment:
         fresh = None if target is not None else (step.shape, step.dtype, 0, None)
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
         functions = [self.table.function(gemm), self.table.function(syrk)]
-        return [GEMM, *functions, *params, *pointers, *offsets]
+        split = self.table.function(self.table.split) if self.table.split else -1
+        return [GEMM, *functions, split, *params, *pointers, *offsets]
 
     def _view(self, step: Any, call: Callable[[], None]) -> list[int] | None:
         arrays = self._arrays([step.ins[0], step.out])
@@ -308,7 +310,9 @@ def lower(
     interpreter can take made one call into it; or, while adapters compile in the
     background (unless `wait` or sync mode), what to wait for before trying again. With
     `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread."""
-    table = _Table(env, static, wait or config.compile == "sync")
+    # BLAS on one thread: big products are cut across the cores (runtime.gemm_split).
+    split = gemm_split.state_address() if one_thread else 0
+    table = _Table(env, static, wait or config.compile == "sync", split)
     out: list[Callable[[], None]] = []
     owner: list[Segment | None] = []  # the segment of each step
     segments: list[Segment] = []
