@@ -48,9 +48,9 @@ class Waiting:
 class _Table:
     """The step table under construction, shared by a plan's segments."""
 
-    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool, split: int = 0):
+    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool, one_thread: bool):
         self.env, self.static, self.wait = env, static, wait
-        self.split = split  # runtime.gemm_split's state, where products are cut; 0: none
+        self.one_thread = one_thread  # BLAS on one thread: big products are cut
         self.code: list[int] = []
         self.starts: list[int] = []
         self.floats: list[float] = []
@@ -219,7 +219,11 @@ class Segment:
         fresh = None if target is not None else (step.shape, step.dtype, 0, None)
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
         functions = [self.table.function(gemm), self.table.function(syrk)]
-        split = self.table.function(self.table.split) if self.table.split else -1
+        split = -1  # a big product cut across the cores (runtime.gemm_split)
+        m, n, k = params[3:6]
+        if self.table.one_thread and m * n * k * offsets[0] >= gemm_split.DEFAULT_MIN_WORK:
+            state = gemm_split.state_address()  # the worker starts with the first one
+            split = self.table.function(state) if state else -1
         return [GEMM, *functions, split, *params, *pointers, *offsets]
 
     def _view(self, step: Any, call: Callable[[], None]) -> list[int] | None:
@@ -309,10 +313,9 @@ def lower(
     `env`, which holds the values of a run just made), with each run of steps the
     interpreter can take made one call into it; or, while adapters compile in the
     background (unless `wait` or sync mode), what to wait for before trying again. With
-    `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread."""
-    # BLAS on one thread: big products are cut across the cores (runtime.gemm_split).
-    split = gemm_split.state_address() if one_thread else 0
-    table = _Table(env, static, wait or config.compile == "sync", split)
+    `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread and
+    big products are cut across the cores (runtime.gemm_split)."""
+    table = _Table(env, static, wait or config.compile == "sync", one_thread)
     out: list[Callable[[], None]] = []
     owner: list[Segment | None] = []  # the segment of each step
     segments: list[Segment] = []
