@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -278,3 +279,20 @@ def test_programs_give_the_same_bits_cut_or_not(split: np.ndarray, dtype: Any, d
         assert np.array_equal(np.asarray(e), np.asarray(c)) and np.array_equal(
             np.asarray(e), np.asarray(w)
         )
+
+
+def test_the_cut_can_be_turned_off() -> None:
+    """`config.cut_products` off: BLAS's own threads for a large product, as before."""
+    from fastgrad.core.config import config
+    from fastgrad.runtime.thread_budget import cuts_products
+
+    ones = partial(np.broadcast_to, np.float32(1))  # lowered only: no memory needed
+    args = ones((1024, 1 << 18)), ones((1 << 18, 512))  # 2^37 multiply-adds
+    assert fg.jit(lambda x, w: fnp.sum(x @ w)).lower(*args).executable.one_blas_thread
+    config.update("cut_products", False)
+    try:
+        assert not cuts_products()
+        assert not fg.jit(lambda x, w: fnp.sum(x @ w)).lower(*args).executable.one_blas_thread
+    finally:
+        config.update("cut_products", True)
+    assert cuts_products()

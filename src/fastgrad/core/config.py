@@ -119,6 +119,11 @@ class Config:
       a process storing one removes the least recently used (written or read) down to 90%
       of it, never one used in the last minute (compiler.cache_eviction). Default 256, or
       `FASTGRAD_PLAN_CACHE_MB`.
+    - `cut_products`: with the "vm" runtime, BLAS runs on one thread and the interpreter
+      cuts big matrix products across the cores itself, with threads that sleep rather
+      than spin while they wait (runtime.gemm_split); off: BLAS's own threads, except
+      beside parallel kernels. Plans built after the change use it. Default on;
+      `FASTGRAD_CUT_PRODUCTS=0` turns it off.
 
     >>> import fastgrad as fg
     >>> fg.config.update("log_compiles", True)
@@ -135,6 +140,7 @@ class Config:
     runtime: str
     plan_cache: bool
     plan_cache_mb: int
+    cut_products: bool
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
@@ -145,6 +151,7 @@ class Config:
         self.runtime = _choice("FASTGRAD_RUNTIME", RUNTIMES)
         self.plan_cache = _flag("FASTGRAD_PLAN_CACHE", True)
         self.plan_cache_mb = _count("FASTGRAD_PLAN_CACHE_MB", 256)
+        self.cut_products = _flag("FASTGRAD_CUT_PRODUCTS", True)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""

@@ -72,13 +72,15 @@ def shares_cores(plan: Sequence[Any], graph: Graph) -> bool:
 
 def cuts_products() -> bool:
     """Whether the plan interpreter cuts big products across the cores with BLAS on one
-    thread (runtime.gemm_split): it runs the plans ("vm"), on Linux (POSIX semaphores),
-    with NumPy's OpenBLAS, whose thread count can be set per thread."""
+    thread (runtime.gemm_split): it runs the plans ("vm", `config.cut_products` on), on
+    Linux (POSIX semaphores), with NumPy's OpenBLAS, whose thread count can be set per
+    thread."""
     from fastgrad.core.config import config
     from fastgrad.runtime.blas import blas_address, has_local_threads
 
     return (
         config.runtime == "vm"
+        and config.cut_products
         and sys.platform.startswith("linux")
         and has_local_threads()
         and blas_address("gemm", np.dtype(np.float32)) is not None
