@@ -281,7 +281,8 @@ def test_programs_give_the_same_bits_cut_or_not(split: np.ndarray, dtype: Any, d
         )
 
 
-def test_the_cut_can_be_turned_off() -> None:
+@pytest.mark.usefixtures("sync")
+def test_the_cut_can_be_turned_off(split: np.ndarray) -> None:
     """`config.cut_products` off: BLAS's own threads for a large product, as before."""
     from fastgrad.core.config import config
     from fastgrad.runtime.thread_budget import cuts_products
@@ -293,6 +294,13 @@ def test_the_cut_can_be_turned_off() -> None:
     try:
         assert not cuts_products()
         assert not fg.jit(lambda x, w: fnp.sum(x @ w)).lower(*args).executable.one_blas_thread
+        # Beside parallel kernels BLAS still runs on one thread, its products whole.
+        x, w = np.ones((1024, 64), np.float32), np.ones((64, 512), np.float32)
+        f = fg.jit(lambda x, w: fnp.sum(fnp.tanh(x @ w)))
+        jobs = split[gemm_split.JOBS]
+        for _ in range(3):
+            f(x, w)
+        assert split[gemm_split.JOBS] == jobs
     finally:
         config.update("cut_products", True)
     assert cuts_products()

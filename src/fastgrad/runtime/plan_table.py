@@ -30,6 +30,7 @@ from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
 from fastgrad.runtime.plan_rows import gemm_row, view_offset
 from fastgrad.runtime.small_call import entry_point
+from fastgrad.runtime.thread_budget import cuts_products
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
 
 _DTYPES = ("float64", "float32", "int64", "int32", "bool")
@@ -48,9 +49,9 @@ class Waiting:
 class _Table:
     """The step table under construction, shared by a plan's segments."""
 
-    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool, one_thread: bool):
+    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool, cut: bool):
         self.env, self.static, self.wait = env, static, wait
-        self.one_thread = one_thread  # BLAS on one thread: big products are cut
+        self.cut = cut  # BLAS on one thread, and big products cut across the cores
         self.code: list[int] = []
         self.starts: list[int] = []
         self.floats: list[float] = []
@@ -221,7 +222,7 @@ class Segment:
         functions = [self.table.function(gemm), self.table.function(syrk)]
         split = -1  # a big product cut across the cores (runtime.gemm_split)
         m, n, k = params[3:6]
-        if self.table.one_thread and m * n * k * offsets[0] >= gemm_split.DEFAULT_MIN_WORK:
+        if self.table.cut and m * n * k * offsets[0] >= gemm_split.DEFAULT_MIN_WORK:
             state = gemm_split.state_address()  # the worker starts with the first one
             split = self.table.function(state) if state else -1
         return [GEMM, *functions, split, *params, *pointers, *offsets]
@@ -315,7 +316,7 @@ def lower(
     background (unless `wait` or sync mode), what to wait for before trying again. With
     `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread and
     big products are cut across the cores (runtime.gemm_split)."""
-    table = _Table(env, static, wait or config.compile == "sync", one_thread)
+    table = _Table(env, static, wait or config.compile == "sync", one_thread and cuts_products())
     out: list[Callable[[], None]] = []
     owner: list[Segment | None] = []  # the segment of each step
     segments: list[Segment] = []
