@@ -129,6 +129,11 @@ class Config:
       a process storing one removes the least recently used (written or read) down to 90%
       of it, never one used in the last minute (compiler.cache_eviction). Default 256, or
       `FASTGRAD_PLAN_CACHE_MB`.
+    - `cut_products`: with the "vm" runtime, BLAS runs on one thread and the interpreter
+      cuts big matrix products across the cores itself, with threads that sleep rather
+      than spin while they wait (runtime.gemm_split); off: BLAS's own threads, except
+      beside parallel kernels. Plans built after the change use it. Default on;
+      `FASTGRAD_CUT_PRODUCTS=0` turns it off.
 
     - `check_graphs`: type-check every traced graph node by node (Graph.verify with
       types), re-deriving each node's type from its op's rule. Tracing gives each node
@@ -153,6 +158,7 @@ class Config:
     plan_cache: bool
     plan_cache_mb: int
     check_graphs: bool
+    cut_products: bool
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
@@ -165,6 +171,7 @@ class Config:
         self.plan_cache_mb = _count("FASTGRAD_PLAN_CACHE_MB", 256)
         debug = _flag("FASTGRAD_DEBUG", False)
         self.check_graphs = _flag("FASTGRAD_CHECK_GRAPHS", debug)
+        self.cut_products = _flag("FASTGRAD_CUT_PRODUCTS", True)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""

@@ -24,12 +24,13 @@ import numpy as np
 
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.core.config import config
-from fastgrad.runtime import adapters
+from fastgrad.runtime import adapters, gemm_split
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
 from fastgrad.runtime.plan_rows import gemm_row, vector_row, view_offset
 from fastgrad.runtime.small_call import entry_point
+from fastgrad.runtime.thread_budget import cuts_products
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
 from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
 
@@ -49,8 +50,9 @@ class Waiting:
 class _Table:
     """The step table under construction, shared by a plan's segments."""
 
-    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool):
+    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool, cut: bool):
         self.env, self.static, self.wait = env, static, wait
+        self.cut = cut  # BLAS on one thread, and big products cut across the cores
         self.code: list[int] = []
         self.starts: list[int] = []
         self.floats: list[float] = []
@@ -219,7 +221,12 @@ class Segment:
         fresh = None if target is not None else (step.shape, step.dtype, 0, None)
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
         functions = [self.table.function(gemm), self.table.function(syrk)]
-        return [GEMM, *functions, *params, *pointers, *offsets]
+        split = -1  # a big product cut across the cores (runtime.gemm_split)
+        m, n, k = params[3:6]
+        if self.table.cut and m * n * k * offsets[0] >= gemm_split.DEFAULT_MIN_WORK:
+            state = gemm_split.state_address()  # the worker starts with the first one
+            split = self.table.function(state) if state else -1
+        return [GEMM, *functions, split, *params, *pointers, *offsets]
 
     def _vector(self, step: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
         """The row of a product with a dimension of 1 (runtime.vm_vectors), or None."""
@@ -329,8 +336,9 @@ def lower(
     `env`, which holds the values of a run just made), with each run of steps the
     interpreter can take made one call into it; or, while adapters compile in the
     background (unless `wait` or sync mode), what to wait for before trying again. With
-    `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread."""
-    table = _Table(env, static, wait or config.compile == "sync")
+    `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread and
+    big products are cut across the cores (runtime.gemm_split)."""
+    table = _Table(env, static, wait or config.compile == "sync", one_thread and cuts_products())
     out: list[Callable[[], None]] = []
     owner: list[Segment | None] = []  # the segment of each step
     segments: list[Segment] = []

@@ -1,6 +1,6 @@
 """How many threads a plan's parts may use: Numba's count, and whether a plan's matrix
-products run on one BLAS thread so that they do not fight its parallel kernels for the
-cores."""
+products run on one BLAS thread so that BLAS's spinning threads do not fight its parallel
+kernels (or another process) for the cores."""
 
 from __future__ import annotations
 
@@ -46,19 +46,40 @@ def largest_gemm(graph: Graph) -> int:
 
 
 def shares_cores(plan: Sequence[Any], graph: Graph) -> bool:
-    """Whether the plan runs parallel kernels between matrix-matrix products of at most
-    MIDSIZE_GEMM multiply-adds each: then its matmuls run on one BLAS thread, and only
-    Numba's threads run in parallel. Two thread pools that each wait for work by spinning
+    """Whether the plan's matmuls run on one BLAS thread: all of them matrix-matrix
+    products, and either the plan interpreter cuts the big ones across the cores itself
+    (`cuts_products`), or the plan runs parallel kernels between products of at most
+    MIDSIZE_GEMM multiply-adds each. Two thread pools that each wait for work by spinning
     fight over the same cores: the transformer block (bench M2, f32, 2 threads) spent
     121 ms of CPU time per call with both, 21 ms with BLAS on one thread, 18 ms on one
     thread for all (on the loaded 2-core development machine; its quiet run: 67.8 ms a
-    call, 3.3x its one-thread CPU time). Matrix-vector products (bandwidth-bound, where
-    BLAS's threads pay) and large products keep BLAS's threads."""
-    if not any(getattr(s, "parallel", False) for s in plan):  # parallel kernels
-        return False
+    call, 3.3x its one-thread CPU time); and BLAS's own threads, beside a core another
+    process keeps busy, stalled M2 ~50x. Matrix-vector products (bandwidth-bound, where
+    BLAS's threads pay) keep BLAS's threads, and so do large products where the
+    interpreter does not cut them."""
     products = [n.out.aval.shape for n in graph.nodes if n.op.name == "matmul"]
+    if not products or not all(len(s) >= 2 and min(s[-2:]) > 1 for s in products):
+        return False
+    if cuts_products():
+        return True
     return (
-        bool(products)
-        and all(len(s) >= 2 and min(s[-2:]) > 1 for s in products)
+        any(getattr(s, "parallel", False) for s in plan)  # parallel kernels
         and largest_gemm(graph) <= MIDSIZE_GEMM
+    )
+
+
+def cuts_products() -> bool:
+    """Whether the plan interpreter cuts big products across the cores with BLAS on one
+    thread (runtime.gemm_split): it runs the plans ("vm", `config.cut_products` on), on
+    Linux (POSIX semaphores), with NumPy's OpenBLAS, whose thread count can be set per
+    thread."""
+    from fastgrad.core.config import config
+    from fastgrad.runtime.blas import blas_address, has_local_threads
+
+    return (
+        config.runtime == "vm"
+        and config.cut_products
+        and sys.platform.startswith("linux")
+        and has_local_threads()
+        and blas_address("gemm", np.dtype(np.float32)) is not None
     )

@@ -8,11 +8,13 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
   KERNEL: [KERNEL, function, <the adapter's row: sizes, chunks, scalars, operands>]
   VIEW: [VIEW, pointer in, pointer out, byte offset]: reshape, transpose, slice and
     broadcast views share their input's memory; only the address moves
-  GEMM: [GEMM, gemm, syrk, float64?, trans a, trans b, m, n, k, lda, ldb, ldc, beta,
-    pointer a, pointer b, pointer c, count, <count triples of byte offsets into a, b, c>]:
-    `c = a @ b (+ c)` per matrix of a batch, through cblas_?gemm (row-major); a matrix
+  GEMM: [GEMM, gemm, syrk, split, float64?, trans a, trans b, m, n, k, lda, ldb, ldc,
+    beta, pointer a, pointer b, pointer c, count, <count triples of byte offsets into a, b,
+    c>]: `c = a @ b (+ c)` per matrix of a batch, through cblas_?gemm (row-major); a matrix
     times its own transpose (one address, found at run time) through cblas_?syrk and a
-    copy of its upper triangle to the lower, as `np.matmul` does, for the same bits
+    copy of its upper triangle to the lower, as `np.matmul` does, for the same bits. With
+    `split` (an index into the functions: the address of runtime.gemm_split's state; -1:
+    none) a product big enough to pay is cut across the cores by gemm_split
   LOOP: a scan's iterations, each a call of one of two body segments (tables of their
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
   GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them: a
@@ -26,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -38,6 +39,8 @@ from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
+from fastgrad.runtime import blas_calls, gemm_split
+from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer
 from fastgrad.runtime.vm_vectors import GEMV
 from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
 
@@ -78,51 +81,6 @@ def _call_adapter_typing(typingctx: Any, address: Any, row: Any, ptrs: Any, scal
     return signature, codegen
 
 
-def _by_precision(builder: Any, double: Any, call: Callable[[Any], None]) -> None:
-    """Emit `call(double)` if the int64 `double` is not 0, else `call(float)`: BLAS's d and
-    s routines take their scalars in the matrices' precision."""
-    zero = ir.Constant(ir.IntType(64), 0)
-    with builder.if_else(builder.icmp_signed("!=", double, zero)) as (then, otherwise):
-        with then:
-            call(ir.DoubleType())
-        with otherwise:
-            call(ir.FloatType())
-
-
-def _gemm_typing(
-    typingctx: Any, address: Any, double: Any, ta: Any, tb: Any, m: Any, n: Any, k: Any,
-    alpha: Any, a: Any, lda: Any, b: Any, ldb: Any, beta: Any, c: Any, ldc: Any,
-) -> Any:  # fmt: skip
-    """Call `cblas_?gemm` at integer `address` (d if `double`, else s) in row-major order
-    with the other arguments (int64s; alpha and beta float64s; the matrices' addresses)."""
-    signature = types.void(address, double, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-
-    def codegen(context: Any, builder: Any, sig: Any, values: Any) -> Any:
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        char_p = ir.IntType(8).as_pointer()
-
-        def call(real: Any) -> None:
-            kinds = [i32, i32, i32, i64, i64, i64, real, char_p, i64, char_p, i64, real]
-            kinds += [char_p, i64]
-            fnty = ir.FunctionType(ir.VoidType(), kinds)
-            ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc = values[2:]
-            scalar = (
-                (lambda x: x)
-                if real == ir.DoubleType()
-                else (lambda x: builder.fptrunc(x, ir.FloatType()))
-            )
-            ptr = lambda x: builder.inttoptr(x, char_p)  # noqa: E731
-            arguments = [ir.Constant(i32, ROW_MAJOR), builder.trunc(ta, i32)]
-            arguments += [builder.trunc(tb, i32), m, n, k, scalar(alpha), ptr(a), lda]
-            arguments += [ptr(b), ldb, scalar(beta), ptr(c), ldc]
-            builder.call(builder.inttoptr(values[0], fnty.as_pointer()), arguments)
-
-        _by_precision(builder, values[1], call)
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
 def _syrk_typing(
     typingctx: Any, address: Any, double: Any, trans: Any, n: Any, k: Any, a: Any, lda: Any,
     c: Any, ldc: Any,
@@ -145,7 +103,7 @@ def _syrk_typing(
             arguments += [builder.inttoptr(c, char_p), ldc]
             builder.call(builder.inttoptr(values[0], fnty.as_pointer()), arguments)
 
-        _by_precision(builder, values[1], call)
+        by_precision(builder, values[1], call)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -215,26 +173,15 @@ def _copy_typing(typingctx: Any, destination: Any, source: Any, nbytes: Any) -> 
     return signature, codegen
 
 
-def _table_pointer_typing(typingctx: Any, address: Any) -> Any:
-    """Integer `address` as an int64 pointer (another table)."""
-    signature = types.CPointer(types.int64)(address)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-
-    return signature, codegen
-
-
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's, not the caller's.
 _call_adapter: Any = intrinsic(_call_adapter_typing)
-_gemm: Any = intrinsic(_gemm_typing)
 _syrk: Any = intrinsic(_syrk_typing)
 _element_pointer: Any = intrinsic(_element_pointer_typing)
 _float_pointer: Any = intrinsic(_float_pointer_typing)
 _set_threads: Any = intrinsic(_set_threads_typing)
 _call_table: Any = intrinsic(_call_table_typing)
 _copy: Any = intrinsic(_copy_typing)
-_table_pointer: Any = intrinsic(_table_pointer_typing)
+_table_pointer: Any = int64_pointer
 
 
 #: address -> typed pointer, by NumPy dtype name: the adapters' globals.
@@ -252,9 +199,13 @@ POINTERS = {
 
 def _source_tag() -> str:
     """What the interpreter's cached machine code is keyed by besides Numba's: this
-    module's source, so that a changed interpreter is never loaded from an older cache."""
-    with open(__file__, "rb") as f:
-        return "plan interpreter " + hashlib.sha256(f.read()).hexdigest()[:16]
+    module's source and that of the modules whose code it inlines, so that a changed
+    interpreter is never loaded from an older cache."""
+    code = b""
+    for path in (__file__, blas_calls.__file__, gemm_split.__file__):
+        with open(path, "rb") as f:
+            code += f.read()
+    return "plan interpreter " + hashlib.sha256(code).hexdigest()[:16]
 
 
 _float64_pointer, _float32_pointer = POINTERS["float64"], POINTERS["float32"]
@@ -296,21 +247,31 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
         elif op == VIEW:
             table[ptrs + table[p + 2]] = table[ptrs + table[p + 1]] + table[p + 3]
         elif op == GEMM:
-            a = table[ptrs + table[p + 13]]
-            b = table[ptrs + table[p + 14]]
-            c = table[ptrs + table[p + 15]]
-            double, ta, tb = table[p + 3], table[p + 4], table[p + 5]
-            m, n, k = table[p + 6], table[p + 7], table[p + 8]
-            lda, ldb, ldc, beta = table[p + 9], table[p + 10], table[p + 11], table[p + 12]
-            for q in range(p + 17, p + 17 + 3 * table[p + 16], 3):
+            a = table[ptrs + table[p + 14]]
+            b = table[ptrs + table[p + 15]]
+            c = table[ptrs + table[p + 16]]
+            double, ta, tb = table[p + 4], table[p + 5], table[p + 6]
+            m, n, k = table[p + 7], table[p + 8], table[p + 9]
+            lda, ldb, ldc, beta = table[p + 10], table[p + 11], table[p + 12], table[p + 13]
+            count, gemm_address, split = (
+                table[p + 17],
+                table[functions + table[p + 1]],
+                table[p + 3],
+            )
+            if split >= 0 and gemm_split.product(
+                table[functions + split], table, p + 18, count, gemm_address, double, ta, tb,
+                m, n, k, lda, ldb, ldc, beta, a, b, c,
+            ):  # fmt: skip
+                continue
+            for q in range(p + 18, p + 18 + 3 * count, 3):
                 pa, pb, pc = a + table[q], b + table[q + 1], c + table[q + 2]
                 if beta == 0 and pa == pb and m == n and ta != tb and lda == ldb:
                     _syrk(table[functions + table[p + 2]], double, ta, n, k, pa, lda, pc, ldc)
                     _mirror_upper(double, pc, n, ldc)
                 else:
-                    _gemm(
-                        table[functions + table[p + 1]], double, ta, tb, m, n, k, 1.0, pa, lda,
-                        pb, ldb, float(beta), pc, ldc,
+                    gemm(
+                        gemm_address, double, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb,
+                        float(beta), pc, ldc,
                     )  # fmt: skip
         elif op == LOOP:
             _run_loop(table, p)

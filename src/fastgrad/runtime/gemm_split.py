@@ -1,0 +1,337 @@
+"""Matrix products cut across the cores by threads that never spin-wait for long.
+
+A plan runs BLAS on one thread: its own threads spin while they wait, and beside Numba's
+parallel kernels, or a core another process keeps busy, a descheduled one stalls the
+other (bench M2 with BLAS on two threads: 11 ms a call quiet, ~1 s with one busy core
+beside). Instead, a product of the plan interpreter (runtime.vm) big enough to pay is cut
+into pieces, bands of C's rows or columns or groups of a batch's matrices, each a
+one-thread gemm call. One worker thread (a daemon, started on first use) sleeps on a POSIX
+semaphore. The calling thread posts the job, then claims pieces from the front while the
+worker claims them from the back, each claim a `sem_trywait` on the piece's own semaphore
+of value 1; the caller then waits, asleep (its core free), only for the pieces the worker
+holds. So a descheduled worker costs at most the piece it is in, never the whole product,
+and one that never wakes costs nothing.
+
+The cut keeps a product's bits, as the plan's step runner (whole products, NumPy's
+matmul on one BLAS thread) computes them: a batch is cut between its matrices, each
+computed whole; a single product is cut only where C's rows are a multiple of 16 elements
+long (OpenBLAS's kernels sum the elements of a shorter tail of columns in another order
+depending on where the band ends: float64 products of 700 columns differed in their last
+4), into bands of at least 2^20 multiply-adds (OpenBLAS's small-matrix kernels take
+products of at most 100^3), at rows or columns that are multiples of 16. Each element of
+C is then summed over k in the same order whatever the band (checked over random shapes,
+both dtypes and transposes, tests/test_runtime_gemm_split.py).
+
+The state is one int64 array (its layout below) holding the semaphores too; compiled code
+reaches it by its address, which the plan table keeps among its function addresses. Where
+there are no unnamed POSIX semaphores (not Linux) or NumPy's OpenBLAS is not found,
+products are not cut (`state_address` is 0).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import carray, njit, types
+from numba.extending import intrinsic
+
+from fastgrad.compiler.machine_code import cached_njit
+from fastgrad.runtime.blas_calls import gemm, int64_pointer
+
+MAX_PIECES = 8
+# The state's entries: the semaphore calls' addresses; whether the worker serves (READY)
+# or is to stop (STOP); the worker's bounded spin (trywait rounds before it sleeps); the
+# least multiply-adds of a piece and of a product that is cut; counters (tests, tuning);
+# the caller's bounded spin before it sleeps until the worker's pieces are done.
+WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN = range(11)
+# The job: BLAS's gemm and its arguments, the matrices' base addresses, where their byte
+# offsets are (count triples of int64s), and the cut: bands per matrix, along which axis
+# (0: C's rows), of how many rows or columns (the last band: the rest).
+JOB = 16
+(GEMM, DOUBLE, TA, TB, M, N, K, LDA, LDB, LDC, BETA, A, B, C) = range(JOB, JOB + 14)
+OFFSETS, COUNT, BANDS, AXIS, STEP = range(JOB + 14, JOB + 19)
+BOUNDS = 40  # the pieces' first units (unit u: band u % bands of matrix u // bands)
+SEMS = BOUNDS + MAX_PIECES + 8  # semaphores, 64 bytes apart (a sem_t is 32 bytes)
+LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
+SEM_STRIDE = 8
+SIZE = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
+TRANS = 112
+BAND_ALIGN = 16  # rows (or columns) of a band: a multiple of OpenBLAS's kernel blocks
+# Measured on the 2-core development machine (float32, bench M2's products): see
+# docs/architecture.md, "Matrix products across the cores".
+DEFAULT_SPIN = 2000
+DEFAULT_PIECE_WORK = 1 << 20  # > 100^3: OpenBLAS's small-matrix path takes none
+DEFAULT_MIN_WORK = 1 << 21
+DEFAULT_WAIT_SPIN = 200
+
+
+def _sem_typing(typingctx: Any, address: Any, sem: Any) -> Any:
+    """Call `int f(sem_t*)` at integer `address` on the semaphore at integer `sem`."""
+    signature = types.int64(address, sem)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        char_p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.IntType(32), [char_p])
+        function = builder.inttoptr(args[0], fnty.as_pointer())
+        result = builder.call(function, [builder.inttoptr(args[1], char_p)])
+        return builder.sext(result, ir.IntType(64))
+
+    return signature, codegen
+
+
+def _address_typing(typingctx: Any, array: Any, index: Any) -> Any:
+    """The address of `array[index]` of a 1-D int64 array, as an integer."""
+    signature = types.int64(array, index)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+
+    return signature, codegen
+
+
+# Typed as Any: the intrinsics' first argument (the typing context) is Numba's.
+_sem: Any = intrinsic(_sem_typing)
+_address: Any = intrinsic(_address_typing)
+
+
+@njit(inline="always")
+def _semaphore(state: int, which: int) -> int:  # pragma: no cover - compiled
+    return state + 8 * (SEMS + SEM_STRIDE * which)
+
+
+@njit(inline="always")
+def _acquire(s: Any, state: int, which: int, spin: int) -> None:  # pragma: no cover
+    """Take semaphore `which`: up to `spin` trywait rounds, then asleep."""
+    sem = _semaphore(state, which)
+    for _ in range(spin):
+        if _sem(s[TRYWAIT], sem) == 0:
+            return
+    while _sem(s[WAIT], sem) != 0:  # EINTR: a signal woke it
+        pass
+
+
+@njit(inline="always")
+def _run_piece(s: Any, piece: int) -> None:  # pragma: no cover - compiled
+    """The gemm calls of the job's units s[BOUNDS + piece] .. s[BOUNDS + piece + 1] - 1."""
+    item = 8 if s[DOUBLE] else 4
+    bands, step = s[BANDS], s[STEP]
+    offsets = carray(int64_pointer(s[OFFSETS]), (3 * s[COUNT],))
+    for u in range(s[BOUNDS + piece], s[BOUNDS + piece + 1]):
+        q, band = u // bands, u % bands
+        a, b, c = s[A] + offsets[3 * q], s[B] + offsets[3 * q + 1], s[C] + offsets[3 * q + 2]
+        m, n = s[M], s[N]
+        if bands > 1:
+            first = band * step
+            if s[AXIS] == 0:  # rows of C: rows of op(A)
+                m = step if band < bands - 1 else m - first
+                a += first * (s[LDA] if s[TA] != TRANS else 1) * item
+                c += first * s[LDC] * item
+            else:  # columns of C: columns of op(B)
+                n = step if band < bands - 1 else n - first
+                b += first * (1 if s[TB] != TRANS else s[LDB]) * item
+                c += first * item
+        gemm(
+            s[GEMM], s[DOUBLE], s[TA], s[TB], m, n, s[K], 1.0, a, s[LDA], b, s[LDB],
+            float(s[BETA]), c, s[LDC],
+        )  # fmt: skip
+
+
+@njit(inline="always")
+def product(
+    state: int, table: Any, at: int, count: int, address: int, double: int, ta: int, tb: int,
+    m: int, n: int, k: int, lda: int, ldb: int, ldc: int, beta: int, a: int, b: int, c: int,
+) -> bool:  # pragma: no cover - compiled  # fmt: skip
+    """`c (+)= a @ b` (gemm at `address`, its arguments as the interpreter's GEMM row
+    holds them) for the `count` matrices whose byte offsets are triples from `table[at]`,
+    cut across this thread and the worker. False, and nothing done, where the product is
+    too small to pay, the worker is not serving, another thread is cutting a product, or
+    the product may be a syrk (one operand times its own transpose)."""
+    s = carray(int64_pointer(state), (SIZE,))
+    work = m * n * k * count
+    if s[READY] == 0 or work < s[MIN_WORK]:
+        return False
+    if a == b and m == n and ta != tb and lda == ldb and beta == 0:
+        return False
+    if count == 1 and n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
+        return False
+    bands, axis, step = 1, 0, 0
+    if count > 1:  # whole matrices of the batch
+        pieces = min(count, MAX_PIECES, max(2, work // s[PIECE_WORK]))
+    else:  # bands of C's rows (or columns), each of PIECE_WORK multiply-adds at least
+        axis = 0 if m >= n else 1
+        size, other = (m, n) if axis == 0 else (n, m)
+        least = max(BAND_ALIGN, -(-s[PIECE_WORK] // (other * k)))
+        least = -(-least // BAND_ALIGN) * BAND_ALIGN
+        bands = pieces = min(MAX_PIECES, size // least)
+        step = size // max(1, bands) // BAND_ALIGN * BAND_ALIGN  # >= least
+    if pieces < 2 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
+        return False
+    s[GEMM], s[DOUBLE], s[TA], s[TB], s[M], s[N], s[K] = address, double, ta, tb, m, n, k
+    s[LDA], s[LDB], s[LDC], s[BETA], s[A], s[B], s[C] = lda, ldb, ldc, beta, a, b, c
+    s[OFFSETS], s[COUNT], s[BANDS], s[AXIS] = _address(table, at), count, bands, axis
+    s[STEP] = step
+    for i in range(pieces + 1):
+        s[BOUNDS + i] = count * bands * i // pieces
+    for i in range(pieces):  # arm the claims: each post publishes the job written above
+        _sem(s[POST], _semaphore(state, PIECE + i))
+    _sem(s[POST], _semaphore(state, WORK))
+    mine = 0
+    for i in range(pieces):
+        if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
+            _run_piece(s, i)
+            mine += 1
+    for _ in range(pieces - mine):  # the worker's pieces: it posts DONE after each
+        _acquire(s, state, DONE, s[WAIT_SPIN])
+    s[JOBS] += 1
+    s[TAKEN] += pieces - mine
+    _sem(s[POST], _semaphore(state, LOCK))
+    return True
+
+
+def _source_tag() -> str:
+    """What the worker's cached machine code is keyed by besides Numba's: this module's
+    source and that of the BLAS call it inlines."""
+    here = Path(__file__).parent
+    code = b"".join((here / name).read_bytes() for name in ("gemm_split.py", "blas_calls.py"))
+    return "gemm split " + hashlib.sha256(code).hexdigest()[:16]
+
+
+@cached_njit(_source_tag(), nogil=True)
+def _serve(state: int) -> None:  # pragma: no cover - compiled
+    """The worker: asleep until a job is posted, then it claims and runs pieces from the
+    back, posting DONE after each, until STOP. Every piece's claim is tried (one that
+    fails is the caller's, or a piece of no job): a worker woken late never reads a job's
+    size before the job is armed."""
+    s = carray(int64_pointer(state), (SIZE,))
+    while True:
+        _acquire(s, state, WORK, s[SPIN])
+        if s[STOP]:
+            return
+        for i in range(MAX_PIECES - 1, -1, -1):
+            if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
+                _run_piece(s, i)
+                _sem(s[POST], _semaphore(state, DONE))
+
+
+_CALLS = ("sem_wait", "sem_trywait", "sem_post")
+
+
+def _semaphore_calls() -> dict[str, Any] | None:
+    """The C library's unnamed-semaphore calls (addresses, and sem_init as a ctypes
+    function), or None where products are not cut."""
+    if not sys.platform.startswith("linux"):
+        return None
+    from fastgrad.runtime.blas import blas_address
+
+    if blas_address("gemm", np.dtype(np.float32)) is None:
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        found = {n: ctypes.cast(getattr(libc, n), ctypes.c_void_p).value for n in _CALLS}
+        init = libc.sem_init
+    except (OSError, AttributeError):
+        return None
+    init.argtypes, init.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint], ctypes.c_int
+    return {**found, "sem_init": init}
+
+
+class _Worker:
+    """The process's state array and worker thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state: np.ndarray | None = None
+        self.thread: threading.Thread | None = None
+        self.calls: dict[str, Any] | None = None
+        self.looked = False
+
+    def address(self) -> int:
+        with self.lock:
+            if not self.looked:
+                self.calls, self.looked = _semaphore_calls(), True
+            if self.calls is None:
+                return 0
+            if self.state is None:
+                self.state = np.zeros(SIZE, np.int64)
+                self._reset()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="fastgrad-gemm", daemon=True)
+                self.thread.start()
+            return int(self.state.ctypes.data)
+
+    def _reset(self) -> None:
+        """Fresh semaphores (the lock free, no job) and settings; not serving."""
+        s, calls = self.state, self.calls
+        assert s is not None and calls is not None
+        s[:] = 0
+        s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in _CALLS)
+        s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
+        s[WAIT_SPIN] = DEFAULT_WAIT_SPIN
+        for which in range(PIECE + MAX_PIECES):
+            calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
+
+    def _run(self) -> None:
+        from fastgrad.runtime.blas import OneThread
+
+        state = self.state
+        assert state is not None
+        with OneThread():  # this thread's BLAS calls run on it, never on BLAS's threads
+            _serve.compile((types.int64,))
+            state[READY] = 1
+            _serve(int(state.ctypes.data))
+
+    def stop(self) -> None:
+        """Stop the worker and wait for it; products are not cut until `address()`."""
+        with self.lock:
+            thread, s = self.thread, self.state
+            if thread is None or s is None:
+                return
+            s[READY] = 0
+            s[STOP] = 1
+            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(int(s[POST]))(_semaphore_at(s, WORK))
+            thread.join()
+            self.thread = None
+            self._reset()
+
+    def after_fork(self) -> None:
+        """In a forked child no worker survives: products are not cut until a plan is
+        lowered again (runtime.plan_table calls `state_address`), which starts one."""
+        self.lock = threading.Lock()
+        self.thread = None
+        if self.state is not None:
+            self._reset()
+
+
+def _semaphore_at(s: np.ndarray, which: int) -> int:
+    return int(s.ctypes.data) + 8 * (SEMS + SEM_STRIDE * which)
+
+
+_WORKER = _Worker()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WORKER.after_fork)
+
+
+def state_address() -> int:
+    """The address of the state (for the plan table), the worker started on first use;
+    0 where products are not cut."""
+    return _WORKER.address()
+
+
+def state() -> np.ndarray | None:
+    """The state array (tests and tuning set SPIN, PIECE_WORK, MIN_WORK; read JOBS and
+    TAKEN), or None before first use."""
+    return _WORKER.state
+
+
+def stop() -> None:
+    """Stop the worker thread: products are not cut until `state_address` is called."""
+    _WORKER.stop()

@@ -1,0 +1,306 @@
+"""Products cut across the cores (runtime.gemm_split) against NumPy: random shapes
+(1-row and 1-column ones included), transposed operands, batches (broadcast ones too),
+accumulation, float32 and float64; the same bits as one uncut gemm; many cut products
+from two Python threads at once; a stopped worker, a forked child and interpreter exit;
+whole programs through the interpreter with and without the cut, against the step
+runner.
+
+Tolerance against a float64 product of the same inputs: |c - exact| <= 2 k eps (|a| @ |b|),
+the textbook bound of a k-term dot product (the cut does not change the bits, a test
+below checks, but a band may take another of OpenBLAS's kernels when tests make bands
+tiny)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.runtime import gemm_split, vm
+from fastgrad.runtime.blas import OneThread, blas_address, threads_local_address
+from fastgrad.runtime.plan_rows import NO_TRANS, TRANS
+from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or blas_address("gemm", np.dtype(np.float32)) is None,
+    reason="products are cut on Linux with NumPy's OpenBLAS only",
+)
+
+
+@pytest.fixture(scope="module")
+def split() -> Iterator[np.ndarray]:
+    """The worker serving, its settings restored after the test."""
+    gemm_split.state_address()
+    s = gemm_split.state()
+    assert s is not None
+    before = s.copy()
+    _wait_ready(s)
+    yield s
+    for entry in (gemm_split.SPIN, gemm_split.PIECE_WORK, gemm_split.MIN_WORK):
+        s[entry] = before[entry]
+
+
+def _wait_ready(s: np.ndarray) -> None:
+    for _ in range(2000):  # the worker compiles (or loads) its loop first
+        if s[gemm_split.READY]:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the worker did not start")
+
+
+def _tiny_pieces(s: np.ndarray) -> None:
+    s[gemm_split.PIECE_WORK], s[gemm_split.MIN_WORK] = 16, 1
+
+
+def _layout(x: np.ndarray) -> tuple[int, int]:
+    """BLAS's transpose flag and leading dimension for a 2-D operand (as test arrays are
+    made: C-contiguous, or the transpose of a C-contiguous array)."""
+    rows, cols = x.shape[-2:]
+    item = x.itemsize
+    if x.strides[-1] == item:
+        return NO_TRANS, max(x.strides[-2] // item, cols, 1)
+    return TRANS, max(x.strides[-1] // item, rows, 1)
+
+
+def _table(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: int, cut: bool) -> Any:
+    """An interpreter table of one GEMM row, `c (+)= a @ b` over the broadcast batch."""
+    (ta, lda), (tb, ldb) = _layout(a), _layout(b)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    offsets: list[int] = []
+    for index in itertools.product(*map(range, c.shape[:-2])):
+        for x in (a, b, c):
+            dims = x.shape[:-2]
+            lead = index[len(index) - len(dims) :]
+            offsets += [sum(i * s for i, d, s in zip(lead, dims, x.strides, strict=False) if d > 1)]
+    double = int(c.dtype == np.float64)
+    params = [double, ta, tb, m, n, k, lda, ldb, n, beta]
+    state = gemm_split.state_address() if cut else 0
+    functions = [blas_address("gemm", c.dtype), blas_address("syrk", c.dtype), state]
+    row = [vm.GEMM, 0, 1, 2 if cut else -1, *params, 0, 1, 2, len(offsets) // 3, *offsets]
+    table, at = vm.pack(row, [0], functions, 3, [], [[0, 1, 3, 0, 1, 2]], threads_local_address())
+    return lambda: vm.run_steps(table, at[0], (a, b, c))
+
+
+def _transposed(x: np.ndarray, flip: bool) -> np.ndarray:
+    """`x` as it is, or the transposed view of a C-contiguous copy of its transpose."""
+    return np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2) if flip else x
+
+
+def _check(c: np.ndarray, a: np.ndarray, b: np.ndarray, start: np.ndarray) -> None:
+    exact = start.astype(np.float64) + np.matmul(a.astype(np.float64), b.astype(np.float64))
+    scale = np.abs(start) + np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+    bound = 2 * (a.shape[-1] + 1) * np.finfo(c.dtype).eps * scale + np.finfo(c.dtype).tiny
+    assert np.all(np.abs(c - exact) <= bound), np.max(np.abs(c - exact) - bound)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_cut_products_equal_numpys(split: np.ndarray, dtype: Any, data: Any) -> None:
+    _tiny_pieces(split)
+    m, k = data.draw(st.integers(1, 70)), data.draw(st.integers(1, 70))
+    n = data.draw(st.one_of(st.integers(1, 70), st.sampled_from([16, 32, 48, 64])))
+    batch_a, batch_b = data.draw(
+        st.sampled_from([((), ()), ((3,), (3,)), ((2, 3), (1, 3)), ((4,), ())])
+    )
+    flip_a, flip_b, accumulate = (data.draw(st.booleans()) for _ in range(3))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    a = _transposed(rng.standard_normal((*batch_a, m, k)).astype(dtype), flip_a)
+    b = _transposed(rng.standard_normal((*batch_b, k, n)).astype(dtype), flip_b)
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n)
+    start = rng.standard_normal(shape).astype(dtype) if accumulate else np.zeros(shape, dtype)
+    c = start.copy()
+    jobs = split[gemm_split.JOBS]
+    _table(a, b, c, int(accumulate), cut=True)()
+    _check(c, a, b, start)
+    count = int(np.prod(shape[:-2]))
+    if count > 1 or (n % gemm_split.BAND_ALIGN == 0 and max(m, n) >= 2 * gemm_split.BAND_ALIGN):
+        assert split[gemm_split.JOBS] == jobs + 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("flips", [(False, False), (True, False), (False, True)])
+def test_the_cut_keeps_the_bits_of_one_gemm(split: np.ndarray, dtype: Any, flips: Any) -> None:
+    """Bands of at least 2^20 multiply-adds, of a product whose rows are a multiple of 16
+    long: its bits are those of the uncut product (NumPy's matmul on one BLAS thread).
+    Other row lengths are not cut."""
+    rng = np.random.default_rng(1)
+    for m, n, k in [(1024, 128, 128), (200, 704, 64), (96, 96, 300), (1000, 48, 100)]:
+        a = _transposed(rng.standard_normal((m, k)).astype(dtype), flips[0])
+        b = _transposed(rng.standard_normal((k, n)).astype(dtype), flips[1])
+        c = np.empty((m, n), dtype)
+        jobs = split[gemm_split.JOBS]
+        _table(a, b, c, 0, cut=True)()
+        assert split[gemm_split.JOBS] == jobs + 1
+        with OneThread():
+            assert np.array_equal(c, a @ b)
+    a, b = np.ones((1024, 128), dtype), np.ones((128, 700), dtype)
+    jobs = split[gemm_split.JOBS]
+    _table(a, b, np.empty((1024, 700), dtype), 0, cut=True)()
+    assert split[gemm_split.JOBS] == jobs
+
+
+def test_two_threads_cut_products_at_once(split: np.ndarray) -> None:
+    """Two Python threads each run cut products (one holds the worker, the other runs its
+    products whole; OpenBLAS is called from three threads at once)."""
+    _tiny_pieces(split)
+    rng = np.random.default_rng(2)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            a = rng.standard_normal((160 + seed, 48)).astype(np.float32)
+            b = rng.standard_normal((48, 96)).astype(np.float32)
+            c = np.zeros((160 + seed, 96), np.float32)
+            run = _table(a, b, c, 0, cut=True)
+            with OneThread():
+                expected = a @ b
+            for _ in range(300):
+                c[:] = np.nan
+                run()
+                _check(c, a, b, np.zeros_like(c))
+                np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_a_stopped_worker_leaves_products_whole(split: np.ndarray) -> None:
+    a, b = np.ones((512, 64)), np.ones((64, 256))
+    c = np.zeros((512, 256))
+    run = _table(a, b, c, 0, cut=True)
+    gemm_split.stop()
+    try:
+        jobs = split[gemm_split.JOBS]
+        run()
+        assert np.all(c == 64) and split[gemm_split.JOBS] == jobs
+    finally:
+        gemm_split.state_address()
+        _wait_ready(split)
+    c[:] = 0
+    run()
+    assert np.all(c == 64) and split[gemm_split.JOBS] == jobs + 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_cuts_products_after_restarting_the_worker(split: np.ndarray) -> None:
+    a, b = np.ones((512, 64)), np.ones((64, 256))
+    c = np.zeros((512, 256))
+    run = _table(a, b, c, 0, cut=True)
+    run()
+    pid = os.fork()
+    if pid == 0:  # the child: no worker; products whole, then cut by a new worker
+        code = 1
+        try:
+            s = gemm_split.state()
+            jobs = s[gemm_split.JOBS]
+            run()
+            whole = np.all(c == 64) and s[gemm_split.JOBS] == jobs
+            gemm_split.state_address()
+            _wait_ready(s)
+            c[:] = 0
+            run()
+            code = 0 if whole and np.all(c == 64) and s[gemm_split.JOBS] == jobs + 1 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_worker_does_not_keep_the_process_alive() -> None:
+    code = (
+        "import numpy as np\n"
+        "from fastgrad.runtime import gemm_split\n"
+        "gemm_split.state_address()\n"
+        "print('started')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == b"started", done.stderr
+
+
+@pytest.mark.usefixtures("sync")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(max_examples=3, deadline=None)
+@given(data=st.data())
+def test_programs_give_the_same_bits_cut_or_not(split: np.ndarray, dtype: Any, data: Any) -> None:
+    """A two-layer network's value and gradients (products big enough to cut, some with
+    transposed weights, over a batch or not): the interpreter with the cut, without it,
+    and the step runner give the same bits."""
+    flip = data.draw(st.booleans())
+    batch = data.draw(st.sampled_from([(), (2,)]))
+    rows, width = data.draw(st.sampled_from([(256, 96), (160, 128)]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    x = rng.standard_normal((*batch, rows, width)).astype(dtype)
+    w1 = (rng.standard_normal((width, 2 * width)) * 0.1).astype(dtype)
+    w2 = (rng.standard_normal((width, 2 * width) if flip else (2 * width, width)) * 0.1).astype(
+        dtype
+    )
+
+    def loss(x: Any, w1: Any, w2: Any) -> Any:
+        h = fnp.tanh(x @ w1)
+        return fnp.sum((h @ (w2.T if flip else w2)) ** 2)
+
+    vg = fg.value_and_grad(loss, argnums=(0, 1, 2))
+    expected = _jitted(vg, "steps")(x, w1, w2)
+    g = _jitted(vg, "vm")
+    jobs = split[gemm_split.JOBS]
+    got = g(x, w1, w2)
+    got = g(x, w1, w2)
+    assert split[gemm_split.JOBS] > jobs  # products were cut
+    gemm_split.stop()
+    try:
+        whole = g(x, w1, w2)
+    finally:
+        gemm_split.state_address()
+        _wait_ready(split)
+    for e, c, w in zip(
+        [expected[0], *expected[1]], [got[0], *got[1]], [whole[0], *whole[1]], strict=True
+    ):
+        assert np.array_equal(np.asarray(e), np.asarray(c)) and np.array_equal(
+            np.asarray(e), np.asarray(w)
+        )
+
+
+@pytest.mark.usefixtures("sync")
+def test_the_cut_can_be_turned_off(split: np.ndarray) -> None:
+    """`config.cut_products` off: BLAS's own threads for a large product, as before."""
+    from fastgrad.core.config import config
+    from fastgrad.runtime.thread_budget import cuts_products
+
+    ones = partial(np.broadcast_to, np.float32(1))  # lowered only: no memory needed
+    args = ones((1024, 1 << 18)), ones((1 << 18, 512))  # 2^37 multiply-adds
+    assert fg.jit(lambda x, w: fnp.sum(x @ w)).lower(*args).executable.one_blas_thread
+    config.update("cut_products", False)
+    try:
+        assert not cuts_products()
+        assert not fg.jit(lambda x, w: fnp.sum(x @ w)).lower(*args).executable.one_blas_thread
+        # Beside parallel kernels BLAS still runs on one thread, its products whole.
+        x, w = np.ones((1024, 64), np.float32), np.ones((64, 512), np.float32)
+        f = fg.jit(lambda x, w: fnp.sum(fnp.tanh(x @ w)))
+        jobs = split[gemm_split.JOBS]
+        for _ in range(3):
+            f(x, w)
+        assert split[gemm_split.JOBS] == jobs
+    finally:
+        config.update("cut_products", True)
+    assert cuts_products()
