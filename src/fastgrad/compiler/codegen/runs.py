@@ -25,6 +25,10 @@ from fastgrad.core.ir import Node
 # ~2% (1024 measured as fast as one float32 accumulator from L1 on AVX-512), short
 # enough that a run's float32 total rounds a few dozen times at most.
 RUN = 1024
+# Rows per run where each position of a row has a sum of its own (codegen.columns): the
+# run is a chain of this many float32 additions per position, and folding the tile into
+# the float64 partials costs ~1/64 of the run.
+COLUMN_RUN = 64
 
 
 def in_runs(n: Node) -> bool:
