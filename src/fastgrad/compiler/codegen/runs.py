@@ -38,25 +38,38 @@ def in_runs(n: Node) -> bool:
 
 def open_runs(w: Writer, i: str, lo: str, hi: str, accs: list[tuple[str, Node]]) -> None:
     """Open the loop `for {i} in range({lo}, {hi})` cut into runs of RUN; each
-    accumulator `acc` of `accs` gets a float32 run total `{acc}r`."""
+    accumulator `acc` of `accs` gets a float32 run total `{acc}r`. Whole runs have a
+    constant trip count and the rest a loop of its own, the same body (close_runs copies
+    it): a run loop from a start to an end, `range(b, e)` in a while loop, made a row's
+    logsumexp 10-14% slower than one float32 accumulator; so it is 3-4% faster."""
     u = "np.uint64"
-    w(f"b{i} = {lo}")
-    w(f"while b{i} < {hi}:")
+    w(f"l{i} = {lo}")
+    w(f"h{i} = {hi}")
+    w(f"for q{i} in range((h{i} - l{i}) // {u}({RUN})):")
     w.indent()
-    w(f"e{i} = min(b{i} + {u}({RUN}), {hi})")
     for acc, n in accs:
         w(f"{acc}r = {reduction_init(n.op.name, n.out.aval.dtype)}")
-    w(f"for {i} in range(b{i}, e{i}):")
+    w(f"for j{i} in range({u}({RUN})):")
     w.indent()
+    w(f"{i} = l{i} + q{i} * {u}({RUN}) + j{i}")
+    w.run_marks.append(len(w.lines))
 
 
 def close_runs(w: Writer, i: str, accs: list[tuple[str, Node]]) -> None:
-    """Close what open_runs opened: each run total added to its accumulator."""
+    """Close what open_runs opened: each run total added to its accumulator, then the
+    terms after the last whole run, as one more run."""
+    body = w.lines[w.run_marks.pop() :]
+    w.dedent()
+    fold = [f"{acc} = radd({acc}, {widen(n, f'{acc}r')})" for acc, n in accs]
+    for line in fold:
+        w(line)
     w.dedent()
     for acc, n in accs:
-        w(f"{acc} = radd({acc}, {widen(n, f'{acc}r')})")
-    w(f"b{i} = e{i}")
-    w.dedent()
+        w(f"{acc}r = {reduction_init(n.op.name, n.out.aval.dtype)}")
+    w(f"for {i} in range(h{i} - (h{i} - l{i}) % np.uint64({RUN}), h{i}):")
+    w.lines.extend(line[4:] for line in body)  # one level out: no loop over j
+    for line in fold:
+        w(line)
 
 
 def open_outer(

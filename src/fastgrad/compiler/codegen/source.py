@@ -169,6 +169,7 @@ class Writer:
         self.lines: list[str] = []
         self.depth = 1
         self.opened: list[int] = []  # line count when each open block began
+        self.run_marks: list[int] = []  # where each open run's body begins (codegen.runs)
 
     def __call__(self, line: str) -> None:
         self.lines.append("    " * self.depth + line)
