@@ -24,22 +24,26 @@ from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import op_cost
 from fastgrad.compiler.codegen.rowblocks import block_run, blockable, column_blockable
+from fastgrad.compiler.codegen.runs import close_runs, in_runs, open_outer, open_runs
 from fastgrad.compiler.codegen.schedule import schedule
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
     accumulate,
-    chunk_loop,
+    accumulator_dtype,
+    accumulator_init,
+    accumulator_type,
     closure,
     combine,
     init_scalars,
     module_text,
-    reduction_init,
+    narrow,
     sample_call,
     scalar_type,
     settle,
     tracks_nan,
     trips,
+    widen,
 )
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.core.ir import Node, Var
@@ -368,7 +372,7 @@ class _Generator:
         args += [self.in_name[id(v)] for v in self.arrays]
         args += [self.out_name[id(v)] for v in loop.outputs]
         for k, n in enumerate(scalar_reductions):
-            w(f"p{k} = np.empty(nchunks, {scalar_type(n.out.aval.dtype)})")
+            w(f"p{k} = np.empty(nchunks, {accumulator_type(n)})")
         first = self.outer[0] if self.outer else None
         # Reducing leading axes (column sums, a bias gradient): read along rows instead of
         # down columns, with one accumulator per column of the chunk.
@@ -398,14 +402,16 @@ class _Generator:
         body_begin, self.body_depth = len(w.lines), w.depth
         init_scalars(w, scalar_reductions)
         scratch_at, scratch_depth = len(w.lines), w.depth  # row buffers, once per chunk
-        if first is not None:
-            w(chunk_loop(first))
-            w.indent()
-            for a in self.outer[1:]:
-                w(f"for i{a} in range({trips(self.shape, a)}):")
-                w.indent()
-        done: set[int] = set()
         scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
+        # Without reduced axes, float32 full sums add up along the last axis in runs.
+        flat_runs = [
+            (f"s{scalar_index[id(n.out)]}", n)
+            for n in scalar_reductions
+            if in_runs(n) and self._elem_input(n, level) and not self.inner
+        ]
+        if first is not None:
+            flat_runs = open_outer(w, self.shape, self.outer, flat_runs)
+        done: set[int] = set()
 
         def emit_rows(up_to: int) -> None:
             for n in nodes:
@@ -433,12 +439,27 @@ class _Generator:
             sinks, reducers, needed = plan[p]
             for n in reducers:
                 if id(n.out) in reduce_phase:
-                    w(f"r{self.index[id(n.out)]} = {reduction_init(n.op.name, n.out.aval.dtype)}")
+                    w(f"r{self.index[id(n.out)]} = {accumulator_init(n)}")
                     if tracks_nan(n):
                         w(f"r{self.index[id(n.out)]}n = False")
-            for a in self.inner:
+            accs = {
+                id(n.out): f"r{self.index[id(n.out)]}"
+                if id(n.out) in reduce_phase
+                else f"s{scalar_index[id(n.out)]}"
+                for n in reducers
+            }
+            # The innermost axis's float32 sums add up in runs (codegen.runs).
+            runs = [
+                (accs[id(n.out)], n)
+                for n in reducers
+                if in_runs(n) and self.inner and self.shape[self.inner[-1]] != 1
+            ]
+            for a in self.inner[: -1 if runs else None]:
                 w(f"for i{a} in range({trips(self.shape, a)}):")
                 w.indent()
+            if runs:
+                last = self.inner[-1]
+                open_runs(w, f"i{last}", "np.uint64(0)", f"np.uint64(n{last})", runs)
             for n in nodes:
                 if id(n.out) not in needed:
                     continue
@@ -453,22 +474,29 @@ class _Generator:
                     w(f"t{k}[i{self.inner[0]}] = v{k}")
                 if id(n.out) in outputs and phase[id(n.out)] == p:
                     w(f"{self.address(n.out, loop.shape, 'elem')} = v{self.index[id(n.out)]}")
+            summed_in_runs = {id(n.out) for _, n in runs + flat_runs}
             for n in reducers:
-                operand = self.reduced(n)
-                if id(n.out) in reduce_phase:
-                    acc = f"r{self.index[id(n.out)]}"
+                acc = accs[id(n.out)]
+                if id(n.out) in summed_in_runs:
+                    acc, operand = f"{acc}r", self.reduced(n, native=True)
                 else:
-                    acc = f"s{scalar_index[id(n.out)]}"
+                    operand = self.reduced(n)
                 for line in accumulate(n, acc, operand):
                     w(line)
-            w.dedent(len(self.inner))
+            if runs:
+                close_runs(w, f"i{self.inner[-1]}", runs)
+            w.dedent(len(self.inner) - (1 if runs else 0))
             for n in reducers:
                 if id(n.out) in reduce_phase:
                     done.add(id(n.out))
-                    w(f"v{self.index[id(n.out)]} = {settle(n, f'r{self.index[id(n.out)]}')}")
+                    k = self.index[id(n.out)]
+                    w(f"v{k} = {narrow(n, settle(n, f'r{k}'))}")
                     self.after_value(w, n, "row", outputs, scalar_index)
         emit_rows(n_phases + 1)
-        if first is not None:
+        if first is not None and flat_runs:
+            close_runs(w, f"i{self.outer[-1]}", flat_runs)
+            w.dedent(len(self.outer) - 1)
+        elif first is not None:
             w.dedent(len(self.outer))
         self.body = (body_begin, len(w.lines))
         self.in_chunk = False
@@ -488,11 +516,12 @@ class _Generator:
             w(f"p{k}[c] = {settle(n, f's{k}')}")
         w.dedent()
         for k, n in enumerate(scalar_reductions):
-            t = reduction_init(n.op.name, n.out.aval.dtype)
-            w(f"v{self.index[id(n.out)]} = {t}")
-            w("for c in range(nchunks):")
             acc = f"v{self.index[id(n.out)]}"
+            w(f"{acc} = {accumulator_init(n)}")
+            w("for c in range(nchunks):")
             w(f"    {acc} = {combine(n.op.name, acc, f'p{k}[c]')}")
+            if narrow(n, acc) != acc:
+                w(f"{acc} = {narrow(n, acc)}")
         return self.tail(w, args, nodes, level, outputs, scalar_reductions)
 
     def tail(
@@ -543,11 +572,13 @@ class _Generator:
             column=column,
         )
 
-    def reduced(self, n: Node) -> str:
-        """A reduction's operand at the current point, in the reduction's dtype."""
+    def reduced(self, n: Node, native: bool = False) -> str:
+        """A reduction's operand at the current point, in its accumulator's dtype (its
+        result's, `native`: a float32 run total's, codegen.runs)."""
         operand = self.value(n.inputs[0], n, "elem")
-        if n.inputs[0].aval.dtype != n.out.aval.dtype:
-            operand = f"{scalar_type(n.out.aval.dtype)}({operand})"
+        dtype = n.out.aval.dtype if native else accumulator_dtype(n)
+        if n.inputs[0].aval.dtype != dtype:
+            operand = f"{scalar_type(dtype)}({operand})"
         return operand
 
     def _elem_input(self, n: Node, level: dict[int, str]) -> bool:
@@ -563,4 +594,4 @@ class _Generator:
         for s in self.loop.nodes:
             if id(s.out) in scalar_index and s.inputs[0] is n.out:
                 acc = self.scalar_acc(scalar_index[id(s.out)])  # once per row: NaN-propagating
-                w(f"{acc} = {combine(s.op.name, acc, f'v{k}')}")
+                w(f"{acc} = {combine(s.op.name, acc, widen(s, f'v{k}'))}")

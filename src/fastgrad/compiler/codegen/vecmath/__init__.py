@@ -21,6 +21,7 @@ _SUFFIXES = tuple(math_names.DTYPES.values())
 __all__ = [
     "FUNCTIONS",
     "BOUNDED_TRIG",
+    "FLOAT32_IN_FLOAT64",
     "TRIG_BOUNDED_LIMIT",
     *(f"{name}_{suffix}" for name in math_names.NAMES for suffix in _SUFFIXES),
     *(f"{name}_bounded_{suffix}" for name in math_names.BOUNDED_NAMES for suffix in _SUFFIXES),
@@ -95,6 +96,10 @@ BOUNDED_TRIG: dict[tuple[str, str], numba.core.registry.CPUDispatcher] = {
     for dtype, table in (("float64", _F64_BOUNDED), ("float32", _F32_BOUNDED))
     for name in table
 }
+#: Functions whose float32 version computes in float64 and rounds once (cheaper than
+#: float32 pair arithmetic at the same accuracy): its loop has float64 vector code.
+FLOAT32_IN_FLOAT64 = frozenset({"tanh"})
+
 # The code generator knows the helpers by name (codegen.math_names): they must agree.
 assert set(FUNCTIONS) == math_names.VECTOR_MATH
 assert set(BOUNDED_TRIG) == math_names.BOUNDED_TRIG

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from fastgrad.compiler.codegen.vecmath.llvm import (
     _always_inline,
     _bits,
     _copysign,
+    _f64_from_bits,
     _fabs,
     _fast_two_sum,
     _fma,
@@ -214,6 +217,35 @@ def build(F: Any) -> dict[str, Any]:  # noqa: C901 - one closure scope keeps con
         dh, dl = _two_sum(TWO, th)
         qh, ql = div2(th, tl, dh, dl + tl)
         return _copysign(qh + ql, x)
+
+    if F is np.float32:
+        D_LOG2E, D_LN2, D_EXPM1_P, D_TANH_SAT = (
+            k["D_LOG2E"], k["D_LN2"], k["D_EXPM1_P"], k["D_TANH_SAT"],
+        )  # fmt: skip
+        DSHIFTER, DSHIFTER_BITS = k["DSHIFTER"], k["DSHIFTER_BITS"]
+        D_HALF, D_ONE, D_TWO = np.float64(0.5), np.float64(1.0), np.float64(2.0)
+
+        @_jit
+        def tanh_f32_in_f64(x_in):
+            """float32 tanh carried in float64: the same t / (t + 2) with t = expm1(2a), where
+            float64's rounding stands in for tanh's pairs (2Sums, a corrected division): one
+            reduction FMA, a degree-6 polynomial and one division, rounded to float32 once.
+            Max error over 2e7 float32 inputs 0.66 ulp (the pairs: 0.69); a loop of it 0.81
+            -> 0.69 ns per element (AVX-512 code), 0.82 -> 0.61 (AVX2 code)."""
+            _always_inline()
+            x = F(x_in)
+            a = np.float64(_fabs(x))
+            a = _select(a > D_TANH_SAT, D_TANH_SAT, a)  # nan passes through
+            a2 = a + a
+            t = _mad(a2, D_LOG2E, DSHIFTER)  # n = rint(2a / ln 2) in its low bits
+            n = t - DSHIFTER
+            r = _fma(-n, D_LN2, a2)
+            q = _mad(r * r, _mad(r, _poly(r, D_EXPM1_P), D_HALF), r)  # expm1(r)
+            s = _f64_from_bits((_bits(t) - DSHIFTER_BITS + 1023) << 52)  # 2^n
+            e = _fma(s, q, s - D_ONE)  # expm1(2a) = 2^n expm1(r) + 2^n - 1, 2^n - 1 exact
+            return _copysign(F(e / (e + D_TWO)), x)
+
+        tanh = tanh_f32_in_f64  # noqa: F811
 
     @_jit
     def sinh(x_in):

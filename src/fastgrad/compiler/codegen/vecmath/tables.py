@@ -74,6 +74,15 @@ _EXPM1_P = {
         "0x1.a0893e0000000p-13",
     ),
 }
+# expm1(r) = r + r^2/2 + r^3 P(r), same interval, evaluated in float64 for float32's tanh:
+# 2^-26.1 relative. A float64 least-squares fit reweighted towards the largest error
+# (Lawson's iteration), not the Remez exchange of the others.
+_D_EXPM1_P = (
+    "0x1.5554b6746568cp-3",
+    "0x1.5555ba5d5115bp-5",
+    "0x1.1223eb8d9e63cp-7",
+    "0x1.6c55883ef2662p-10",
+)
 # log(1+f) = 2 atanh(s) = 2s + s z P(z), s = f/(2+f), z = s^2 <= ((sqrt2-1)/(sqrt2+1))^2.
 #                                                            f64: 2^-57.6, f32: 2^-28.5
 _LOG_P = {
@@ -260,6 +269,12 @@ def constants(F: Any) -> dict[str, Any]:  # noqa: C901
     DPIO2_2 = np.float64(float.fromhex("-0x1.f1976b7ed8fbcp-110"))
     DSHIFTER = np.float64(1.5 * 2.0**52)
     DSHIFTER_BITS = int(np.array(DSHIFTER).view(np.int64))
+    # float32 tanh runs in float64 too (exp_log.tanh_f32_in_f64): log2(e), ln 2 (n ln 2
+    # rounds below 2^-46 for n < 30), expm1's polynomial to 2^-26 and the saturation point.
+    D_LOG2E = np.float64(1.4426950408889634)
+    D_LN2 = np.float64(0.6931471805599453)
+    D_EXPM1_P = tuple(np.float64(float.fromhex(h)) for h in _D_EXPM1_P)
+    D_TANH_SAT = np.float64(10.0)
     C2PI_0, C2PI_1, C2PI_2 = C2PI
     TRIG_LIMIT = F(TRIG_BOUNDED_LIMIT)
     TAB = _trig_tables(F, MANT, BIAS, TRIG_EMIN)
