@@ -40,7 +40,7 @@ from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import compile_fork, slow_kernels
+from fastgrad.runtime import compile_fork, numba_load, slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
@@ -129,7 +129,8 @@ class Job:
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            import numba  # here, on the compile thread: a first call never waits for it
+            numba_load.load()  # here, on the compile thread: a first call never waits for it
+            import numba
 
             types = tuple(numba.typeof(a) for a in self.args)
             source = self.source
