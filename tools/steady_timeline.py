@@ -12,7 +12,8 @@ the compile thread imports Numba and loads or compiles the kernels), then `fg.wa
 its end is the steady state). Meanwhile it notes when Numba, SciPy and scipy.linalg were
 imported (and on which thread), Numba's first load of its typing and lowering registries,
 and each job of the compile thread (kernels, adapters, the interpreter). Times are wall
-ms from the script's start (Python's own start-up, ~20 ms, is before it); `cpu` is the
+ms from the script's start (Python's own start-up, ~20 ms, is before it), each with the
+CPU ms its thread spent in it (summed over jobs of a kind); "process CPU" is the
 process's CPU time at the steady state. Rows are the process whose steady state came
 first of N (the machine may be shared); `--all` prints every process. `--against SRC`
 runs every other process on the fastgrad package found in SRC (another checkout's `src`,
@@ -38,11 +39,14 @@ CHILD = r"""
 import time
 T0 = time.perf_counter()
 import importlib.abc, importlib.machinery, sys, threading
-EVENTS = []  # (what, thread, start ms, end ms)
+EVENTS = []  # (what, thread, start ms, end ms, CPU ms of its thread)
 WATCH = {"numba", "scipy", "scipy.linalg", "numba.np.arraymath"}
 
 def ms(t):
     return round((t - T0) * 1e3, 1)
+
+def cpu_ms(t):
+    return round((time.thread_time() - t) * 1e3, 1)
 
 class Timed(importlib.abc.MetaPathFinder):
     # Times the import of the modules in WATCH; AFTER's run once theirs has run.
@@ -55,13 +59,13 @@ class Timed(importlib.abc.MetaPathFinder):
         run = spec.loader.exec_module
 
         def exec_module(module, run=run, name=name):
-            start = time.perf_counter()
+            start, busy = time.perf_counter(), time.thread_time()
             run(module)
             if name in AFTER:
                 AFTER[name](module)
                 return
             EVENTS.append(("import " + name, threading.current_thread().name,
-                           ms(start), ms(time.perf_counter())))
+                           ms(start), ms(time.perf_counter()), cpu_ms(busy)))
         spec.loader.exec_module = exec_module
         return spec
 
@@ -69,22 +73,22 @@ def timed_run(cls):
     run = cls.run
 
     def wrapped(self):
-        start = time.perf_counter()
+        start, busy = time.perf_counter(), time.thread_time()
         run(self)
         EVENTS.append((self.label, threading.current_thread().name, ms(start),
-                       ms(time.perf_counter())))
+                       ms(time.perf_counter()), cpu_ms(busy)))
     cls.run = wrapped
 
 def timed_load(module):
     load = module.load
 
-    def wrapped():
-        start = time.perf_counter()
+    def wrapped(*args):
+        start, busy = time.perf_counter(), time.thread_time()
         fresh = not module._done
-        load()
+        load(*args)
         if fresh:
             EVENTS.append(("Numba's import and registries", threading.current_thread().name,
-                           ms(start), ms(time.perf_counter())))
+                           ms(start), ms(time.perf_counter()), cpu_ms(busy)))
     module.load = wrapped
 
 AFTER = {
@@ -137,17 +141,17 @@ def show(label: str, result: dict) -> None:
     )
     events = sorted(result["events"], key=lambda e: e[2])
     merged: dict[str, list] = {}  # an unrolled loop's kernels: summed per kind of job
-    for what, thread, start, end in events:
+    for what, thread, start, end, busy in events:
         kind = what.split(" (")[0] if what.startswith(("serial", "parallel")) else what
         kind = "kernel adapter" if kind.startswith("kernel adapter") else kind
         kind = "entry" if kind.startswith("entry of") else kind
         if kind.startswith(("serial", "parallel")):
             kind = kind.split(" kernel")[0] + " kernels"
         row = merged.setdefault(kind, [thread, start, end, 0.0, 0])
-        row[2], row[3], row[4] = max(row[2], end), row[3] + end - start, row[4] + 1
+        row[2], row[3], row[4] = max(row[2], end), row[3] + busy, row[4] + 1
     for kind, (thread, start, end, busy, count) in merged.items():
-        many = f" x{count}, busy {busy:.0f}" if count > 1 else ""
-        print(f"    {start:7.0f} -> {end:7.0f}  {kind[:60]}{many}  [{thread}]")
+        many = f" x{count}" if count > 1 else ""
+        print(f"    {start:7.0f} -> {end:7.0f} (CPU {busy:4.0f})  {kind[:56]}{many}  [{thread}]")
 
 
 def main(argv: list[str]) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import threading
 import time
 import warnings
@@ -129,7 +128,7 @@ class Job:
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            numba_load.load()  # here, on the compile thread: a first call never waits for it
+            numba_load.load(_pause)  # on the compile thread: a first call never waits for it
             import numba
 
             types = tuple(numba.typeof(a) for a in self.args)
@@ -277,6 +276,20 @@ class _Worker:
                 self.hurry = False
             self.lock.notify_all()
 
+    def preload(self, job: Any) -> None:
+        """Queue `job` (runtime.numba_load.Preload) like a kernel's: first, if no call
+        has handed over kernels yet."""
+        self.submit(job)
+
+    def paused(self, timeout: float) -> bool:
+        """Wait, at most `timeout` seconds, while a first call runs on NumPy and no call
+        waits for a job; whether one still does (runtime.numba_load's imports pause)."""
+        with self.lock:
+            free = self.lock.wait_for(
+                lambda: not self.first_calls or self.hurry or self.stopping, timeout
+            )
+        return not free
+
     def waiting(self) -> None:
         """A call waits for a job: run jobs now, first calls or not."""
         with self.lock:
@@ -348,6 +361,29 @@ def first_run(what: str) -> Iterator[Batch]:
         batch.close()
 
 
+def _pause(timeout: float) -> bool:
+    paused = getattr(_WORKER, "paused", None)  # (a test's stand-in may have none)
+    return paused is not None and paused(timeout)
+
+
+_preloading = threading.Lock()
+_preloaded = False
+
+
+def preload() -> None:
+    """Hand the compile thread Numba's import and registry load now, once per process
+    (`jit()` calls this): what every kernel's load or compile needs first then runs
+    before the first call, paused while a first call runs (runtime.numba_load)."""
+    global _preloaded
+    with _preloading:
+        if _preloaded:
+            return
+        _preloaded = True
+    start = getattr(_WORKER, "preload", None)  # (a test's stand-in may have none)
+    if start is not None:
+        start(numba_load.Preload(_pause))
+
+
 def submit(job: Any) -> None:
     """Hand the compile thread a job of another kind than a kernel's (a kernel's adapter
     for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
@@ -410,7 +446,7 @@ def loading_beats_numpy(work: int, sources: Sequence[str]) -> bool:
     element-ops with NumPy: their machine code is on disk, so is that of every kernel this
     first call has handed the compile thread so far (none would compile ahead of them),
     and the work exceeds what loading costs (Numba's import included, if not done yet)."""
-    if work < (LOAD_WORK if "numba" in sys.modules else IMPORT_WORK):
+    if work < (LOAD_WORK if numba_load.imported("numba") else IMPORT_WORK):
         return False
     batches = _batches.open
     if batches and batches[-1].to_build:
