@@ -106,9 +106,6 @@ class Jitted:
         if not callable(fun):
             raise TypeError(f"jit expects a function, got {type(fun).__name__}")
         load_layers()  # here rather than at the first call
-        from fastgrad.runtime.background import preload
-
-        preload()  # Numba's import and registry load, on the compile thread
         self.fun = fun
         self.fuse = fuse
         self.label = label or name_of(fun)  # what messages call it: `grad(loss)`

@@ -276,11 +276,6 @@ class _Worker:
                 self.hurry = False
             self.lock.notify_all()
 
-    def preload(self, job: Any) -> None:
-        """Queue `job` (runtime.numba_load.Preload) like a kernel's: first, if no call
-        has handed over kernels yet."""
-        self.submit(job)
-
     def paused(self, timeout: float) -> bool:
         """Wait, at most `timeout` seconds, while a first call runs on NumPy and no call
         waits for a job; whether one still does (runtime.numba_load's imports pause)."""
@@ -364,24 +359,6 @@ def first_run(what: str) -> Iterator[Batch]:
 def _pause(timeout: float) -> bool:
     paused = getattr(_WORKER, "paused", None)  # (a test's stand-in may have none)
     return paused is not None and paused(timeout)
-
-
-_preloading = threading.Lock()
-_preloaded = False
-
-
-def preload() -> None:
-    """Hand the compile thread Numba's import and registry load now, once per process
-    (`jit()` calls this): what every kernel's load or compile needs first then runs
-    before the first call, paused while a first call runs (runtime.numba_load)."""
-    global _preloaded
-    with _preloading:
-        if _preloaded:
-            return
-        _preloaded = True
-    start = getattr(_WORKER, "preload", None)  # (a test's stand-in may have none)
-    if start is not None:
-        start(numba_load.Preload(_pause))
 
 
 def submit(job: Any) -> None:

@@ -10,8 +10,7 @@ most `config.compile_timeout`, and not at all for a compile the watchdog already
 overdue, which may never end); parent and child release it after the fork, and the
 child's compile thread (background._Worker.forked) compiles what its parent had not
 finished. A fork while Numba is not imported costs nothing here. First of all, a fork
-waits for Numba's import and registry load under way (runtime.numba_load), which
-`jit()` starts on the compile thread.
+waits for Numba's import under way on the compile thread (runtime.numba_load).
 """
 
 from __future__ import annotations

@@ -13,13 +13,15 @@ module's file instead (and Numba's own check of its integer width, which reads o
 when a user's function first calls one (numba/_lapack.c), so `np.dot` in a user's own
 Numba function behaves as before. The original check is put back once the load is done.
 
-`jit()` hands the compile thread a `Preload` job (`preload`), so that this load, and the
-imports every kernel and the plan interpreter need, run between `jit()` and the first
-call rather than after it. Importing holds the GIL most of the time: beside a first call
-running on NumPy (many short GIL-free calls), each NumPy call waited for the GIL, and a
-warm first call ran 3-5x slower. So the load pauses between two modules while the
-compile thread's `pause` says a first call is under way, unless another thread waits for
-a module it is importing (`importlib._bootstrap._blocking_on`), or a fork waits for it.
+The compile thread runs this load before its first job, after a first call has
+returned (runtime.background); importing holds the GIL most of the time, and beside a
+first call running on NumPy (many short GIL-free calls) each NumPy call waited for it (a
+warm first call ran 3-5x slower), so the load also pauses between two modules while
+`pause` says a first call is under way (one of another function, say), unless another
+thread waits for a module it is importing (`importlib._bootstrap._blocking_on`), or a
+fork waits for it. Started at `jit()` instead (measured, not kept): in the bench, whose
+first call follows `jit()` at once, time to steady state did not change beyond the noise,
+and the import beside the first call's tracing made first calls 30-100% longer.
 A fork waits for a load under way (`before_fork`): a child inheriting a half-imported
 Numba, its module locks held by a thread it does not have, would hang at its first import.
 """
@@ -34,7 +36,6 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 _LOCK = threading.Lock()
@@ -191,39 +192,6 @@ class _Pausing(importlib.abc.MetaPathFinder):
         if waiting is None:
             return True
         return any(thread != self.thread for thread in list(waiting))
-
-
-class Preload:
-    """The compile thread's job that `preload` hands it: `load`, pausing for first calls.
-    Has what the thread uses of a job (background.Job): run, drop, done, settled, apart,
-    label, source."""
-
-    apart = False
-    label = "Numba's import and registry load"
-
-    def __init__(self, pause: Pause | None):
-        self.pause = pause
-        self.source = SimpleNamespace(source="")  # what the watchdog would name
-        self.state = "pending"  # then "ready", "failed" or "dropped", as a kernel's job
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self.settled = threading.Event()
-
-    def run(self) -> None:
-        try:
-            load(self.pause)
-            self.state = "ready"
-        except Exception as error:  # the kernels' jobs load again, and report it
-            self.state, self.error = "failed", error
-        self._end()
-
-    def drop(self) -> None:
-        self.state = "dropped"
-        self._end()
-
-    def _end(self) -> None:
-        self.done.set()
-        self.settled.set()
 
 
 def before_fork(timeout: float) -> bool:
