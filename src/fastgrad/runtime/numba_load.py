@@ -60,7 +60,9 @@ def blas_found() -> None:
         raise ImportError("scipy 0.16+ is required for linear algebra")
     from numba.np import linalg
 
-    linalg._check_lapack_int_width()
+    check = getattr(linalg, "_check_lapack_int_width", None)  # (Numba 0.68's)
+    if check is not None:
+        check()
 
 
 def imported(name: str) -> Any:
@@ -127,7 +129,10 @@ def _first_refresh(context: Any) -> None:
         if "numba.np.arraymath" in sys.modules:  # loaded meanwhile by another context
             type(context).refresh(context)
             return
-        original = linalg.ensure_blas
+        original = getattr(linalg, "ensure_blas", None)
+        if original is None:  # a Numba without this check: its own load, as it is
+            type(context).refresh(context)
+            return
         linalg.ensure_blas = blas_found
         try:
             type(context).refresh(context)
