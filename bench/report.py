@@ -16,7 +16,7 @@ SCHEMA = "fastgrad-bench/1"
 RESULT_FIELDS = tuple(
     """
     system title status note error version threads
-    first_call_s first_call_warm_s steady_after_s steady_after_warm_s
+    build_s first_call_s first_call_warm_s steady_after_s steady_after_warm_s
     median_s min_s times_s repeats inner
     rss_before_inputs_mb peak_rss_mb peak_rss_delta_mb steady_peak_delta_mb
     gbps pct_bandwidth gflops speedup_vs_numpy ratio_to_fastest_peer
@@ -194,6 +194,8 @@ def format_table(doc: dict) -> str:
     lines += [
         "",
         "first call: trace + compile + one call, in a fresh process (fastgrad: empty cache);",
+        "building the function (fg.jit(f), jax.jit(f), ...) is timed apart, like the import",
+        "(build_s in the JSON: fastgrad's jit imports its compiler and runtime layers);",
         "warm 1st: the same in a second process with fastgrad's disk cache filled;",
         "steady, warm st.: from the start of the first call until every later call runs",
         "compiled (fastgrad's first call runs on NumPy while kernels compile), cold and warm;",

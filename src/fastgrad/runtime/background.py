@@ -26,7 +26,6 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import sys
 import threading
 import time
 import warnings
@@ -41,7 +40,7 @@ from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import compile_fork, slow_kernels
+from fastgrad.runtime import compile_fork, numba_load, slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
@@ -130,7 +129,8 @@ class Job:
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            import numba  # here, on the compile thread: a first call never waits for it
+            numba_load.load(_pause)  # on the compile thread: a first call never waits for it
+            import numba
 
             types = tuple(numba.typeof(a) for a in self.args)
             source = self.source
@@ -277,6 +277,15 @@ class _Worker:
                 self.hurry = False
             self.lock.notify_all()
 
+    def paused(self, timeout: float) -> bool:
+        """Wait, at most `timeout` seconds, while a first call runs on NumPy and no call
+        waits for a job; whether one still does (runtime.numba_load's imports pause)."""
+        with self.lock:
+            free = self.lock.wait_for(
+                lambda: not self.first_calls or self.hurry or self.stopping, timeout
+            )
+        return not free
+
     def waiting(self) -> None:
         """A call waits for a job: run jobs now, first calls or not."""
         with self.lock:
@@ -348,6 +357,11 @@ def first_run(what: str) -> Iterator[Batch]:
         batch.close()
 
 
+def _pause(timeout: float) -> bool:
+    paused = getattr(_WORKER, "paused", None)  # (a test's stand-in may have none)
+    return paused is not None and paused(timeout)
+
+
 def submit(job: Any) -> None:
     """Hand the compile thread a job of another kind than a kernel's (a kernel's adapter
     for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
@@ -410,7 +424,7 @@ def loading_beats_numpy(work: int, sources: Sequence[str]) -> bool:
     element-ops with NumPy: their machine code is on disk, so is that of every kernel this
     first call has handed the compile thread so far (none would compile ahead of them),
     and the work exceeds what loading costs (Numba's import included, if not done yet)."""
-    if work < (LOAD_WORK if "numba" in sys.modules else IMPORT_WORK):
+    if work < (LOAD_WORK if numba_load.imported("numba") else IMPORT_WORK):
         return False
     batches = _batches.open
     if batches and batches[-1].to_build:

@@ -9,7 +9,8 @@ the forking thread takes the lock itself, waiting for the compile under way to e
 most `config.compile_timeout`, and not at all for a compile the watchdog already found
 overdue, which may never end); parent and child release it after the fork, and the
 child's compile thread (background._Worker.forked) compiles what its parent had not
-finished. A fork while Numba is not imported costs nothing here.
+finished. A fork while Numba is not imported costs nothing here. First of all, a fork
+waits for Numba's import under way on the compile thread (runtime.numba_load).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from fastgrad.core.config import config
+from fastgrad.runtime import numba_load
 
 
 class _Forks(threading.local):
     """The lock the running thread took for its fork under way, if any."""
 
     held: Any = None
+    loading = False  # whether it holds runtime.numba_load's lock too
 
 
 _forks = _Forks()
@@ -38,9 +41,11 @@ def _compiler_lock() -> Any:
 
 
 def before_fork(overdue: Callable[[], bool]) -> None:
-    """Take Numba's compiler lock for the fork, unless `overdue()` says a compile may
-    never give it back."""
+    """Wait for Numba's import and registry load under way (runtime.numba_load), then take
+    Numba's compiler lock for the fork, unless `overdue()` says a compile may never give
+    it back."""
     _forks.held = None
+    _forks.loading = numba_load.before_fork(config.compile_timeout)
     lock = _compiler_lock()
     if lock is None or overdue():
         return
@@ -53,6 +58,9 @@ def after_fork() -> None:
     lock, _forks.held = _forks.held, None
     if lock is not None:
         lock.release()
+    loading, _forks.loading = _forks.loading, False
+    if loading:
+        numba_load.after_fork()
 
 
 def holds_stale_lock() -> bool:

@@ -5,11 +5,11 @@ kernels (or another process) for the cores."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from fastgrad.core.ir import Graph
+from fastgrad.runtime import numba_load
 
 # The largest matmul (multiply-adds of one product) that `shares_cores` runs on one BLAS
 # thread beside parallel kernels: ~2.6 ms on one core in float32.
@@ -24,7 +24,7 @@ def numba_threads() -> int:
     >>> numba_threads() >= 1
     True
     """
-    numba = sys.modules.get("numba")
+    numba = numba_load.imported("numba")  # (the compile thread may be importing it)
     if numba is not None:
         return int(numba.config.NUMBA_NUM_THREADS)
     if os.environ.get("NUMBA_NUM_THREADS"):
