@@ -5,8 +5,11 @@ kernels (or another process) for the cores."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from fastgrad.core.ir import Graph
 from fastgrad.runtime import numba_load
