@@ -114,7 +114,7 @@ def _load() -> None:
     from fastgrad.core.config import config
 
     if config.runtime == "vm":
-        import fastgrad.runtime.adapters  # noqa: F401  (the plan interpreter, runtime.vm)
+        import fastgrad.runtime.vm  # noqa: F401  (the plan interpreter)
 
 
 def _first_refresh(context: Any) -> None:
