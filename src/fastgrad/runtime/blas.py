@@ -38,15 +38,20 @@ def _library() -> Any:
     return None
 
 
+def _symbol(name: str, dtype: np.dtype) -> Any:
+    """NumPy's OpenBLAS routine `cblas_?<name>` for `dtype`, or None."""
+    lib = _library()
+    prefix = _PREFIXES.get(np.dtype(dtype))
+    return getattr(lib, f"scipy_cblas_{prefix}{name}64_", None) if lib and prefix else None
+
+
 @cache
 def _routine(name: str, dtype: np.dtype) -> Any:
     """`cblas_?gemm` or `cblas_?syrk` (`name`) for `dtype`, argument types set, or None."""
-    lib = _library()
-    prefix = _PREFIXES.get(np.dtype(dtype))
-    function = getattr(lib, f"scipy_cblas_{prefix}{name}64_", None) if lib and prefix else None
+    function = _symbol(name, dtype)
     if function is None:
         return None
-    real = ctypes.c_float if prefix == "s" else ctypes.c_double
+    real = ctypes.c_float if np.dtype(dtype) == np.float32 else ctypes.c_double
     if name == "gemm":  # order, trans a, trans b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
         kinds = [_INT] * 3 + [_I64] * 3 + [real, _PTR, _I64, _PTR, _I64, real, _PTR, _I64]
     else:  # syrk: order, upper/lower, trans, n, k, alpha, a, lda, beta, c, ldc
@@ -56,19 +61,10 @@ def _routine(name: str, dtype: np.dtype) -> Any:
 
 
 def blas_address(name: str, dtype: np.dtype) -> int | None:
-    """The address of `cblas_?gemm` or `cblas_?syrk` (`name`) for `dtype` (the plan
-    interpreter calls them from compiled code), or None where NumPy's OpenBLAS is not found."""
-    function = _routine(name, dtype)
-    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
-
-
-def vector_address(name: str, dtype: np.dtype) -> int | None:
-    """The address of `cblas_?gemv` or `cblas_?dot` (`name`) for `dtype`, the routines
-    `np.matmul` calls for products with a dimension of 1 (the plan interpreter calls them
-    from compiled code, runtime.vm_vectors), or None where NumPy's OpenBLAS is not found."""
-    lib = _library()
-    prefix = _PREFIXES.get(np.dtype(dtype))
-    function = getattr(lib, f"scipy_cblas_{prefix}{name}64_", None) if lib and prefix else None
+    """The address of `cblas_?<name>` for `dtype` (gemm and syrk; gemv and dot, which
+    `np.matmul` calls for products with a dimension of 1, runtime.vm_vectors): the plan
+    interpreter calls them from compiled code. None where NumPy's OpenBLAS is not found."""
+    function = _symbol(name, dtype)
     return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.runtime.blas import NO_TRANS, ROW_MAJOR, TRANS, blas_address, vector_address
+from fastgrad.runtime.blas import NO_TRANS, ROW_MAJOR, TRANS, blas_address
 
 COL_MAJOR = 102
 
@@ -129,7 +129,7 @@ def vector_row(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
             layout, lda = ROW_MAJOR, matrix[1] // item
         kind = "gemv"
         params = [double, layout, k, rows, lda, vector // item, step // item]
-    address = 0 if kind == "noblas" else vector_address(kind, dtype)
+    address = 0 if kind == "noblas" else blas_address(kind, dtype)
     if address is None:
         return None
     operands = (a, b) if order == (0, 1) else (b, a)
