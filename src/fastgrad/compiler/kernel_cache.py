@@ -16,6 +16,7 @@ import hashlib
 import linecache
 import sys
 import threading
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -129,3 +130,24 @@ def compile_kernel(source: str, name: str, types: tuple[Any, ...]) -> tuple[Any,
     before = _builds(dispatcher)
     dispatcher.compile(types)
     return dispatcher, _builds(dispatcher) > before
+
+
+def call_writable(kernel: Any, args: Sequence[Any]) -> Any:
+    """Call `kernel` (a dispatcher, or any callable) with `args`; a read-only array among
+    them through the overload compiled for writeable arrays of the same layout, when it
+    has one. Numba types a read-only array apart and would compile the kernel again for it
+    on the calling thread (0.5-1.5 s); kernels never write their inputs, and the machine
+    code is the same."""
+    overloads = getattr(kernel, "overloads", None)
+    if not overloads or all(getattr(a, "flags", None) is None or a.flags.writeable for a in args):
+        return kernel(*args)
+    from numba import typeof, types
+
+    kinds = []
+    for arg in args:
+        kind = typeof(arg)
+        if isinstance(kind, types.Array) and not kind.mutable:
+            kind = kind.copy(readonly=False)
+        kinds.append(kind)
+    entry = getattr(overloads.get(tuple(kinds)), "entry_point", None)
+    return kernel(*args) if entry is None else entry(*args)

@@ -27,7 +27,7 @@ import numpy as np
 from fastgrad.compiler.codegen.loops import KernelSource, generate
 from fastgrad.compiler.codegen.math_names import VECTOR_MATH
 from fastgrad.compiler.fusion import Call, Loop, Step, partition
-from fastgrad.compiler.kernel_cache import first_call, load_kernel
+from fastgrad.compiler.kernel_cache import call_writable, first_call, load_kernel
 from fastgrad.compiler.passes import simplify
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
@@ -122,7 +122,7 @@ class _KernelStep:
         if kernel is None:
             loaded = load_kernel(self.source.source, self.source.name)
             kernel = partial(first_call, loaded)
-        kernel(*self.arguments(env))
+        call_writable(kernel, self.arguments(env))
         if self.kernel is None:
             self.kernel = loaded
 
@@ -175,7 +175,7 @@ class _KernelStep:
             for position, k, shape, dtype, view, slot in fresh:
                 buf = args[position] = staggered_empty(shape, dtype, k)
                 env[slot] = buf if view is None else buf.reshape(view)
-            kernel(*args)
+            call_writable(kernel, args)
             # Hold no array of this call past it: a scan's stacked output read here would
             # otherwise stay referenced, and its StackPool could never hand it out again.
             for position in cleared:
