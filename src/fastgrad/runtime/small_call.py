@@ -27,6 +27,7 @@ import numpy as np
 from fastgrad.core.miss import MISS
 from fastgrad.core.pytree import TreeDef, builder, expression
 from fastgrad.runtime.arena import staggered_empty
+from fastgrad.runtime.ownership import borrowed
 
 #: args -> the plan's result, or MISS (other arguments, or another call holds the plan)
 SmallCall = Callable[[Sequence[np.ndarray]], Any]
@@ -115,8 +116,9 @@ def build(
         "    finally:",
         "        release()",
     ]
-    borrowed = set(range(len(args)))  # slots holding an argument or a view of one
-    for slot, step in segment.view_steps.items():
+    views = segment.view_steps.items()  # in the order they run
+    lent = borrowed(((step.ins[0], slot) for slot, step in views), len(args))
+    for slot, step in views:
         source = step.ins[0]
         if slot not in segment.exported:
             continue
@@ -125,13 +127,11 @@ def build(
         namespace[f"p{slot}"] = step.arg
         body.append(f"    v{slot} = " + _VIEWS[step.op].format(names[source], f"p{slot}"))
         names[slot] = f"v{slot}"
-        if source in borrowed:
-            borrowed.add(slot)
     if not all(slot in names for slot in outputs):
         return False  # a constant, or a view of one
     # An argument returned (or a view of one) is copied: the caller's own, as the arena's
     # path returns it.
-    returned = [f"array({names[s]}, copy=True)" if s in borrowed else names[s] for s in outputs]
+    returned = [f"array({names[s]}, copy=True)" if s in lent else names[s] for s in outputs]
     return Plan(expected, body, returned, namespace)
 
 
