@@ -181,7 +181,8 @@ def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
     """Numba's threads and BLAS's would fight over the cores (`thread_budget.shares_cores`): a plan
     with parallel kernels runs its matrix-matrix products on one BLAS thread, unless
     they are matrix-vector products (bandwidth-bound) or large and not cut across the
-    cores by the interpreter (`cuts_products`)."""
+    cores by the interpreter (`cuts_products`; a single product is cut only where C's
+    width is a multiple of `BAND_ALIGN`)."""
     if numba_threads() < 2:
         pytest.skip("kernels run serial with one thread")
 
@@ -199,6 +200,9 @@ def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
     big = fg.jit(f).lower(ones((1024, 1 << 18)), ones((1 << 18, 512))).executable
     # 2^37 multiply-adds: BLAS's threads pay, unless the interpreter cuts the product
     assert big.one_blas_thread == cuts_products()
+    # C 1000 wide (not a multiple of 16) is not cut: BLAS's threads keep it.
+    odd = fg.jit(f).lower(ones((1024, 1 << 18)), ones((1 << 18, 1000))).executable
+    assert not odd.one_blas_thread
     assert fg.jit(f)(x, np.full((64, 512), 0.01, np.float32)) == pytest.approx(
         np.sum(np.tanh(x @ np.full((64, 512), 0.01))), rel=1e-5
     )

@@ -174,6 +174,33 @@ def test_a_carry_read_elsewhere_stays_in_the_loop(dtype):
     _close(fg.jit(reads_dw)(*args), fg.jit(unrolled, fuse=False)(*args), dtype)
 
 
+@pytest.mark.parametrize("kind", ["gram", "bias", "outer"])
+def test_a_summed_carry_that_is_also_a_per_step_output_stays_in_the_loop(kind):
+    """The running sum returned as ys reads the carry every step: it cannot be summed after
+    the loop (it failed at the first call with "uses c0 before it is defined")."""
+    xs = np.random.default_rng(6).standard_normal((40, 4, 3))
+    terms = {
+        "gram": lambda x: x.T @ x,
+        "bias": lambda x: fnp.sum(x, axis=0),
+        "outer": lambda x: x[:, :1] @ x[:, :1].T,
+    }
+    term = terms[kind]
+    acc0 = np.zeros(np.shape(term(xs[0])))
+
+    def running(acc0, xs):
+        def step(acc, x):
+            new = acc + term(x)
+            return new, new * 2.0
+
+        return fg.scan(step, acc0, xs)
+
+    acc, ys = acc0, []
+    for x in xs:
+        acc = acc + np.asarray(term(x))
+        ys.append(acc * 2.0)
+    _close(fg.jit(running)(acc0, xs), (acc, np.stack(ys)), np.float64)
+
+
 def test_forward_mode_through_a_hoisted_scan_matches_the_unrolled_loop():
     w, wx, b, h, xs = _inputs(np.random.default_rng(4), 4, 3, 4, np.float64)
     tangents = _inputs(np.random.default_rng(5), 4, 3, 4, np.float64)

@@ -20,6 +20,11 @@ from typing import Any
 
 import numpy as np
 
+# Rows (or columns) of a band of one product cut across the cores (runtime.gemm_split): a
+# multiple of OpenBLAS's kernel blocks, so that each band computes the bits the whole
+# product would; a single product whose C is not a multiple of it wide is not cut.
+BAND_ALIGN = 16
+
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _PREFIXES = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}
 _INT, _I64, _PTR = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p

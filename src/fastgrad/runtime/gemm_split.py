@@ -44,6 +44,7 @@ from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import cached_njit
+from fastgrad.runtime.blas import BAND_ALIGN
 from fastgrad.runtime.blas_calls import gemm, int64_pointer
 
 MAX_PIECES = 8
@@ -64,7 +65,6 @@ LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
 SEM_STRIDE = 8
 SIZE = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
 TRANS = 112
-BAND_ALIGN = 16  # rows (or columns) of a band: a multiple of OpenBLAS's kernel blocks
 # Measured on the 2-core development machine (float32, bench M2's products): see
 # docs/architecture.md, "Matrix products across the cores".
 DEFAULT_SPIN = 2000
@@ -199,9 +199,10 @@ def product(
 
 def _source_tag() -> str:
     """What the worker's cached machine code is keyed by besides Numba's: this module's
-    source and that of the BLAS call it inlines."""
+    source and that of the BLAS call it inlines, and of BAND_ALIGN's module."""
     here = Path(__file__).parent
-    code = b"".join((here / name).read_bytes() for name in ("gemm_split.py", "blas_calls.py"))
+    names = ("gemm_split.py", "blas_calls.py", "blas.py")
+    code = b"".join((here / name).read_bytes() for name in names)
     return "gemm split " + hashlib.sha256(code).hexdigest()[:16]
 
 

@@ -143,6 +143,8 @@ def hoist(call: ScanCall) -> HoistedScan | None:
     budget = STACK_BUDGET
     for k in range(ncar):
         carry_in, carry_out = body.inputs[nc + k], body.outputs[k]
+        if uses[id(carry_out)] != 1:  # also a per-step output, or read by the body
+            continue
         term = _added_term(made.get(id(carry_out)), carry_in, uses)
         found = _batch_sum(made.get(id(term)) if term is not None else None, made)
         if found is None or not carry_out.aval.is_float:

@@ -4,6 +4,7 @@ kernels (or another process) for the cores."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ import numpy as np
 
 from fastgrad.core.ir import Graph
 from fastgrad.runtime import numba_load
+from fastgrad.runtime.blas import BAND_ALIGN
 
 # The largest matmul (multiply-adds of one product) that `shares_cores` runs on one BLAS
 # thread beside parallel kernels: ~2.6 ms on one core in float32.
@@ -40,12 +42,19 @@ def numba_threads() -> int:
 def largest_gemm(graph: Graph) -> int:
     """Multiply-adds of the largest single product BLAS computes in `graph` (a batched
     matmul is one product per matrix); 0: none."""
-    sizes = [
+    return max(_sizes(graph), default=0)
+
+
+def _sizes(graph: Graph) -> list[int]:
+    """Multiply-adds of each matmul's single product, in the graph's order (0 for one
+    with a 1-D operand)."""
+    return [
         n.out.aval.shape[-2] * n.out.aval.shape[-1] * n.inputs[0].aval.shape[-1]
+        if n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
+        else 0
         for n in graph.nodes
-        if n.op.name == "matmul" and n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
+        if n.op.name == "matmul"
     ]
-    return max(sizes, default=0)
 
 
 def shares_cores(plan: Sequence[Any], graph: Graph) -> bool:
@@ -58,12 +67,17 @@ def shares_cores(plan: Sequence[Any], graph: Graph) -> bool:
     thread for all (on the loaded 2-core development machine; its quiet run: 67.8 ms a
     call, 3.3x its one-thread CPU time); and BLAS's own threads, beside a core another
     process keeps busy, stalled M2 ~50x. Matrix-vector products (bandwidth-bound, where
-    BLAS's threads pay) keep BLAS's threads, and so do large products where the
-    interpreter does not cut them."""
+    BLAS's threads pay) keep BLAS's threads, and so do plans with a product above
+    MIDSIZE_GEMM the interpreter does not cut (one matrix whose C is not a multiple of
+    BAND_ALIGN wide)."""
     products = [n.out.aval.shape for n in graph.nodes if n.op.name == "matmul"]
     if not products or not all(len(s) >= 2 and min(s[-2:]) > 1 for s in products):
         return False
-    if cuts_products():
+    if cuts_products() and all(
+        len(s) > 2 and math.prod(s[:-2]) > 1 or s[-1] % BAND_ALIGN == 0
+        for s, size in zip(products, _sizes(graph), strict=True)
+        if size > MIDSIZE_GEMM
+    ):
         return True
     return (
         any(getattr(s, "parallel", False) for s in plan)  # parallel kernels

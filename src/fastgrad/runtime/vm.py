@@ -39,7 +39,7 @@ from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
-from fastgrad.runtime import blas_calls, gemm_split
+from fastgrad.runtime import blas, blas_calls, gemm_split, vm_vectors
 from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer
 from fastgrad.runtime.vm_vectors import GEMV
 from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
@@ -202,7 +202,8 @@ def _source_tag() -> str:
     module's source and that of the modules whose code it inlines, so that a changed
     interpreter is never loaded from an older cache."""
     code = b""
-    for path in (__file__, blas_calls.__file__, gemm_split.__file__):
+    inlined = (blas, blas_calls, gemm_split, vm_vectors)  # blas: BAND_ALIGN
+    for path in (__file__, *(module.__file__ for module in inlined)):
         with open(path, "rb") as f:
             code += f.read()
     return "plan interpreter " + hashlib.sha256(code).hexdigest()[:16]
