@@ -66,6 +66,14 @@ def _version(package: str) -> bytes:
     return version(package).encode()
 
 
+def source_tag(label: str, *paths: str | Path) -> str:
+    """`label` and a digest of the files at `paths`: the tag (`cached_njit`,
+    MachineCodeCache) of a function compiled from those modules' code, so that a changed
+    module is never loaded from an older cache."""
+    code = b"".join(Path(path).read_bytes() for path in paths)
+    return f"{label} " + hashlib.sha256(code).hexdigest()[:16]
+
+
 # /proc/cpuinfo's lines that tell CPUs apart (x86 and ARM), not the ones that vary per
 # boot or per core (MHz, bogomips, ids).
 _CPU_FIELDS = {

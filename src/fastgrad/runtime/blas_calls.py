@@ -12,7 +12,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-ROW_MAJOR = 101
+from fastgrad.runtime.blas import ROW_MAJOR
 
 
 def by_precision(builder: Any, double: Any, call: Callable[[Any], None]) -> None:

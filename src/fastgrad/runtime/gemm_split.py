@@ -31,7 +31,6 @@ products are not cut (`state_address` is 0).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import sys
 import threading
@@ -43,8 +42,8 @@ from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import cached_njit
-from fastgrad.runtime.blas import BAND_ALIGN
+from fastgrad.compiler.machine_code import cached_njit, source_tag
+from fastgrad.runtime.blas import BAND_ALIGN, TRANS
 from fastgrad.runtime.blas_calls import gemm, int64_pointer
 
 MAX_PIECES = 8
@@ -64,7 +63,6 @@ SEMS = BOUNDS + MAX_PIECES + 8  # semaphores, 64 bytes apart (a sem_t is 32 byte
 LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
 SEM_STRIDE = 8
 SIZE = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
-TRANS = 112
 # Measured on the 2-core development machine (float32, bench M2's products): see
 # docs/architecture.md, "Matrix products across the cores".
 DEFAULT_SPIN = 2000
@@ -201,9 +199,9 @@ def _source_tag() -> str:
     """What the worker's cached machine code is keyed by besides Numba's: this module's
     source and that of the BLAS call it inlines, and of BAND_ALIGN's module."""
     here = Path(__file__).parent
-    names = ("gemm_split.py", "blas_calls.py", "blas.py")
-    code = b"".join((here / name).read_bytes() for name in names)
-    return "gemm split " + hashlib.sha256(code).hexdigest()[:16]
+    return source_tag(
+        "gemm split", *(here / name for name in ("gemm_split.py", "blas_calls.py", "blas.py"))
+    )
 
 
 @cached_njit(_source_tag(), nogil=True)

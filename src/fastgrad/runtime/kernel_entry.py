@@ -11,13 +11,14 @@ adapter compiles once per signature (sizes, scalar dtypes, arrays' ranks and dty
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+from fastgrad.compiler import machine_code
 
 _SCALARS = {
     "float64": types.float64,
@@ -72,5 +73,4 @@ def entry_address(kernel: Any, signature: tuple[Any, ...]) -> int | None:
 def source_tag() -> str:
     """What adapters' cached machine code is keyed by besides their source: this module's
     source (`call_kernel`'s code is compiled into them)."""
-    with open(__file__, "rb") as f:
-        return "kernel entry " + hashlib.sha256(f.read()).hexdigest()[:16]
+    return machine_code.source_tag("kernel entry", __file__)

@@ -25,7 +25,6 @@ buffers and constants).
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import threading
 from types import ModuleType
@@ -38,8 +37,9 @@ from numba.core import cgutils
 from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit
+from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit, source_tag
 from fastgrad.runtime import blas, blas_calls, gemm_split, vm_vectors
+from fastgrad.runtime.blas import ROW_MAJOR
 from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer
 from fastgrad.runtime.vm_vectors import GEMV
 from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
@@ -57,7 +57,7 @@ LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 4, 4
 # to run on one thread (0: leave BLAS's threads as they are), the address of the
 # interpreter's loop (`table_function`) and the table's length.
 HEADER = 7
-ROW_MAJOR, UPPER = 101, 121
+UPPER = 121  # CBLAS: the upper triangle
 
 #: The interpreter loop's C signature: the table, where the segment's record is.
 TABLE_SIGNATURE = types.void(types.CPointer(types.int64), types.int64)
@@ -201,12 +201,8 @@ def _source_tag() -> str:
     """What the interpreter's cached machine code is keyed by besides Numba's: this
     module's source and that of the modules whose code it inlines, so that a changed
     interpreter is never loaded from an older cache."""
-    code = b""
-    inlined = (blas, blas_calls, gemm_split, vm_vectors)  # blas: BAND_ALIGN
-    for path in (__file__, *(module.__file__ for module in inlined)):
-        with open(path, "rb") as f:
-            code += f.read()
-    return "plan interpreter " + hashlib.sha256(code).hexdigest()[:16]
+    inlined = (blas, blas_calls, gemm_split, vm_vectors)  # blas: constants
+    return source_tag("plan interpreter", __file__, *(module.__file__ for module in inlined))
 
 
 _float64_pointer, _float32_pointer = POINTERS["float64"], POINTERS["float32"]

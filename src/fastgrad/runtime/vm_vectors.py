@@ -18,7 +18,6 @@ Each row's second entry is the index of `vector_function` among the table's func
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from typing import Any
 
@@ -28,10 +27,11 @@ from numba import carray, njit, types
 from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import MachineCodeCache
+from fastgrad.compiler.machine_code import MachineCodeCache, source_tag
+from fastgrad.runtime import blas
+from fastgrad.runtime.blas import TRANS
 
 GEMV, DOT, NOBLAS = 5, 6, 7
-TRANS = 112
 
 
 def typed_pointer(dtype: Any) -> Any:
@@ -171,8 +171,7 @@ def vector_function() -> int:
     function `(int64* table, int64 at)` as the interpreter's loop is."""
     with _LOCK:
         if not _FUNCTION:
-            with open(__file__, "rb") as f:
-                tag = "vector rows " + hashlib.sha256(f.read()).hexdigest()[:16]
+            tag = source_tag("vector rows", __file__, blas.__file__)
             signature = (types.void(types.CPointer(types.int64), types.int64).args, types.void)
             function: Any = CFunc(_vector_row, signature, locals={}, options={"nogil": True})
             function._cache = MachineCodeCache(_vector_row, tag, folder="adapters")
