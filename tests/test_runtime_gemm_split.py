@@ -304,3 +304,23 @@ def test_the_cut_can_be_turned_off(split: np.ndarray) -> None:
     finally:
         config.update("cut_products", True)
     assert cuts_products()
+
+
+def test_a_worker_that_cannot_be_compiled_says_so_and_leaves_products_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if gemm_split._semaphore_calls() is None:
+        pytest.skip("products are not cut on this platform")
+
+    class Broken:
+        def compile(self, signature: Any) -> None:
+            raise RuntimeError("no LLVM today")
+
+    monkeypatch.setattr(gemm_split, "_serve", Broken())
+    worker = gemm_split._Worker()
+    with pytest.warns(RuntimeWarning, match="could not be compiled.*no LLVM today"):
+        assert worker.address()
+        assert worker.thread is not None
+        worker.thread.join(timeout=60)
+    assert not worker.thread.is_alive()
+    assert worker.state is not None and worker.state[gemm_split.READY] == 0

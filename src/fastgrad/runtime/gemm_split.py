@@ -34,6 +34,7 @@ import ctypes
 import os
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +152,10 @@ def product(
     """`c (+)= a @ b` (gemm at `address`, its arguments as the interpreter's GEMM row
     holds them) for the `count` matrices whose byte offsets are triples from `table[at]`,
     cut across this thread and the worker. False, and nothing done, where the product is
-    too small to pay, the worker is not serving, another thread is cutting a product, or
-    the product may be a syrk (one operand times its own transpose)."""
+    too small to pay (below MIN_WORK, or fewer than two pieces of PIECE_WORK), the worker
+    is not serving, another thread is cutting a product, the product may be a syrk (one
+    operand times its own transpose), or a single matrix's C is not a multiple of
+    BAND_ALIGN wide."""
     s = carray(int64_pointer(state), (SIZE,))
     work = m * n * k * count
     if s[READY] == 0 or work < s[MIN_WORK]:
@@ -284,7 +287,16 @@ class _Worker:
         state = self.state
         assert state is not None
         with OneThread():  # this thread's BLAS calls run on it, never on BLAS's threads
-            _serve.compile((types.int64,))
+            try:
+                _serve.compile((types.int64,))
+            except Exception as error:  # products stay whole (READY is 0): say why, once
+                warnings.warn(
+                    f"fastgrad: the worker that cuts matrix products across the cores could"
+                    f" not be compiled ({type(error).__name__}: {error}); products run whole",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+                return
             state[READY] = 1
             _serve(int(state.ctypes.data))
 
