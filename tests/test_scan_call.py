@@ -40,7 +40,8 @@ def _scans(plan: list[Any]) -> list[LoopStep]:
 
 def _four_ways(f: Callable[..., Any], args: tuple[Any, ...], every: bool = True) -> Any:
     """f's results by the thin call, by the general path (its LOOP), by the Python loop
-    and by the step runner, checked equal bit for bit; returns the first. With `every`,
+    and by the step runner, checked equal bit for bit; returns the first, and the scans
+    that ran (those of a step or more). With `every`,
     every scan of a step or more must run as a LOOP (else those that do)."""
     config.update("runtime", "steps")
     steps = _flat(fg.jit(f)(*args))
@@ -67,7 +68,7 @@ def _four_ways(f: Callable[..., Any], args: tuple[Any, ...], every: bool = True)
         for b in others:
             assert a.dtype == b.dtype and a.shape == b.shape
             assert np.array_equal(a, b, equal_nan=True)
-    return thin
+    return thin, scans
 
 
 def _model(kind: str, reverse: bool, scan: bool) -> Callable[..., Any]:
@@ -126,7 +127,7 @@ def test_the_thin_call_gives_the_general_paths_bits(kind, steps, reverse, dtype,
     if order == 2:  # the gradient of a gradient, along v
         v = rng.standard_normal((hidden, hidden)).astype(dtype)
         f, unrolled = _along(f, v), _along(unrolled, v)
-    got = _four_ways(fg.value_and_grad(f, argnums=(0, 1)), args, order == 1)
+    got, _ = _four_ways(fg.value_and_grad(f, argnums=(0, 1)), args, order == 1)
     want = _flat(fg.jit(fg.value_and_grad(unrolled, argnums=(0, 1)), fuse=False)(*args))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
@@ -188,19 +189,49 @@ def test_arguments_of_another_layout_take_the_general_path():
             assert np.array_equal(a, b)
 
 
-def test_a_stacked_output_returned_is_not_overwritten_by_the_next_call():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stacks_written_in_place_leave_the_callers_arrays_alone(dtype):
+    """The LOOP points the body's buffers at rows of the stacks (no copies) and puts them
+    back after the loop: a stacked output the caller kept is not written by later calls,
+    whichever path runs them (LOOP, Python loop, step by step)."""
     rng = np.random.default_rng(6)
-    w = rng.standard_normal((3, 3)) * 0.4
+    w = (rng.standard_normal((3, 3)) * 0.4).astype(dtype)
 
     def f(w, h, xs):
-        return fg.scan(lambda h, x: (fnp.tanh(h @ w + x), h * 2.0), h, xs)
+        return fg.scan(lambda h, x: (fnp.tanh(h @ w + x), (h * 2.0, fnp.exp(h))), h, xs)
 
     jf = fg.jit(f)
-    h0, xs = rng.standard_normal((2, 3)), rng.standard_normal((4, 2, 3))
+    h0, xs = rng.standard_normal((2, 3)).astype(dtype), rng.standard_normal((4, 2, 3)).astype(dtype)
     for _ in range(4):
         jf(w, h0, xs)
-    first = jf(w, h0, xs)
-    kept = [np.array(x, copy=True) for x in _flat(first)]
+    (step,) = [s for s in _scans(jf.lower(w, h0, xs).executable.plan)]
+    assert step.looped.program.in_place == 2
+    first = _flat(jf(w, h0, xs))
+    kept = [np.array(x, copy=True) for x in first]
+    loop_table.ENABLED = False
+    try:
+        jf(w, h0 - 1.0, xs)
+    finally:
+        loop_table.ENABLED = True
+    config.update("runtime", "steps")
+    jf(w, h0 + 0.5, xs)
+    config.update("runtime", "vm")
     jf(w, h0 + 1.0, xs)
-    for a, b in zip(_flat(first), kept, strict=True):
+    for a, b in zip(first, kept, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_value_and_grad_writes_the_stacks_of_both_scans_in_place():
+    """S1's cell: the forward scan's hidden states and the backward scan's gradients
+    (summed after the loop) are written in place, with the other paths' bits."""
+    rng = np.random.default_rng(7)
+    f = _model("stacked", False, True)
+    args = (
+        rng.standard_normal((4, 4)) * 0.4,
+        rng.standard_normal((3, 4)) * 0.4,
+        rng.standard_normal((2, 4)),
+        rng.standard_normal((5, 2, 3)),
+    )
+    _, scans = _four_ways(fg.value_and_grad(f, argnums=(0, 1)), args)
+    assert len(scans) == 2
+    assert all(s.looped.program.in_place >= 1 for s in scans)

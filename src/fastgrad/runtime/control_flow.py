@@ -110,6 +110,9 @@ class LoopStep:
         self.small_matmuls = (
             not isinstance(call, SwitchCall) and 0 < self.largest_matmul <= SMALL_MATMUL
         )
+        # Its bodies run with BLAS on one thread set around the loop (by this step, or by
+        # the loop it is nested in, which then has small products too).
+        self.one_thread = self.small_matmuls
         if self.small_matmuls:
             for step in _nested_loops(self.bodies):
                 step.small_matmuls = False
@@ -135,6 +138,8 @@ class LoopStep:
                     self.thin = ThinScan(
                         self.call, self.hoisted, self.looped, self.stacks.empty, self.private
                     )
+                    if self.one_thread:  # the bodies need not set it at each iteration
+                        self.looped.program.threads_set_around()
                 outs = self.thin(arrays)  # its final carries are fresh
                 if outs is not None:
                     return outs
