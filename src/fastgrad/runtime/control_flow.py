@@ -24,7 +24,7 @@ from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Aval, Graph, Node
 from fastgrad.runtime.background import loading_beats_numpy
 from fastgrad.runtime.blas import OneThread, has_local_threads
-from fastgrad.runtime.loop_hoisting import hoist
+from fastgrad.runtime.loop_hoisting import HoistedScan, hoist
 from fastgrad.runtime.loop_table import ScanLoop
 from fastgrad.runtime.scan_call import ThinScan
 from fastgrad.runtime.thread_budget import largest_gemm
@@ -86,6 +86,7 @@ class LoopStep:
         self._loop: Callable[..., list[Any]]
         self.looped: ScanLoop | None = None  # the scan's LOOP in the interpreter
         self.thin: ThinScan | None = None  # its call once the LOOP is built (scan_call)
+        self.hoisted: HoistedScan | None = None  # a scan's work outside its loop
         self.first = True  # no run yet: a long scan may wait for its bodies' kernels
         if isinstance(call, ScanCall):
             self.carried = call.n_carry

@@ -297,9 +297,9 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
     of one, bytes, -1, -1, -1, -1, 0, 0] (a carry output that is a carry input, or a view
     of one, lives in the buffers the next iteration writes: iteration i copies it into
     half i % 2 and hands on that); a stacked output with pointer indices is written in
-    place, its buffer's pointer set to row t of its stack before the body runs (and put
-    back after the loop), not copied; per final carry [output number, input number, outer pointer
-    index, bytes]. Iteration i runs body i % 2 (step t: i, or length - 1 - i with
+    place, its buffer's pointers set to row t of its stack before the body runs (and put
+    back after the loop), not copied; per final carry [output number, input number,
+    outer pointer index, bytes]. Iteration i runs body i % 2 (step t: i, or length - 1 - i with
     `reverse`); what it reads was checked once before the loop (runtime.loop_table)."""
     ptrs = table[2]
     length, reverse, n_in, n_out = table[p + 1], table[p + 2], table[p + 3], table[p + 4]
