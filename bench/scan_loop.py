@@ -1,6 +1,7 @@
 """S1 (the scanned RNN's value_and_grad) with its scans run by the interpreter's LOOP, by
 their Python loop (runtime.loop_table.ENABLED off), and by JAX's lax.scan; at T = 50 also
-S2, the same loop unrolled in Python. Interleaved in one process, best of N rounds of
+S2, the same loop unrolled in Python; at T a multiple of 10 also S5, the same loop as a
+scan of scans of 10 steps (fastgrad's and JAX's). Interleaved in one process, best of N rounds of
 wall-clock and process CPU time per call:
 
     PYTHONPATH=src:. python -m bench.scan_loop [T,T,...] [rounds]
@@ -31,7 +32,7 @@ def _timed(fn: Any, args: Any, sync: Any, calls: int) -> tuple[float, float]:
 def main(sizes: list[int], rounds: int) -> None:
     from fastgrad.runtime import loop_table
 
-    s1, s2 = LOOPS[0], LOOPS[1]
+    s1, s2, s5 = LOOPS[0], LOOPS[1], LOOPS[4]
     ours, jax = Fastgrad(), Jax()
     ours.setup(2)
     jax.setup(2)
@@ -41,20 +42,25 @@ def main(sizes: list[int], rounds: int) -> None:
         runs["Python loop"] = runs["LOOP"]
         if steps <= 50:
             runs["unrolled (S2)"] = ours.build(s2)
+        if steps % 10 == 0:
+            runs["nested (S5)"] = ours.build(s5)
         for fn in {id(f): f for f in runs.values()}.values():
             ours.settle(fn, inputs)
             for _ in range(3):
                 fn(*inputs)
         jax_args = jax.convert(s1, inputs)
-        jax_fn = jax.build(s1)
-        jax.sync(jax_fn(*jax_args))
+        theirs = {"JAX": jax.build(s1)}
+        if steps % 10 == 0:
+            theirs["JAX nested"] = jax.build(s5)
+        for fn in theirs.values():
+            jax.sync(fn(*jax_args))
         calls = max(1, 2000 // steps)
-        best = {key: (np.inf, np.inf) for key in [*runs, "JAX"]}
+        best = {key: (np.inf, np.inf) for key in [*runs, *theirs]}
         for _ in range(rounds):
             for key in best:
                 loop_table.ENABLED = key != "Python loop"
-                if key == "JAX":
-                    wall, cpu = _timed(jax_fn, jax_args, jax.sync, calls)
+                if key in theirs:
+                    wall, cpu = _timed(theirs[key], jax_args, jax.sync, calls)
                 else:
                     wall, cpu = _timed(runs[key], inputs, lambda out: None, calls)
                 best[key] = (min(best[key][0], wall), min(best[key][1], cpu))

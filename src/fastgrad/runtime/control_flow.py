@@ -24,8 +24,9 @@ from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.core.ir import Aval, Graph, Node
 from fastgrad.runtime.background import loading_beats_numpy
 from fastgrad.runtime.blas import OneThread, has_local_threads
-from fastgrad.runtime.loop_hoisting import hoist
+from fastgrad.runtime.loop_hoisting import HoistedScan, hoist
 from fastgrad.runtime.loop_table import ScanLoop
+from fastgrad.runtime.scan_call import ThinScan
 from fastgrad.runtime.thread_budget import largest_gemm
 from fastgrad.transforms.calls import GroupCall
 from fastgrad.transforms.control_flow import (
@@ -84,6 +85,8 @@ class LoopStep:
         self.stacks = StackPool()
         self._loop: Callable[..., list[Any]]
         self.looped: ScanLoop | None = None  # the scan's LOOP in the interpreter
+        self.thin: ThinScan | None = None  # its call once the LOOP is built (scan_call)
+        self.hoisted: HoistedScan | None = None  # a scan's work outside its loop
         self.first = True  # no run yet: a long scan may wait for its bodies' kernels
         if isinstance(call, ScanCall):
             self.carried = call.n_carry
@@ -92,6 +95,7 @@ class LoopStep:
             self.bodies = [build(inner.body, True)]
             self._loop = partial(scan_loop, call) if hoisted is None else hoisted.run
             self.looped = ScanLoop(inner, self.bodies[0])
+            self.hoisted = hoisted
         elif isinstance(call, WhileCall):
             self.bodies = [build(call.cond, True), build(call.body, True)]
             self.carried = len(call.body.outputs)
@@ -107,6 +111,9 @@ class LoopStep:
         self.small_matmuls = (
             not isinstance(call, SwitchCall) and 0 < self.largest_matmul <= SMALL_MATMUL
         )
+        # Its bodies run with BLAS on one thread set around the loop (by this step, or by
+        # the loop it is nested in, which then has small products too).
+        self.one_thread = self.small_matmuls
         if self.small_matmuls:
             for step in _nested_loops(self.bodies):
                 step.small_matmuls = False
@@ -127,6 +134,16 @@ class LoopStep:
         if not self.iterating.acquire(blocking=False):
             return self._loop(arrays, *(b.run for b in self.bodies))
         try:
+            if self.looped is not None and self.looped.program is not None:
+                if self.thin is None:
+                    self.thin = ThinScan(
+                        self.call, self.hoisted, self.looped, self.stacks.empty, self.private
+                    )
+                    if self.one_thread:  # the bodies need not set it at each iteration
+                        self.looped.program.threads_set_around()
+                outs = self.thin(arrays)  # its final carries are fresh
+                if outs is not None:
+                    return outs
             stacks: dict[str, Any] = {}
             bodies = [b.iterations() for b in self.bodies]
             fresh: list[Any] = []  # the final carries the LOOP allocated

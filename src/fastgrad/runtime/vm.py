@@ -51,12 +51,13 @@ KERNEL, VIEW, GEMM, LOOP = 1, 2, 3, 4
 # POINTER: an entry of the body's pointer table; INPUT: one of its inputs passed through).
 FIXED, SLICE, CARRY = 0, 1, 2
 ADDRESS, POINTER, INPUT = 0, 1, 2
-LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 4, 4
+LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 10, 4
 # The table starts with where its steps' starts, functions, pointers and floats are, the
 # address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small enough
 # to run on one thread (0: leave BLAS's threads as they are), the address of the
 # interpreter's loop (`table_function`) and the table's length.
 HEADER = 7
+THREADS = 4  # the header's entry of OpenBLAS's thread setter
 UPPER = 121  # CBLAS: the upper triangle
 
 #: The interpreter loop's C signature: the table, where the segment's record is.
@@ -228,7 +229,8 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
     """The interpreter's loop over the segment whose record starts at `table[at]`:
     [first step, step count, ...]. Compiled once, as a C function (`table_function`)."""
     table = carray(pointer, (pointer[6],))
-    starts, functions, ptrs, floats, threads = table[0], table[1], table[2], table[3], table[4]
+    starts, functions, ptrs, floats = table[0], table[1], table[2], table[3]
+    threads = table[THREADS]
     before = _set_threads(threads, 1) if threads != 0 else 0  # as blas.OneThread
     first = table[at]
     for i in range(first, first + table[at + 1]):
@@ -285,12 +287,16 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
     outer pointer index, stride or output number, pointer index in body 0, in body 1 (-1:
     unread), its address this iteration]; per body output [kind, address or pointer index
     in body 0, in body 1, input number, its address after the last iteration]; per stacked
-    output [output number, outer pointer index of the stack, bytes per row, bytes], first
-    those of the carries handed on [-1 - output number, outer pointer index of a pair of
-    buffers, bytes of one, bytes] (a carry output that is a carry input, or a view of one,
-    lives in the buffers the next iteration writes: iteration i copies it into half i % 2
-    and hands on that); per final carry [output number, input number, outer pointer
-    index, bytes]. Iteration i runs body i % 2 (step t: i, or length - 1 - i with
+    output [output number, outer pointer index of the stack, bytes per row, bytes, pointer
+    indices of its buffer in body 0 and in body 1 (-1: copied), those of its buffer in
+    the kernel's shape (-1: none), the address they hold in each], first those of the
+    carries handed on [-1 - output number, outer pointer index of a pair of buffers, bytes
+    of one, bytes, -1, -1, -1, -1, 0, 0] (a carry output that is a carry input, or a view
+    of one, lives in the buffers the next iteration writes: iteration i copies it into
+    half i % 2 and hands on that); a stacked output with pointer indices is written in
+    place, its buffer's pointers set to row t of its stack before the body runs (and put
+    back after the loop), not copied; per final carry [output number, input number,
+    outer pointer index, bytes]. Iteration i runs body i % 2 (step t: i, or length - 1 - i with
     `reverse`); what it reads was checked once before the loop (runtime.loop_table)."""
     ptrs = table[2]
     length, reverse, n_in, n_out = table[p + 1], table[p + 2], table[p + 3], table[p + 4]
@@ -316,6 +322,12 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
             index = table[e + 3 + parity]
             if index >= 0:
                 body[body_ptrs + index] = outer
+        for c in range(copies, carries, LOOP_COPY):  # the stacks written in place
+            if table[c + 4 + parity] >= 0:
+                row = table[ptrs + table[c + 1]] + t * table[c + 2]
+                for q in range(c + 4 + parity, c + 8, 2):
+                    if table[q] >= 0:
+                        body[body_ptrs + table[q]] = row
         _call_table(body[5], head, table[p + 8 + 2 * parity])
         for o in range(outs, copies, LOOP_OUT):
             kind, where = table[o], table[o + 1 + parity]
@@ -332,8 +344,15 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
                 _copy(destination, table[o], table[c + 3])
                 table[o] = destination
                 continue
-            source = table[outs + LOOP_OUT * k + 4]
-            _copy(table[ptrs + table[c + 1]] + t * table[c + 2], source, table[c + 3])
+            if table[c + 4 + parity] < 0:
+                source = table[outs + LOOP_OUT * k + 4]
+                _copy(table[ptrs + table[c + 1]] + t * table[c + 2], source, table[c + 3])
+    for parity in range(2):  # the buffers' own addresses back, for the bodies' other runs
+        head = _table_pointer(table[p + 7 + 2 * parity])
+        for c in range(copies, carries, LOOP_COPY):
+            for q in range(c + 4 + parity, c + 8, 2):
+                if table[q] >= 0:
+                    head[head[2] + table[q]] = table[c + 8 + parity]
     for c in range(carries, carries + LOOP_CARRY * n_carry, LOOP_CARRY):
         if length > 0:
             source = table[outs + LOOP_OUT * table[c] + 4]
