@@ -119,6 +119,7 @@ class Traced:
         from fastgrad.compiler import plan_cache
         from fastgrad.compiler.fusion import partition
         from fastgrad.compiler.passes import simplify
+        from fastgrad.runtime import build_tables
         from fastgrad.runtime.executable import DEBUG, Executable
         from fastgrad.runtime.explain import explain
 
@@ -132,12 +133,34 @@ class Traced:
             generated = {}
         if DEBUG:
             print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
-        executable = Executable(graph, steps, generated=generated)
+        executable = None
+        if key is not None and stored is not None:  # its build too, if stored (build_tables)
+            executable = _from_tables(key, graph, steps, generated)
+        if executable is None:
+            executable = Executable(graph, steps, generated=generated)
+            if key is not None and executable.tables is not None:
+                build_tables.save(key, executable.tables)
         if key is not None and stored is None:
             plan_cache.save(key, self.graph, (graph, steps, executable.generated))
         if DEBUG:
             print(f"# fastgrad: plan\n{explain(self.graph, executable)}")
         return executable
+
+
+def _from_tables(key: str, graph: Graph, steps: Any, generated: Any) -> Executable | None:
+    """The executable of a plan read from disk, built from the tables stored with it; None
+    when there are none, or they do not fit (removed then: built and stored again)."""
+    from fastgrad.runtime import build_tables
+    from fastgrad.runtime.executable import Executable
+
+    tables = build_tables.load(key)
+    if tables is None:
+        return None
+    try:
+        return Executable(graph, steps, generated=generated, tables=tables)
+    except Exception:  # noqa: BLE001  (never trusted: a fresh build raises a real error)
+        build_tables.drop(key)
+        return None
 
 
 def load_layers() -> None:

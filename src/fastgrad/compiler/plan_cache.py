@@ -19,7 +19,8 @@ bounds the folder, the least recently written or read files removed first
 Other products of preparation are kept the same way, under a key that also says which
 one: `load_graph` and `save_graph` hold a whole graph (fastgrad.api.grad stores the
 reverse-mode graph of a traced function, so that tracing `jit(value_and_grad(f))` in a new
-process runs no VJP rule).
+process runs no VJP rule); `load_kind` and `save_kind` any plain data (the executable's
+build, runtime.build_tables).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a plan may not hold {module}.{name}")
 
 
-def _load(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) -> T | None:
+def load_kind(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) -> T | None:
     """`rebuild(data)` of the data stored for `key`; None when there is none or when the
     file is unusable (which is then removed)."""
     path = path_of(key, kind)
@@ -146,7 +147,7 @@ def _load(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) 
     return value
 
 
-def _save(key: str, kind: str, encode: Callable[[], Any], counters: Counters) -> None:
+def save_kind(key: str, kind: str, encode: Callable[[], Any], counters: Counters) -> None:
     """Store `encode()` under `key`; data that has no plain form, or a cache that cannot
     be written (warned about once), is skipped."""
     try:
@@ -173,18 +174,18 @@ def _save(key: str, kind: str, encode: Callable[[], Any], counters: Counters) ->
 
 def load(key: str, traced: Graph) -> Plan | None:
     """The stored plan for `key`, rebuilt for `traced`, or None."""
-    return _load(key, "plan", lambda data: decode_plan(traced, data), COUNTERS)
+    return load_kind(key, "plan", lambda data: decode_plan(traced, data), COUNTERS)
 
 
 def save(key: str, traced: Graph, plan: Plan) -> None:
     """Store `plan` (prepared from `traced`) under `key`."""
-    _save(key, "plan", lambda: encode_plan(traced, *plan), COUNTERS)
+    save_kind(key, "plan", lambda: encode_plan(traced, *plan), COUNTERS)
 
 
 def load_graph(key: str) -> Graph | None:
     """The graph stored under `key` (a derivative's graph, say), or None."""
-    return _load(key, "graph", decode_graph, GRAPH_COUNTERS)
+    return load_kind(key, "graph", decode_graph, GRAPH_COUNTERS)
 
 
 def save_graph(key: str, graph: Graph) -> None:
-    _save(key, "graph", lambda: encode_graph(graph), GRAPH_COUNTERS)
+    save_kind(key, "graph", lambda: encode_graph(graph), GRAPH_COUNTERS)
