@@ -29,7 +29,7 @@ from fastgrad.core.config import config
 from fastgrad.core.interpreter import eval_graph, run_graph
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, leaf_paths, unflatten
-from fastgrad.core.tracing import Trace, Tracer, as_array, is_python_scalar
+from fastgrad.core.tracing import Trace, Tracer, as_array, current_trace, is_python_scalar
 
 if TYPE_CHECKING:
     from fastgrad.runtime.executable import Executable
@@ -75,6 +75,9 @@ class Traced:
     name: str = "function"  # what messages call it: `loss(w: f64[3], x: f64[2,3])`
     executable: Executable | None = None  # the compiled form, built on first concrete call
     layouts: set[tuple[str, ...]] = field(default_factory=set)  # argument layouts run with
+    # What names the graph when it is a stored graph inlined and nothing else (`_inlined`):
+    # its plan's key then follows from those parts, with no digest of its nodes.
+    inlined: tuple[Any, ...] | None = None
 
     def call(self, args: list[np.ndarray], layout: tuple[str, ...] = (), why: str = "") -> Any:
         """Run the compiled form on `args`, whose memory layouts are `layout`. The first
@@ -123,7 +126,12 @@ class Traced:
         from fastgrad.runtime.executable import DEBUG, Executable
         from fastgrad.runtime.explain import explain
 
-        key = plan_cache.plan_key(self.graph) if config.plan_cache else None
+        key = None
+        if config.plan_cache:  # the graph's digest, or what names it (~20 ms at T=200)
+            if self.inlined is None:
+                key = plan_cache.plan_key(self.graph)
+            else:
+                key = plan_cache.inlined_key(self.graph, self.inlined)
         stored = plan_cache.load(key, self.graph) if key is not None else None
         if stored is not None:
             graph, steps, generated = stored
@@ -215,7 +223,45 @@ def trace_avals(
     graph = trace.to_graph(out_leaves)
     graph.verify(types=config.check_graphs)
     name = f"{fun_name}({signature_text(names, avals)})"
-    return Traced(graph, out_tree, list(trace.captured), name)
+    return Traced(graph, out_tree, list(trace.captured), name, inlined=_inlined(trace, graph))
+
+
+def note_inlined(key: str, args: Sequence[Any], outs: Sequence[Any]) -> None:
+    """Note on the trace open in this thread that the first nodes it recorded are those of
+    the graph stored under `key` inlined on `args`, giving `outs` (api.grad: the forward
+    and backward graph of `jit(value_and_grad(f))`)."""
+    trace = current_trace()
+    if trace is not None:
+        trace.inlined = (key, list(args), len(trace.nodes), list(outs))
+
+
+def _inlined(trace: Trace, graph: Graph) -> tuple[Any, ...] | None:
+    """When `graph` is a stored graph inlined and nothing else (Trace.inlined: no node
+    recorded after it, its outputs `graph`'s in order, its inputs `graph`'s or constants),
+    what its nodes follow from: that graph's key, where each of its inputs comes from (an
+    input's place, or a constant's bytes), `graph`'s inputs and sizes. Else None."""
+    if trace.inlined is None or trace.captured:
+        return None
+    key, args, count, outs = trace.inlined
+    if len(trace.nodes) != count or len(outs) != len(graph.outputs):
+        return None
+    for out, var in zip(outs, graph.outputs, strict=True):
+        if not isinstance(out, Tracer) or out.trace is not trace or out._var is not var:
+            return None
+    place = {id(v): k for k, v in enumerate(graph.inputs)}
+    sources: list[Any] = []
+    for arg in args:
+        if isinstance(arg, Tracer):
+            k = place.get(id(arg._var)) if arg.trace is trace else None
+            if k is None:
+                return None
+            sources.append(k)
+        elif type(arg) is np.ndarray:
+            sources.append((arg.dtype.str, arg.shape, arg.tobytes()))
+        else:
+            return None
+    inputs = tuple((v.aval.shape, v.aval.dtype.str, v.aval.weak, v.hint) for v in graph.inputs)
+    return key, tuple(sources), inputs, count, len(graph.nodes), len(graph.outputs)
 
 
 _WARNED_RANDOM: set[str] = set()

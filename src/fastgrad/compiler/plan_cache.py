@@ -46,6 +46,7 @@ from fastgrad.compiler.plan_codec import (
     encode_graph,
     encode_plan,
     graph_digest,
+    op_facts,
 )
 from fastgrad.core.config import cache_dir, config
 from fastgrad.core.ir import Graph
@@ -102,6 +103,22 @@ def plan_key(graph: Graph, *extra: Any) -> str | None:
     parts = [FORMAT.decode(), source_version(), environment_tag(), np.__version__, structure]
     parts.append(repr(extra))
     return hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
+
+
+def inlined_key(graph: Graph, parts: tuple[Any, ...]) -> str | None:
+    """`plan_key` of a graph that is a stored graph inlined and nothing else (api.trace's
+    `_inlined` parts: that graph's key, where its inputs come from, `graph`'s inputs and
+    sizes), with no digest of its nodes, which follow from those parts; what planning
+    reads of its ops' records is read still (one changed at run time is another key)."""
+    if len(graph.nodes) < MIN_NODES:
+        return None
+    try:
+        facts = op_facts(graph)
+    except Uncacheable:
+        COUNTERS.uncacheable += 1
+        return None
+    text = repr(("inlined", FORMAT.decode(), *parts, facts))
+    return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
 
 
 def path_of(key: str, kind: str = "plan") -> Path:
