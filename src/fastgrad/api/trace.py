@@ -145,7 +145,7 @@ class Traced:
         if key is not None and stored is not None:  # its build too, if stored (build_tables)
             executable = _from_tables(key, graph, steps, generated)
         if executable is None:
-            executable = Executable(graph, steps, generated=generated)
+            executable = Executable(graph, steps, generated=generated, record=key is not None)
             if key is not None and executable.tables is not None:
                 build_tables.save(key, executable.tables)
         if key is not None and stored is None:

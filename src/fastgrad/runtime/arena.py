@@ -186,10 +186,8 @@ class Arena:
         # Every call is one into the interpreter (a Segment of runtime.plan_table), which
         # computes nothing with NumPy: Executable.__call__ skips NumPy's errstate.
         self.bare = False
-        # Where each buffer starts in the block, and the block's size (`layout`); and the
-        # layout as plain data, for runtime.build_tables (set by whoever builds the arena).
+        # Where each buffer starts in the block, and the block's size (`layout`).
         self.layout_offsets: tuple[list[int], int] | None = None
-        self.layout_tables: Any = None
 
     def layout(self) -> tuple[list[int], int]:
         """The buffers' offsets in one block (`plan_offsets`) and the block's size."""

@@ -74,9 +74,11 @@ class Executable:
         looped: bool = False,
         generated: dict[tuple[int, bool], KernelSource] | None = None,
         tables: Tables | None = None,
+        record: bool = False,
     ):
         """`tables`: this plan's build stored by another process (runtime.build_tables),
-        used instead of working it out (raises build_tables.Stale if they do not fit)."""
+        used instead of working it out (raises build_tables.Stale if they do not fit);
+        `record`: keep this build's tables in `self.tables`, for the plan cache to store."""
         self.graph = graph
         self.steps = list(steps)
         # Kernel sources by (index of the loop in `steps`, parallel): given (a plan loaded
@@ -157,7 +159,7 @@ class Executable:
             self.arena = _arena(kept, self.template, self.outputs, per_call, False, one, tables)
         else:
             self.arena = _arena(kept, self.template, self.outputs, per_call, False, one)
-            if not loops.done:
+            if record and not loops.done:
                 self.tables = self._record(slot, self.plan, kept, at)
         self.plan = kept
 
@@ -177,7 +179,7 @@ class Executable:
                 for s in kept
                 if isinstance(s, _KernelStep) and s.tier is not None
             },
-            arena=self.arena.layout_tables,
+            arena=_layout_tables(kept, self.arena),
         )
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
@@ -395,10 +397,7 @@ def _arena(
     # views of either) are copied (runtime.ownership).
     owned = static | from_args
     copied = [] if bound else [k for k, slot in enumerate(outputs) if slot in owned]
-    arena = Arena(template, buffers, static_views, steps, outputs, static, lower, copied)
-    if not bound:
-        arena.layout_tables = _layout_tables(plan, arena)
-    return arena
+    return Arena(template, buffers, static_views, steps, outputs, static, lower, copied)
 
 
 def _layout_tables(plan: list[PlanStep], arena: Arena) -> tuple[Any, ...]:
