@@ -407,7 +407,11 @@ def _layout_tables(plan: list[PlanStep], arena: Arena) -> tuple[Any, ...]:
     return (
         len(plan),
         len(arena.base),
-        tuple((p, tuple(s._buffers)) for p, s in enumerate(plan) if isinstance(s, _KernelStep)),
+        tuple(
+            (p, tuple(s._buffers), tuple(s.ins), tuple(s.outs))
+            for p, s in enumerate(plan)
+            if isinstance(s, _KernelStep)
+        ),
         tuple((p, s.buffer) for p, s in enumerate(plan) if isinstance(s, _MatmulStep)),
         tuple(p for p, s in enumerate(plan) if id(s) in views),
         tuple(
@@ -429,9 +433,9 @@ def _stored_arena(
     count, slots, binds, matmuls, views, buffers, offsets, end, static, copied = data
     if count != len(plan) or slots < len(template):
         raise Stale("the arena's tables are for another plan")
-    for p, bound in binds:
+    for p, bound, ins, outs in binds:  # (a step of another kernel variant: Stale)
         step = plan[p]
-        if not isinstance(step, _KernelStep) or len(bound) != len(step.outs):
+        if not isinstance(step, _KernelStep) or (ins, outs) != (tuple(step.ins), tuple(step.outs)):
             raise Stale("the arena's tables bind another step")
         step.bind(list(bound))
     for p, buffer in matmuls:
