@@ -21,12 +21,14 @@ each first call's modules on the loaded development machine.
 
 Where a warm first call's time goes now (CPU ms of the calling thread, best of 5 fresh
 processes alternating with the tree before, load 8-14, bytecode cached, every kernel,
-plan and executable's tables on disk, background mode), the T=200 unrolled RNN: trace 80,
-prepare 57 (was 98 in the same run: the executable built from the tables stored with the
+plan and executable's tables on disk, background mode), the T=200 unrolled RNN: trace 77,
+prepare 57 (was 93 in the same run: the executable built from the tables stored with the
 plan, runtime.build_tables, ~30 left of ~65; the jitted graph named by its stored
-backward graph's key instead of digested, ~15; the plan read itself ~25), first run 55
-(58: NumPy loops ~17, their tier's jobs and checks ~15, matmuls ~11); the whole first
-call 193 against 238, 2.40x its trace (2.93x before). M1 (T=50): 55 against 62.
+backward graph's key instead of digested, ~15; the plan read itself ~25), first run 54
+(55: NumPy loops ~17, their tier's jobs and checks ~15, matmuls ~11); the whole first
+call 192 against 232, 2.51x its trace (2.94x before). M1 (T=50): 51 against 57, once a
+full collection that fell in its first run every other process (~20 ms) was held off
+until after the call, as during preparation (core.collector).
 
 Before that (CPU ms of the calling thread, best of 5 fresh processes alternating with the
 tree before, load 6-7, bytecode cached, every kernel and plan on disk, background mode),
