@@ -418,8 +418,9 @@ def test_two_processes_writing_one_plan(plans: Path) -> None:
     for value, saved, loaded in outs:
         np.testing.assert_allclose(float(value), want[0], rtol=1e-12)
         assert (saved, loaded) in (("1", "0"), ("0", "1"))  # the second may find the file
-    # The plan and the reverse-mode graph, whole: no temporary file left behind.
-    assert sorted(path.suffix for path in plans.iterdir()) == [".graph", ".plan"]
+    # The plan, its executable's tables and the reverse-mode graph, whole: no temporary
+    # file left behind.
+    assert sorted(path.suffix for path in plans.iterdir()) == [".graph", ".plan", ".tables"]
     got = fg.jit(fg.value_and_grad(_tanh_chain))(w, x)
     assert (plan_cache.COUNTERS.loaded, plan_cache.COUNTERS.dropped) == (1, 0)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)

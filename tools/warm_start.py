@@ -20,8 +20,19 @@ does: compiling fastgrad's source again in every process cost ~1 s of each impor
 each first call's modules on the loaded development machine.
 
 Where a warm first call's time goes now (CPU ms of the calling thread, best of 5 fresh
-processes alternating with the tree before, load 6-7, bytecode cached, every kernel and
-plan on disk, background mode), the T=200 unrolled RNN: trace 68 (was 90 in the same
+processes alternating with the tree before, load 8-14, bytecode cached, every kernel,
+plan and executable's tables on disk, background mode), the T=200 unrolled RNN: trace 77,
+prepare 57 (was 93 in the same run: the executable built from the tables stored with the
+plan, runtime.build_tables, ~30 left of ~65; the jitted graph named by its stored
+backward graph's key instead of digested, ~15; the plan read itself ~25), first run 54
+(55: NumPy loops ~17, their tier's jobs and checks ~15, matmuls ~11); the whole first
+call 192 against 232, 2.51x its trace (2.94x before). M1 (T=50): 51 against 57, once a
+full collection that fell in its first run every other process (~20 ms) was held off
+until after the call, as during preparation (core.collector).
+
+Before that (CPU ms of the calling thread, best of 5 fresh processes alternating with the
+tree before, load 6-7, bytecode cached, every kernel and plan on disk, background mode),
+the T=200 unrolled RNN: trace 68 (was 90 in the same
 run: the type check left to config.check_graphs, the graphs inlined var by var), prepare
 65 (was 76: the two digests ~14 in all, the plan read ~20, the executable ~40), first run
 48 (was 58: NumPy loops ~17, the compile thread's jobs ~11, the arena ~5); the whole

@@ -18,6 +18,7 @@ from fastgrad.api.trace import (
     arg_leaf_names,
     leaf_aval,
     name_of,
+    note_inlined,
     param_names,
     run,
     trace_function,
@@ -89,12 +90,12 @@ def vjp_parts(
     return traced, leaves, [flatten(a)[1] for a in diff_args]
 
 
-def reverse_graph(graph: Graph, n_wrt: int) -> Graph:
+def reverse_graph(graph: Graph, n_wrt: int) -> tuple[Graph, str | None]:
     """`vjp_graph` of `graph` for its first `n_wrt` inputs and a cotangent of its first
-    output. Inside a trace (a jitted function being traced), it is kept on disk by the
-    traced graph (compiler.plan_cache): a new process tracing the same function runs no
-    VJP rule. Outside one, each call differentiates afresh (nothing is written for
-    functions called eagerly)."""
+    output, and the key it is stored under (None: not stored). Inside a trace (a jitted
+    function being traced), it is kept on disk by the traced graph (compiler.plan_cache):
+    a new process tracing the same function runs no VJP rule. Outside one, each call
+    differentiates afresh (nothing is written for functions called eagerly)."""
     key = None
     cached = config.plan_cache and current_trace() is not None
     if cached:  # only then: eager calls never load the compiler
@@ -104,11 +105,11 @@ def reverse_graph(graph: Graph, n_wrt: int) -> Graph:
         key = plan_cache.plan_key(graph, "vjp", n_wrt, rules)
         stored = plan_cache.load_graph(key) if key is not None else None
         if stored is not None:
-            return stored
+            return stored, key
     backward = vjp_graph(graph, range(n_wrt), seeds=[0]).verify()
     if key is not None:
         plan_cache.save_graph(key, backward)
-    return backward
+    return backward, key
 
 
 def _rules(graph: Graph) -> tuple[Any, ...] | None:
@@ -186,9 +187,14 @@ def value_and_grad(
                 f"grad needs {name_of(fun)} to return a float scalar, got {value} (shape "
                 f"{value.shape}, dtype {value.dtype}); reduce it first, e.g. with fnp.sum"
             )
-        backward = reverse_graph(traced.graph, len(leaves))
+        backward, key = reverse_graph(traced.graph, len(leaves))
         one = np.ones((), value.dtype)
-        outs = run(backward, [*leaves, *traced.captured, one])
+        inputs = [*leaves, *traced.captured, one]
+        trace = current_trace()
+        first = trace is not None and not trace.nodes  # (jit(value_and_grad(f)))
+        outs = run(backward, inputs)
+        if first and key is not None:
+            note_inlined(key, inputs, outs)
         n_out = len(out_leaves)
         result = unflatten(traced.out_tree, outs[:n_out])
         grad_leaves = iter(outs[n_out:])

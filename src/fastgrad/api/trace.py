@@ -29,7 +29,7 @@ from fastgrad.core.config import config
 from fastgrad.core.interpreter import eval_graph, run_graph
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, leaf_paths, unflatten
-from fastgrad.core.tracing import Trace, Tracer, as_array, is_python_scalar
+from fastgrad.core.tracing import Trace, Tracer, as_array, current_trace, is_python_scalar
 
 if TYPE_CHECKING:
     from fastgrad.runtime.executable import Executable
@@ -75,6 +75,9 @@ class Traced:
     name: str = "function"  # what messages call it: `loss(w: f64[3], x: f64[2,3])`
     executable: Executable | None = None  # the compiled form, built on first concrete call
     layouts: set[tuple[str, ...]] = field(default_factory=set)  # argument layouts run with
+    # What names the graph when it is a stored graph inlined and nothing else (`_inlined`):
+    # its plan's key then follows from those parts, with no digest of its nodes.
+    inlined: tuple[Any, ...] | None = None
 
     def call(self, args: list[np.ndarray], layout: tuple[str, ...] = (), why: str = "") -> Any:
         """Run the compiled form on `args`, whose memory layouts are `layout`. The first
@@ -90,7 +93,10 @@ class Traced:
         first = not self.layouts
         self.layouts.add(layout)
         if first and config.compile == "background" and not executable.waits:
-            with first_run(self.name):  # kernels compile behind, the call runs on NumPy
+            # Kernels compile behind, the call runs on NumPy. It is preparation too (core.
+            # collector): the full collection that the objects preparing it made call for
+            # comes after it, not in it (~20 ms in a warm M1's first call, every other run).
+            with no_full_collections(), first_run(self.name):
                 return executable(args)
         sources = [k.source for k in executable.kernels]
         to_build = len({s for s in sources if needs_build(s)}) if first else 0
@@ -119,10 +125,16 @@ class Traced:
         from fastgrad.compiler import plan_cache
         from fastgrad.compiler.fusion import partition
         from fastgrad.compiler.passes import simplify
+        from fastgrad.runtime import build_tables
         from fastgrad.runtime.executable import DEBUG, Executable
         from fastgrad.runtime.explain import explain
 
-        key = plan_cache.plan_key(self.graph) if config.plan_cache else None
+        key = None
+        if config.plan_cache:  # the graph's digest, or what names it (~20 ms at T=200)
+            if self.inlined is None:
+                key = plan_cache.plan_key(self.graph)
+            else:
+                key = plan_cache.inlined_key(self.graph, self.inlined)
         stored = plan_cache.load(key, self.graph) if key is not None else None
         if stored is not None:
             graph, steps, generated = stored
@@ -132,12 +144,34 @@ class Traced:
             generated = {}
         if DEBUG:
             print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
-        executable = Executable(graph, steps, generated=generated)
+        executable = None
+        if key is not None and stored is not None:  # its build too, if stored (build_tables)
+            executable = _from_tables(key, graph, steps, generated)
+        if executable is None:
+            executable = Executable(graph, steps, generated=generated, record=key is not None)
+            if key is not None and executable.tables is not None:
+                build_tables.save(key, executable.tables)
         if key is not None and stored is None:
             plan_cache.save(key, self.graph, (graph, steps, executable.generated))
         if DEBUG:
             print(f"# fastgrad: plan\n{explain(self.graph, executable)}")
         return executable
+
+
+def _from_tables(key: str, graph: Graph, steps: Any, generated: Any) -> Executable | None:
+    """The executable of a plan read from disk, built from the tables stored with it; None
+    when there are none, or they do not fit (removed then: built and stored again)."""
+    from fastgrad.runtime import build_tables
+    from fastgrad.runtime.executable import Executable
+
+    tables = build_tables.load(key)
+    if tables is None:
+        return None
+    try:
+        return Executable(graph, steps, generated=generated, tables=tables)
+    except Exception:  # noqa: BLE001  (never trusted: a fresh build raises a real error)
+        build_tables.drop(key)
+        return None
 
 
 def load_layers() -> None:
@@ -192,7 +226,45 @@ def trace_avals(
     graph = trace.to_graph(out_leaves)
     graph.verify(types=config.check_graphs)
     name = f"{fun_name}({signature_text(names, avals)})"
-    return Traced(graph, out_tree, list(trace.captured), name)
+    return Traced(graph, out_tree, list(trace.captured), name, inlined=_inlined(trace, graph))
+
+
+def note_inlined(key: str, args: Sequence[Any], outs: Sequence[Any]) -> None:
+    """Note on the trace open in this thread that the first nodes it recorded are those of
+    the graph stored under `key` inlined on `args`, giving `outs` (api.grad: the forward
+    and backward graph of `jit(value_and_grad(f))`)."""
+    trace = current_trace()
+    if trace is not None:
+        trace.inlined = (key, list(args), len(trace.nodes), list(outs))
+
+
+def _inlined(trace: Trace, graph: Graph) -> tuple[Any, ...] | None:
+    """When `graph` is a stored graph inlined and nothing else (Trace.inlined: no node
+    recorded after it, its outputs `graph`'s in order, its inputs `graph`'s or constants),
+    what its nodes follow from: that graph's key, where each of its inputs comes from (an
+    input's place, or a constant's bytes), `graph`'s inputs and sizes. Else None."""
+    if trace.inlined is None or trace.captured:
+        return None
+    key, args, count, outs = trace.inlined
+    if len(trace.nodes) != count or len(outs) != len(graph.outputs):
+        return None
+    for out, var in zip(outs, graph.outputs, strict=True):
+        if not isinstance(out, Tracer) or out.trace is not trace or out._var is not var:
+            return None
+    place = {id(v): k for k, v in enumerate(graph.inputs)}
+    sources: list[Any] = []
+    for arg in args:
+        if isinstance(arg, Tracer):
+            k = place.get(id(arg._var)) if arg.trace is trace else None
+            if k is None:
+                return None
+            sources.append(k)
+        elif type(arg) is np.ndarray:
+            sources.append((arg.dtype.str, arg.shape, arg.tobytes()))
+        else:
+            return None
+    inputs = tuple((v.aval.shape, v.aval.dtype.str, v.aval.weak, v.hint) for v in graph.inputs)
+    return key, tuple(sources), inputs, count, len(graph.nodes), len(graph.outputs)
 
 
 _WARNED_RANDOM: set[str] = set()

@@ -19,7 +19,8 @@ bounds the folder, the least recently written or read files removed first
 Other products of preparation are kept the same way, under a key that also says which
 one: `load_graph` and `save_graph` hold a whole graph (fastgrad.api.grad stores the
 reverse-mode graph of a traced function, so that tracing `jit(value_and_grad(f))` in a new
-process runs no VJP rule).
+process runs no VJP rule); `load_kind` and `save_kind` any plain data (the executable's
+build, runtime.build_tables).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from fastgrad.compiler.plan_codec import (
     encode_graph,
     encode_plan,
     graph_digest,
+    op_facts,
 )
 from fastgrad.core.config import cache_dir, config
 from fastgrad.core.ir import Graph
@@ -103,6 +105,22 @@ def plan_key(graph: Graph, *extra: Any) -> str | None:
     return hashlib.blake2b("\n".join(parts).encode(), digest_size=20).hexdigest()
 
 
+def inlined_key(graph: Graph, parts: tuple[Any, ...]) -> str | None:
+    """`plan_key` of a graph that is a stored graph inlined and nothing else (api.trace's
+    `_inlined` parts: that graph's key, where its inputs come from, `graph`'s inputs and
+    sizes), with no digest of its nodes, which follow from those parts; what planning
+    reads of its ops' records is read still (one changed at run time is another key)."""
+    if len(graph.nodes) < MIN_NODES:
+        return None
+    try:
+        facts = op_facts(graph)
+    except Uncacheable:
+        COUNTERS.uncacheable += 1
+        return None
+    text = repr(("inlined", FORMAT.decode(), *parts, facts))
+    return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+
+
 def path_of(key: str, kind: str = "plan") -> Path:
     return cache_dir() / FOLDER / f"{key}.{kind}"
 
@@ -114,7 +132,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a plan may not hold {module}.{name}")
 
 
-def _load(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) -> T | None:
+def load_kind(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) -> T | None:
     """`rebuild(data)` of the data stored for `key`; None when there is none or when the
     file is unusable (which is then removed)."""
     path = path_of(key, kind)
@@ -146,7 +164,7 @@ def _load(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counters) 
     return value
 
 
-def _save(key: str, kind: str, encode: Callable[[], Any], counters: Counters) -> None:
+def save_kind(key: str, kind: str, encode: Callable[[], Any], counters: Counters) -> None:
     """Store `encode()` under `key`; data that has no plain form, or a cache that cannot
     be written (warned about once), is skipped."""
     try:
@@ -173,18 +191,18 @@ def _save(key: str, kind: str, encode: Callable[[], Any], counters: Counters) ->
 
 def load(key: str, traced: Graph) -> Plan | None:
     """The stored plan for `key`, rebuilt for `traced`, or None."""
-    return _load(key, "plan", lambda data: decode_plan(traced, data), COUNTERS)
+    return load_kind(key, "plan", lambda data: decode_plan(traced, data), COUNTERS)
 
 
 def save(key: str, traced: Graph, plan: Plan) -> None:
     """Store `plan` (prepared from `traced`) under `key`."""
-    _save(key, "plan", lambda: encode_plan(traced, *plan), COUNTERS)
+    save_kind(key, "plan", lambda: encode_plan(traced, *plan), COUNTERS)
 
 
 def load_graph(key: str) -> Graph | None:
     """The graph stored under `key` (a derivative's graph, say), or None."""
-    return _load(key, "graph", decode_graph, GRAPH_COUNTERS)
+    return load_kind(key, "graph", decode_graph, GRAPH_COUNTERS)
 
 
 def save_graph(key: str, graph: Graph) -> None:
-    _save(key, "graph", lambda: encode_graph(graph), GRAPH_COUNTERS)
+    save_kind(key, "graph", lambda: encode_graph(graph), GRAPH_COUNTERS)

@@ -208,9 +208,7 @@ def graph_digest(graph: Graph) -> str:
     inputs = tuple((_aval(v.aval), v.hint) for v in graph.inputs)
     avals, nodes, index = _encode_nodes(graph, array)
     outputs = tuple(index[id(v)] for v in graph.outputs)
-    ops = {id(n.op): n.op for n in graph.nodes}
-    facts = tuple(sorted(_op_facts(op) for op in ops.values()))
-    rows = (inputs, nodes, outputs, avals.table(), facts)
+    rows = (inputs, nodes, outputs, avals.table(), op_facts(graph))
     # Pickled without its memo ("fast" mode): by default pickle writes an object met
     # twice as a reference to the first, so equal rows whose strings or tuples are shared
     # in one graph and not in another (one traced with a reverse-mode graph read from
@@ -220,6 +218,12 @@ def graph_digest(graph: Graph) -> str:
     pickler.fast = True
     pickler.dump(rows)
     return hashlib.blake2b(buffer.getbuffer(), digest_size=20).hexdigest()
+
+
+def op_facts(graph: Graph) -> tuple[Any, ...]:
+    """What planning reads of the records of `graph`'s ops (raises Uncacheable)."""
+    ops = {id(n.op): n.op for n in graph.nodes}
+    return tuple(sorted(_op_facts(op) for op in ops.values()))
 
 
 def _op_facts(op: Any) -> tuple[Any, ...]:

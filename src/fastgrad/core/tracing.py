@@ -433,6 +433,10 @@ class Trace:
         self._const_values: dict[int, np.ndarray] = {}
         self._effect_token: Var | None = None  # the output of the last effect, if any
         self.alive = True
+        # (key, args, node count after, outputs) of a graph stored under `key` inlined as
+        # the first thing this trace recorded (api.trace.note_inlined): its graph may then
+        # be named by that key rather than digested again.
+        self.inlined: tuple[str, list[Any], int, list[Any]] | None = None
 
     def __enter__(self) -> Trace:
         _open.stack.append(self)

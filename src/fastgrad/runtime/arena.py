@@ -186,11 +186,20 @@ class Arena:
         # Every call is one into the interpreter (a Segment of runtime.plan_table), which
         # computes nothing with NumPy: Executable.__call__ skips NumPy's errstate.
         self.bare = False
+        # Where each buffer starts in the block, and the block's size (`layout`).
+        self.layout_offsets: tuple[list[int], int] | None = None
+
+    def layout(self) -> tuple[list[int], int]:
+        """The buffers' offsets in one block (`plan_offsets`) and the block's size."""
+        if self.layout_offsets is None:
+            spans = [(b.nbytes, b.first, b.last) for b in self.buffers]
+            self.layout_offsets = plan_offsets(spans)
+        return self.layout_offsets
 
     def _fill(self) -> list[Any]:
         env = list(self.base)
         buffers = self.buffers
-        offsets, end = plan_offsets([(b.nbytes, b.first, b.last) for b in buffers])
+        offsets, end = self.layout()
         block = np.empty(end + ALIGN, np.uint8)
         shift = -block.ctypes.data % ALIGN
         for b, start in zip(buffers, offsets, strict=True):
@@ -251,6 +260,7 @@ class Arena:
             self.copied,
         )
         arena.waits = self.waits
+        arena.layout_offsets = self.layout_offsets
         return arena
 
     def run(self, args: Sequence[Any]) -> list[Any]:

@@ -16,9 +16,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from collections.abc import Set as AbstractSet
 from contextlib import nullcontext
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -27,21 +25,21 @@ import numpy as np
 from fastgrad.compiler.codegen.loops import KernelSource, generate
 from fastgrad.compiler.codegen.math_names import VECTOR_MATH
 from fastgrad.compiler.fusion import Call, Loop, Step, partition
-from fastgrad.compiler.kernel_cache import call_writable, first_call, load_kernel
 from fastgrad.compiler.passes import simplify
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph
-from fastgrad.ops.shape import _as_slices as as_slices
 from fastgrad.runtime import threading_layer  # noqa: F401  (before any parallel kernel)
-from fastgrad.runtime.arena import Arena, Buffer, staggered_empty
+from fastgrad.runtime.arena import Arena, Buffer
 from fastgrad.runtime.background import KernelTier
 from fastgrad.runtime.blas import OneThread
+from fastgrad.runtime.build_tables import Stale, Tables, slot_table, values
 from fastgrad.runtime.control_flow import OPS as LOOP_OPS
 from fastgrad.runtime.control_flow import SMALL_MATMUL, LoopPlanner, LoopStep
 from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
 from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
 from fastgrad.runtime.ownership import borrowed
+from fastgrad.runtime.plan_steps import _VIEW_ARG, PlanStep, _CallStep, _KernelStep, _ViewStep
 from fastgrad.runtime.small_call import SmallCall, function
 from fastgrad.runtime.small_call import build as build_small_call
 from fastgrad.runtime.thread_budget import largest_gemm, numba_threads, shares_cores
@@ -60,199 +58,6 @@ MIN_CHUNK = 1024
 DEBUG = bool(os.environ.get("FASTGRAD_DEBUG"))
 
 
-@dataclass
-class _KernelStep:
-    loop: Loop
-    source: KernelSource
-    ins: list[int]
-    outs: list[int]
-    sizes: tuple[int, ...]
-    nchunks: int
-    parallel: bool
-    scalars: tuple[Any, ...] = ()
-    checks: tuple[int, ...] = ()
-    kernel: Any = None
-    tier: KernelTier | None = None  # NumPy, then kernels as they are ready (None: settled)
-
-    def __post_init__(self) -> None:
-        # Which operands the kernel sees in another shape: 0-d as (1,), and all raveled in a
-        # flat loop. Decided once here, so a call does no more than it must.
-        flat = self.source.flat
-        self._reshape_in = [
-            v.aval.ndim == 0 or (flat and v.aval.ndim > 1) for v in self.source.inputs
-        ]
-        self._any_reshape = any(self._reshape_in)
-        self._head = (*self.sizes, self.nchunks, *self.scalars)
-        # Per output: the shape and dtype the kernel writes, and the shape the graph sees
-        # (None when equal).
-        self.allocations: list[tuple[tuple[int, ...], np.dtype]] = []
-        self._views: list[tuple[int, ...] | None] = []
-        for v in self.source.outputs:
-            shape = v.aval.shape
-            kernel_shape = (v.aval.size,) if (flat or not shape) and len(shape) != 1 else shape
-            self.allocations.append((kernel_shape, v.aval.dtype))
-            self._views.append(None if kernel_shape == shape else shape)
-        self.bind([None] * len(self.outs))
-
-    def bind(self, buffers: list[int | None]) -> None:
-        """Outputs written into preallocated buffers: `buffers[k]` is the slot holding output
-        k's buffer in the kernel's shape (its graph-shaped view sits in its own slot), or
-        None for an output allocated afresh at every call."""
-        self._buffers = buffers
-        self._fresh = [
-            (k, *self.allocations[k], self._views[k], self.outs[k])
-            for k, b in enumerate(buffers)
-            if b is None
-        ]
-
-    def check_indices(self, env: list[Any]) -> None:
-        """Raise NumPy's IndexError for an index out of bounds: kernels do not check."""
-        for slot in self.checks:
-            columns = env[slot]
-            k = self.sizes[1]
-            if columns.size and (columns.min() < -k or columns.max() >= k):
-                bad = columns[(columns < -k) | (columns >= k)][0]
-                raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
-
-    def run(self, env: list[Any]) -> None:
-        self.check_indices(env)
-        if self.tier is not None and self._numpy_answers(env):
-            return  # computed with NumPy: the kernel is still compiling in the background
-        kernel = self.kernel
-        if kernel is None:
-            loaded = load_kernel(self.source.source, self.source.name)
-            kernel = partial(first_call, loaded)
-        call_writable(kernel, self.arguments(env))
-        if self.kernel is None:
-            self.kernel = loaded
-
-    def arguments(self, env: list[Any]) -> list[Any]:
-        """The kernel's arguments for the values in `env`. Outputs without a preallocated
-        buffer are allocated here and put in their slots."""
-        if self._any_reshape:
-            arrays = [
-                np.ascontiguousarray(env[slot]).reshape(-1) if reshape else env[slot]
-                for slot, reshape in zip(self.ins, self._reshape_in, strict=False)
-            ]
-        else:
-            arrays = [env[slot] for slot in self.ins]
-        outs = [None if b is None else env[b] for b in self._buffers]
-        for k, shape, dtype, view, slot in self._fresh:
-            buf = outs[k] = staggered_empty(shape, dtype, k)
-            env[slot] = buf if view is None else buf.reshape(view)
-        return [*self._head, *arrays, *outs]
-
-    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None] | None:
-        """This step as a call with its arguments bound: the buffers, constants and views in
-        `static` slots of `env` once and for all, the other slots read at each call. None
-        while its kernel is not settled (not loaded yet, or compiling in the background)."""
-        kernel = self.kernel
-        if kernel is None or self.tier is not None:
-            return None
-        if self.checks:
-            return partial(self.run, env)
-        args = list(self._head)
-        dynamic = []  # (position, slot, raveled)
-        for slot, reshape in zip(self.ins, self._reshape_in, strict=True):
-            value = env[slot] if slot in static else None
-            if value is not None and reshape:
-                raveled = np.ascontiguousarray(value).reshape(-1)
-                value = raveled if np.may_share_memory(raveled, value) else None  # no copy
-            if value is None:
-                dynamic.append((len(args), slot, reshape))
-            args.append(value)
-        args.extend(None if buffer is None else env[buffer] for buffer in self._buffers)
-        fresh = []  # (position, output index, shape, dtype, graph shape, slot)
-        for k, shape, dtype, view, slot in self._fresh:
-            fresh.append((len(self._head) + len(self.ins) + k, k, shape, dtype, view, slot))
-        if not dynamic and not fresh:
-            return partial(kernel, *args)
-
-        def call() -> None:
-            for position, slot, reshape in dynamic:
-                value = env[slot]
-                args[position] = np.ascontiguousarray(value).reshape(-1) if reshape else value
-            for position, k, shape, dtype, view, slot in fresh:
-                buf = args[position] = staggered_empty(shape, dtype, k)
-                env[slot] = buf if view is None else buf.reshape(view)
-            call_writable(kernel, args)
-            # Hold no array of this call past it: a scan's stacked output read here would
-            # otherwise stay referenced, and its StackPool could never hand it out again.
-            for position in cleared:
-                args[position] = None
-
-        cleared = [position for position, *_ in dynamic] + [position for position, *_ in fresh]
-        return call
-
-    def _numpy_answers(self, env: list[Any]) -> bool:
-        """Ask the tier; when NumPy computed the loop, its results go into the preallocated
-        buffers, which views made once per arena still look at."""
-        tier = self.tier  # read once: a call in another thread may settle it meanwhile
-        if tier is None:
-            return False
-        bound = [
-            (out, env[out])
-            for out, b in zip(self.outs, self._buffers, strict=True)
-            if b is not None
-        ]
-        if not tier.answer(self, env):
-            return False
-        for slot, buffer in bound:
-            np.copyto(buffer, env[slot])
-            env[slot] = buffer
-        return True
-
-
-@dataclass
-class _ViewStep:
-    """reshape, transpose, slice or broadcast_to: a NumPy view (a copy only where NumPy's
-    reshape needs one), with its arguments prepared once."""
-
-    op: str
-    arg: Any
-    ins: list[int]
-    out: int
-
-    def run(self, env: list[Any]) -> None:
-        env[self.out] = view(self.op, env[self.ins[0]], self.arg)
-
-
-def view(op: str, x: np.ndarray, arg: Any) -> np.ndarray:
-    if op == "slice":
-        return x[arg]
-    if op == "transpose":
-        return x.transpose(arg)
-    if op == "reshape":
-        return x.reshape(arg)
-    return np.broadcast_to(x, arg)
-
-
-_VIEW_ARG = {
-    "reshape": lambda params: params["shape"],
-    "broadcast_to": lambda params: params["shape"],
-    "transpose": lambda params: params["axes"],
-    "slice": lambda params: as_slices(params["index"]),
-}
-
-
-@dataclass
-class _CallStep:
-    """Any other op: its NumPy implementation."""
-
-    impl: Any
-    params: dict[str, Any]
-    ins: list[int]
-    out: int
-    dtype: np.dtype
-
-    def run(self, env: list[Any]) -> None:
-        value = self.impl(*(env[i] for i in self.ins), **self.params)  # under plan's errstate
-        env[self.out] = np.asarray(value, dtype=self.dtype)
-
-
-PlanStep = _KernelStep | _CallStep | _MatmulStep | _ViewStep | LoopStep
-
-
 class Executable:
     """A graph ready to run: call it with the graph's input arrays.
 
@@ -268,13 +73,19 @@ class Executable:
         steps: Sequence[Step],
         looped: bool = False,
         generated: dict[tuple[int, bool], KernelSource] | None = None,
+        tables: Tables | None = None,
+        record: bool = False,
     ):
+        """`tables`: this plan's build stored by another process (runtime.build_tables),
+        used instead of working it out (raises build_tables.Stale if they do not fit);
+        `record`: keep this build's tables in `self.tables`, for the plan cache to store."""
         self.graph = graph
         self.steps = list(steps)
         # Kernel sources by (index of the loop in `steps`, parallel): given (a plan loaded
         # from disk, compiler.plan_cache) or filled here, for the plan cache to store.
         self.generated = {} if generated is None else generated
-        slot: dict[int, int] = {}
+        slot: dict[int, int] = {} if tables is None else slot_table(tables, graph, self.steps)
+        stored_slots = len(slot)
 
         def slot_of(v: Any) -> int:  # ~12,600 calls building the T=200 RNN's plan
             k = slot.get(id(v))
@@ -291,6 +102,9 @@ class Executable:
         self.constants = constants
         self.plan: list[PlanStep] = []
         loops = LoopPlanner(graph, compile_graph)
+        numpy = tables.numpy if tables is not None else {}
+        folded = tables.folded if tables is not None else frozenset()
+        at: dict[int, int] = {}  # id of a plan step -> the index of its step in `steps`
         for index, step in enumerate(self.steps):
             if isinstance(step, Call) and step.node.op.name in LOOP_OPS:
                 loop = loops.step(step.node, slot_of)  # one step for all of a loop's nodes
@@ -298,18 +112,29 @@ class Executable:
                     self.plan.append(loop)
             elif isinstance(step, Call):
                 self.plan.append(self._call_step(step.node, slot_of))
+            elif index not in folded:  # (folded: an add BLAS does, `stored` below)
+                self.plan.append(self._kernel_step(step, slot_of, index, numpy.get(index)))
             else:
-                self.plan.append(self._kernel_step(step, slot_of, index))
+                continue
+            at[id(self.plan[-1])] = index
         self.outputs = [slot_of(v) for v in graph.outputs]
+        # Stored tables: what they say, if they fit (every slot known, the same outputs).
+        if tables is not None and (
+            len(slot) != stored_slots or tuple(self.outputs) != tables.outputs
+        ):
+            raise Stale("the tables do not fit this plan")
         views = [(s.ins[0], s.out) for s in self.plan if isinstance(s, _ViewStep)]
         per_call = borrowed(views, len(graph.inputs))  # arguments, and views of them
-        fresh = fresh_slots(self.plan, self.outputs)
-        seen = fresh_slots(self.plan, self.outputs, stacked_inputs=False)
-        for planned in self.plan:
-            if isinstance(planned, LoopStep):
-                planned.publish(seen)
-        self.plan = fold_accumulations(self.plan, fresh, per_call)
-        self.views_of = partial(fresh_slots, self.plan)  # (runtime.loop_table's carries)
+        if tables is None:
+            fresh = fresh_slots(self.plan, self.outputs)
+            seen = fresh_slots(self.plan, self.outputs, stacked_inputs=False)
+            for planned in self.plan:
+                if isinstance(planned, LoopStep):
+                    planned.publish(seen)
+            kept = fold_accumulations(self.plan, fresh, per_call)
+        else:
+            kept = _stored_matmuls(self.plan, at, tables.matmuls)
+        self.views_of = partial(fresh_slots, kept)  # (runtime.loop_table's carries)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
         for key, value in constants.items():
@@ -318,17 +143,44 @@ class Executable:
         self._lock = threading.Lock()
         self._small: Any = None  # runtime.small_call's Plan, or False
         self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
-        self.one_blas_thread = one = self.small_matmuls or shares_cores(self.plan, graph)
+        self.one_blas_thread = one = self.small_matmuls or shares_cores(kept, graph)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
+        # What a process reading this plan from disk may take as it is (runtime.build_tables):
+        # a plan run by itself (a loop body's plan, or a plan running loops, is built anew).
+        self.tables: Tables | None = None
         if looped:
             # The plan's own steps run the loop; copies of them (bound to buffers of
             # their own) serve `run`, for a loop that finds the two arenas in use.
-            copies = [copy.copy(s) for s in self.plan]
-            first = _arena(self.plan, self.template, self.outputs, per_call, True, one)
+            copies = [copy.copy(s) for s in kept]
+            first = _arena(kept, self.template, self.outputs, per_call, True, one)
             self._alternating = [first, first.fresh()]
             self.arena = _arena(copies, self.template, self.outputs, per_call, False, one)
+        elif tables is not None:
+            self.arena = _arena(kept, self.template, self.outputs, per_call, False, one, tables)
         else:
-            self.arena = _arena(self.plan, self.template, self.outputs, per_call, False, one)
+            self.arena = _arena(kept, self.template, self.outputs, per_call, False, one)
+            if record and not loops.done:
+                self.tables = self._record(slot, self.plan, kept, at)
+        self.plan = kept
+
+    def _record(
+        self, slot: dict[int, int], built: list[PlanStep], kept: list[PlanStep], at: dict[int, int]
+    ) -> Tables:
+        """This build as tables, for another process to read (runtime.build_tables)."""
+        order = values(self.graph, self.steps)
+        kept_ids = set(map(id, kept))
+        return Tables(
+            slots=tuple(slot.get(id(v), -1) for v in order),
+            outputs=tuple(self.outputs),
+            folded=frozenset(at[id(s)] for s in built if id(s) not in kept_ids),
+            matmuls={at[id(s)]: (s.out, s.accumulate) for s in kept if isinstance(s, _MatmulStep)},
+            numpy={
+                at[id(s)]: s.tier.numpy_loop.tables()
+                for s in kept
+                if isinstance(s, _KernelStep) and s.tier is not None
+            },
+            arena=_layout_tables(kept, self.arena),
+        )
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
         ins = [slot_of(v) for v in n.inputs]
@@ -345,7 +197,7 @@ class Executable:
             self.generated[index, parallel] = source
         return source
 
-    def _kernel_step(self, loop: Loop, slot_of: Any, index: int) -> _KernelStep:
+    def _kernel_step(self, loop: Loop, slot_of: Any, index: int, stored: Any = None) -> _KernelStep:
         size = math.prod(loop.shape)  # np.prod: ~4 us, per loop of a plan
         parallel = size >= PARALLEL_THRESHOLD and numba_threads() > 1
         source = self._generate(index, loop, parallel)
@@ -353,7 +205,7 @@ class Executable:
         # under the watchdog (an overdue compile leaves the loop on NumPy, never a hang).
         # In background mode the serial variant comes first: it compiles ~1.2 s faster.
         serial = [self._generate(index, loop, False)] if parallel else []
-        tier = KernelTier(NumpyLoop(loop, slot_of), [*serial, source], loop.shape)
+        tier = KernelTier(NumpyLoop(loop, slot_of, stored), [*serial, source], loop.shape)
         if DEBUG:
             print(f"# fastgrad: kernel for loop over {loop.shape}\n{source.source}")
         sizes = (size,) if source.flat else tuple(loop.shape)
@@ -484,6 +336,7 @@ def _arena(
     from_args: set[int],
     bound: bool = False,
     one_blas_thread: bool = False,
+    tables: Tables | None = None,
 ) -> Arena:
     """Give every intermediate that kernels and matmuls write a preallocated buffer, bind
     the steps to them, and set apart the views of buffers (made once per arena).
@@ -492,7 +345,12 @@ def _arena(
     What the caller receives must be fresh at every call: the outputs, and what they may
     be views of (the inputs of a view, of a library call or of a loop that may return
     one). A reshape copies where its input is not contiguous, so only a reshape of a
-    buffer itself (or of a constant) is made once; other views of views run per call."""
+    buffer itself (or of a constant) is made once; other views of views run per call.
+    With `tables`: the layout they hold (`_layout_tables`), bound to `plan`'s steps."""
+    # The interpreter runs BLAS on one thread where the step runner would.
+    lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
+    if tables is not None:
+        return _stored_arena(plan, template, outputs, lower, tables.arena)
     fresh = set() if bound else fresh_slots(plan, outputs)  # bound: the loop copies
     template = list(template)
     buffers: list[Buffer] = []
@@ -535,13 +393,88 @@ def _arena(
             continue
         steps.append(step)
     _spans(plan, buffers, outputs)
-    # The interpreter runs BLAS on one thread where the step runner would.
-    lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
     # Outside a loop body what the caller receives is fresh: constants, arguments (and
     # views of either) are copied (runtime.ownership).
     owned = static | from_args
     copied = [] if bound else [k for k, slot in enumerate(outputs) if slot in owned]
     return Arena(template, buffers, static_views, steps, outputs, static, lower, copied)
+
+
+def _layout_tables(plan: list[PlanStep], arena: Arena) -> tuple[Any, ...]:
+    """An arena's layout as plain data, its steps named by their place in `plan`."""
+    views = set(map(id, arena.static_views))
+    offsets, end = arena.layout()
+    return (
+        len(plan),
+        len(arena.base),
+        tuple(
+            (p, tuple(s._buffers), tuple(s.ins), tuple(s.outs))
+            for p, s in enumerate(plan)
+            if isinstance(s, _KernelStep)
+        ),
+        tuple((p, s.buffer) for p, s in enumerate(plan) if isinstance(s, _MatmulStep)),
+        tuple(p for p, s in enumerate(plan) if id(s) in views),
+        tuple(
+            (b.slot, b.shape, b.dtype.str, b.view_slot, b.view_shape, b.first, b.last)
+            for b in arena.buffers
+        ),
+        tuple(offsets),
+        end,
+        tuple(sorted(arena.static)),
+        tuple(arena.copied),
+    )
+
+
+def _stored_arena(
+    plan: list[PlanStep], template: list[Any], outputs: list[int], lower: Any, data: Any
+) -> Arena:
+    """The arena `_layout_tables` describes, its steps `plan`'s (build_tables.Stale where
+    the two do not fit)."""
+    count, slots, binds, matmuls, views, buffers, offsets, end, static, copied = data
+    if count != len(plan) or slots < len(template):
+        raise Stale("the arena's tables are for another plan")
+    for p, bound, ins, outs in binds:  # (a step of another kernel variant: Stale)
+        step = plan[p]
+        if not isinstance(step, _KernelStep) or (ins, outs) != (tuple(step.ins), tuple(step.outs)):
+            raise Stale("the arena's tables bind another step")
+        step.bind(list(bound))
+    for p, buffer in matmuls:
+        step = plan[p]
+        if not isinstance(step, _MatmulStep):
+            raise Stale("the arena's tables bind another step")
+        step.buffer = buffer
+    dtypes: dict[str, np.dtype] = {}
+    made = [
+        Buffer(slot, shape, dtypes.get(d) or dtypes.setdefault(d, np.dtype(d)), *rest)
+        for slot, shape, d, *rest in buffers
+    ]
+    at = set(views)
+    arena = Arena(
+        [*template, *[None] * (slots - len(template))],
+        made,
+        [plan[p] for p in views],
+        [s for p, s in enumerate(plan) if p not in at],
+        outputs,
+        static,
+        lower,
+        copied,
+    )
+    arena.layout_offsets = (list(offsets), end)
+    return arena
+
+
+def _stored_matmuls(
+    plan: list[PlanStep], at: dict[int, int], matmuls: dict[int, tuple[int, bool]]
+) -> list[PlanStep]:
+    """fold_accumulations' result, as stored tables give it: each matmul's output slot and
+    whether it adds into it (the adds it replaced were never built)."""
+    for step in plan:
+        if isinstance(step, _MatmulStep):
+            stored = matmuls.get(at[id(step)])
+            if stored is None:
+                raise Stale("a matmul the tables do not know")
+            step.out, step.accumulate = stored
+    return plan
 
 
 def _lower(*args: Any, one_thread: bool) -> Any:

@@ -26,8 +26,20 @@ _Op = tuple[Callable[..., Any], dict[str, Any], list[tuple[bool, int]], np.dtype
 class NumpyLoop:
     """One fused loop as a sequence of whole-array NumPy calls over the plan's slots."""
 
-    def __init__(self, loop: Loop, slot_of: Callable[[Any], int]):
+    def __init__(self, loop: Loop, slot_of: Callable[[Any], int], stored: Any = None):
+        """`stored`: what `tables()` gave for this loop in another process (the plan read
+        from disk, runtime.build_tables), used instead of working it out again."""
         nodes = loop.nodes
+        if stored is not None:
+            ins_of, reuse_of, outputs = stored
+            self.ops = [
+                (n.op.impl, n.params, ins, n.out.aval.dtype, reuse)
+                for n, ins, reuse in zip(nodes, ins_of, reuse_of, strict=True)
+            ]
+            self.outputs = list(outputs)
+            self.size = len(self.ops)
+            self.blocked = BlockedLoop.plan(loop, slot_of)
+            return
         local = {id(node.out): i for i, node in enumerate(nodes)}
         outputs = {local[id(v)] for v in loop.outputs}
         # A ufunc's result is fresh memory, and one read only by ufuncs is never aliased by
@@ -66,6 +78,11 @@ class NumpyLoop:
         self.size = len(self.ops)
         # A large loop runs a block of rows at a time, in cache (runtime.numpy_blocks).
         self.blocked = BlockedLoop.plan(loop, slot_of)
+
+    def tables(self) -> tuple[Any, ...]:
+        """The loop's plan as plain data, for `stored` (runtime.build_tables)."""
+        ins = tuple(tuple(op[2]) for op in self.ops)
+        return ins, tuple(op[4] for op in self.ops), tuple(self.outputs)
 
     def run(self, env: list[Any]) -> None:
         if self.blocked is not None:

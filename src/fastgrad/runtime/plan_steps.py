@@ -1,0 +1,215 @@
+"""A plan's steps other than matmuls and loops: a fused kernel (with its NumPy tier until
+the kernel is ready), a view, and a library call, each reading and filling slots of a
+flat list of values (runtime.executable builds them from a partitioned graph)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from fastgrad.compiler.codegen.loops import KernelSource
+from fastgrad.compiler.fusion import Loop
+from fastgrad.compiler.kernel_cache import call_writable, first_call, load_kernel
+from fastgrad.ops.shape import _as_slices as as_slices
+from fastgrad.runtime.arena import staggered_empty
+from fastgrad.runtime.background import KernelTier
+from fastgrad.runtime.control_flow import LoopStep
+from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
+
+
+@dataclass
+class _KernelStep:
+    loop: Loop
+    source: KernelSource
+    ins: list[int]
+    outs: list[int]
+    sizes: tuple[int, ...]
+    nchunks: int
+    parallel: bool
+    scalars: tuple[Any, ...] = ()
+    checks: tuple[int, ...] = ()
+    kernel: Any = None
+    tier: KernelTier | None = None  # NumPy, then kernels as they are ready (None: settled)
+
+    def __post_init__(self) -> None:
+        # Which operands the kernel sees in another shape: 0-d as (1,), and all raveled in a
+        # flat loop. Decided once here, so a call does no more than it must.
+        flat = self.source.flat
+        self._reshape_in = [
+            v.aval.ndim == 0 or (flat and v.aval.ndim > 1) for v in self.source.inputs
+        ]
+        self._any_reshape = any(self._reshape_in)
+        self._head = (*self.sizes, self.nchunks, *self.scalars)
+        # Per output: the shape and dtype the kernel writes, and the shape the graph sees
+        # (None when equal).
+        self.allocations: list[tuple[tuple[int, ...], np.dtype]] = []
+        self._views: list[tuple[int, ...] | None] = []
+        for v in self.source.outputs:
+            shape = v.aval.shape
+            kernel_shape = (v.aval.size,) if (flat or not shape) and len(shape) != 1 else shape
+            self.allocations.append((kernel_shape, v.aval.dtype))
+            self._views.append(None if kernel_shape == shape else shape)
+        self.bind([None] * len(self.outs))
+
+    def bind(self, buffers: list[int | None]) -> None:
+        """Outputs written into preallocated buffers: `buffers[k]` is the slot holding output
+        k's buffer in the kernel's shape (its graph-shaped view sits in its own slot), or
+        None for an output allocated afresh at every call."""
+        self._buffers = buffers
+        self._fresh = [
+            (k, *self.allocations[k], self._views[k], self.outs[k])
+            for k, b in enumerate(buffers)
+            if b is None
+        ]
+
+    def check_indices(self, env: list[Any]) -> None:
+        """Raise NumPy's IndexError for an index out of bounds: kernels do not check."""
+        for slot in self.checks:
+            columns = env[slot]
+            k = self.sizes[1]
+            if columns.size and (columns.min() < -k or columns.max() >= k):
+                bad = columns[(columns < -k) | (columns >= k)][0]
+                raise IndexError(f"index {bad} is out of bounds for axis 1 with size {k}")
+
+    def run(self, env: list[Any]) -> None:
+        self.check_indices(env)
+        if self.tier is not None and self._numpy_answers(env):
+            return  # computed with NumPy: the kernel is still compiling in the background
+        kernel = self.kernel
+        if kernel is None:
+            loaded = load_kernel(self.source.source, self.source.name)
+            kernel = partial(first_call, loaded)
+        call_writable(kernel, self.arguments(env))
+        if self.kernel is None:
+            self.kernel = loaded
+
+    def arguments(self, env: list[Any]) -> list[Any]:
+        """The kernel's arguments for the values in `env`. Outputs without a preallocated
+        buffer are allocated here and put in their slots."""
+        if self._any_reshape:
+            arrays = [
+                np.ascontiguousarray(env[slot]).reshape(-1) if reshape else env[slot]
+                for slot, reshape in zip(self.ins, self._reshape_in, strict=False)
+            ]
+        else:
+            arrays = [env[slot] for slot in self.ins]
+        outs = [None if b is None else env[b] for b in self._buffers]
+        for k, shape, dtype, view, slot in self._fresh:
+            buf = outs[k] = staggered_empty(shape, dtype, k)
+            env[slot] = buf if view is None else buf.reshape(view)
+        return [*self._head, *arrays, *outs]
+
+    def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None] | None:
+        """This step as a call with its arguments bound: the buffers, constants and views in
+        `static` slots of `env` once and for all, the other slots read at each call. None
+        while its kernel is not settled (not loaded yet, or compiling in the background)."""
+        kernel = self.kernel
+        if kernel is None or self.tier is not None:
+            return None
+        if self.checks:
+            return partial(self.run, env)
+        args = list(self._head)
+        dynamic = []  # (position, slot, raveled)
+        for slot, reshape in zip(self.ins, self._reshape_in, strict=True):
+            value = env[slot] if slot in static else None
+            if value is not None and reshape:
+                raveled = np.ascontiguousarray(value).reshape(-1)
+                value = raveled if np.may_share_memory(raveled, value) else None  # no copy
+            if value is None:
+                dynamic.append((len(args), slot, reshape))
+            args.append(value)
+        args.extend(None if buffer is None else env[buffer] for buffer in self._buffers)
+        fresh = []  # (position, output index, shape, dtype, graph shape, slot)
+        for k, shape, dtype, view, slot in self._fresh:
+            fresh.append((len(self._head) + len(self.ins) + k, k, shape, dtype, view, slot))
+        if not dynamic and not fresh:
+            return partial(kernel, *args)
+
+        def call() -> None:
+            for position, slot, reshape in dynamic:
+                value = env[slot]
+                args[position] = np.ascontiguousarray(value).reshape(-1) if reshape else value
+            for position, k, shape, dtype, view, slot in fresh:
+                buf = args[position] = staggered_empty(shape, dtype, k)
+                env[slot] = buf if view is None else buf.reshape(view)
+            call_writable(kernel, args)
+            # Hold no array of this call past it: a scan's stacked output read here would
+            # otherwise stay referenced, and its StackPool could never hand it out again.
+            for position in cleared:
+                args[position] = None
+
+        cleared = [position for position, *_ in dynamic] + [position for position, *_ in fresh]
+        return call
+
+    def _numpy_answers(self, env: list[Any]) -> bool:
+        """Ask the tier; when NumPy computed the loop, its results go into the preallocated
+        buffers, which views made once per arena still look at."""
+        tier = self.tier  # read once: a call in another thread may settle it meanwhile
+        if tier is None:
+            return False
+        bound = [
+            (out, env[out])
+            for out, b in zip(self.outs, self._buffers, strict=True)
+            if b is not None
+        ]
+        if not tier.answer(self, env):
+            return False
+        for slot, buffer in bound:
+            np.copyto(buffer, env[slot])
+            env[slot] = buffer
+        return True
+
+
+@dataclass
+class _ViewStep:
+    """reshape, transpose, slice or broadcast_to: a NumPy view (a copy only where NumPy's
+    reshape needs one), with its arguments prepared once."""
+
+    op: str
+    arg: Any
+    ins: list[int]
+    out: int
+
+    def run(self, env: list[Any]) -> None:
+        env[self.out] = view(self.op, env[self.ins[0]], self.arg)
+
+
+def view(op: str, x: np.ndarray, arg: Any) -> np.ndarray:
+    if op == "slice":
+        return x[arg]
+    if op == "transpose":
+        return x.transpose(arg)
+    if op == "reshape":
+        return x.reshape(arg)
+    return np.broadcast_to(x, arg)
+
+
+_VIEW_ARG = {
+    "reshape": lambda params: params["shape"],
+    "broadcast_to": lambda params: params["shape"],
+    "transpose": lambda params: params["axes"],
+    "slice": lambda params: as_slices(params["index"]),
+}
+
+
+@dataclass
+class _CallStep:
+    """Any other op: its NumPy implementation."""
+
+    impl: Any
+    params: dict[str, Any]
+    ins: list[int]
+    out: int
+    dtype: np.dtype
+
+    def run(self, env: list[Any]) -> None:
+        value = self.impl(*(env[i] for i in self.ins), **self.params)  # under plan's errstate
+        env[self.out] = np.asarray(value, dtype=self.dtype)
+
+
+PlanStep = _KernelStep | _CallStep | _MatmulStep | _ViewStep | LoopStep

@@ -1,0 +1,150 @@
+"""A jitted gradient's plan named without a digest of its graph (api.trace `_inlined`,
+compiler.plan_cache.inlined_key): `jit(value_and_grad(f))`'s graph is f's stored
+forward and backward graph inlined and nothing else, so its key follows from that graph's
+key and where its inputs come from. Such a graph is named so whether the backward graph
+was built or read from disk, and its plan read back gives the bits of the plan prepared
+with the cache off; a traced function that records anything else, or returns the
+gradient's outputs otherwise, is digested as before; the key holds the graph's input
+names and types, and what planning reads of its ops' records.
+
+Cost: ~5 s with the kernels on disk (~40 s cold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.compiler import plan_cache
+from fastgrad.core.config import config
+from fastgrad.core.pytree import flatten
+from fastgrad.testing import strategies as fst
+from test_plan_cache import RNN_ARGS, _check, _rnn, _same_bits
+
+
+@pytest.fixture
+def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
+    monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
+    config.update("plan_cache", True)
+    yield tmp_path
+
+
+def _leaves(tree: Any) -> list[Any]:
+    return flatten(tree)[0]
+
+
+def _traced(f: Any, *args: Any) -> Any:
+    traced, _ = fg.jit(f)._trace(args, {})
+    return traced
+
+
+def test_a_jitted_gradient_is_named_without_its_digest(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    digested: list[int] = []
+    digest = plan_cache.graph_digest
+    monkeypatch.setattr(
+        plan_cache, "graph_digest", lambda g: digested.append(len(g.nodes)) or digest(g)
+    )
+    _check(fg.jit(fg.value_and_grad(_rnn))(*RNN_ARGS))  # the backward graph built, saved
+    _check(fg.jit(fg.value_and_grad(_rnn))(*RNN_ARGS))  # read back: the same key
+    assert (plan_cache.COUNTERS.saved, plan_cache.COUNTERS.loaded) == (1, 1)
+    traced = _traced(fg.value_and_grad(_rnn), *RNN_ARGS)
+    assert traced.inlined is not None
+    assert max(digested) < len(traced.graph.nodes)  # only the forward graphs were digested
+
+
+def _scaled(w: Any, xs: Any) -> Any:
+    value, grad = fg.value_and_grad(_rnn)(w, xs)
+    return value * 2.0, grad
+
+
+def _swapped(w: Any, xs: Any) -> Any:
+    value, grad = fg.value_and_grad(_rnn)(w, xs)
+    return grad, value
+
+
+def _after_work(w: Any, xs: Any) -> Any:
+    return fg.value_and_grad(_rnn)(fnp.tanh(w), xs)
+
+
+def _twice(w: Any, xs: Any) -> Any:
+    return fg.value_and_grad(_rnn)(w, xs), fg.value_and_grad(_rnn)(w, xs * 2.0)
+
+
+@pytest.mark.parametrize("f", [_scaled, _swapped, _after_work, _twice])
+def test_anything_else_is_digested(plans: Path, f: Any) -> None:
+    assert _traced(f, *RNN_ARGS).inlined is None
+    fresh = fg.jit(f)(*RNN_ARGS)
+    again = fg.jit(f)(*RNN_ARGS)  # the plan read back under the graph's digest
+    assert plan_cache.COUNTERS.loaded == 1
+    config.update("plan_cache", False)
+    try:
+        want = fg.jit(f)(*RNN_ARGS)
+    finally:
+        config.update("plan_cache", True)
+    for got in (fresh, again):
+        _same_bits(_leaves(got), _leaves(want))
+
+
+def _key(f: Any, *args: Any) -> Any:
+    traced = _traced(f, *args)
+    return plan_cache.inlined_key(traced.graph, traced.inlined)
+
+
+def test_the_key_holds_names_types_and_op_records(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastgrad.core.primitive import REGISTRY
+
+    def renamed(a: Any, b: Any) -> Any:
+        return _rnn(a, b)
+
+    w, xs = RNN_ARGS
+    base = _key(fg.value_and_grad(_rnn), w, xs)
+    others = [
+        _key(fg.value_and_grad(renamed), w, xs),
+        _key(fg.value_and_grad(_rnn), w.astype(np.float32), xs.astype(np.float32)),
+        _key(fg.value_and_grad(_rnn, (0, 1)), w, xs),
+    ]
+    # An op of the backward graph alone (the matmul's VJP transposes): not in f's key.
+    forward = _traced(_rnn, w, xs).graph
+    assert "transpose" not in {n.op.name for n in forward.nodes}
+    monkeypatch.setattr(REGISTRY["transpose"], "extra", {"note": 1})
+    others.append(_key(fg.value_and_grad(_rnn), w, xs))
+    assert None not in others and len({base, *others}) == len(others) + 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_random_gradients_read_back_give_the_fresh_bits(plans: Path, dtype: Any, data: Any) -> None:
+    program = data.draw(fst.programs(max_steps=4))
+    xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
+    argnums = tuple(range(len(xs)))
+    f = fg.value_and_grad(lambda *a: fnp.sum(program(*a)), argnums)
+    for path in plans.iterdir():
+        path.unlink()
+    config.update("plan_cache", False)
+    try:
+        want = _leaves(fg.jit(f)(*xs))
+    finally:
+        config.update("plan_cache", True)
+    assert _traced(f, *xs).inlined is not None
+    loaded = plan_cache.COUNTERS.loaded
+    for _ in range(2):  # stored, then read back
+        _same_bits(_leaves(fg.jit(f)(*xs)), want)
+    assert plan_cache.COUNTERS.loaded == loaded + 1

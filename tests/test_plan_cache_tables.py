@@ -1,0 +1,259 @@
+"""An executable's build stored with its plan (runtime.build_tables): an executable built
+from stored tables is the one built afresh from the same plan (its steps, slots, bound
+buffers, NumPy tiers and arena layout) and gives the same bits, call after call, as the
+plan prepared with the cache off; tables that are truncated, damaged, of another format
+or runtime version, or that do not fit their plan are rebuilt, never trusted; a plan
+running loops stores none.
+
+Cost: ~10 s with the kernels on disk on a loaded 2-core machine (~60 s cold), most of it
+the random programs' kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.compiler import plan_cache
+from fastgrad.core.config import config
+from fastgrad.runtime import build_tables
+from fastgrad.runtime.executable import Executable, _KernelStep, _MatmulStep
+from fastgrad.testing import strategies as fst
+from test_plan_cache import (  # the same damages, and the same small RNN
+    RNN_ARGS,
+    _check,
+    _corrupt_payload,
+    _empty,
+    _other_format,
+    _rnn,
+    _truncate,
+)
+
+
+@pytest.fixture
+def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A plan cache of its own (kernels stay in the session's cache)."""
+    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
+    monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(build_tables, "COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
+    config.update("plan_cache", True)
+    yield tmp_path
+
+
+def _build_form(executable: Any) -> list[Any]:
+    """What the build computed: each step's kind, slots and bound buffers, its NumPy tier's
+    ops, the matmuls' accumulation, and the arena (buffers, spans, offsets, static slots)."""
+    form: list[Any] = [len(executable.template), executable.outputs]
+    for step in executable.plan:
+        row: list[Any] = [type(step).__name__, list(step.ins)]
+        if isinstance(step, _KernelStep):
+            row += [step.outs, step._buffers, step.sizes, step.nchunks, step.source.source]
+            if step.tier is not None:
+                loop = step.tier.numpy_loop
+                ops = [(op[0], tuple(map(tuple, op[2])), op[3], op[4]) for op in loop.ops]
+                row += [ops, list(map(tuple, loop.outputs))]
+        elif isinstance(step, _MatmulStep):
+            row += [step.out, step.buffer, step.accumulate]
+        else:
+            row += [getattr(step, "out", None)]
+        form.append(row)
+    arena = executable.arena
+    buffers = [(b.slot, b.shape, b.dtype, b.view_slot, b.first, b.last) for b in arena.buffers]
+    views = [(s.ins, s.out) for s in arena.static_views]
+    form += [buffers, arena.layout(), sorted(arena.static), arena.copied, views]
+    return form
+
+
+def _same_bits(a: Any, b: Any) -> None:
+    for x, y in zip(a, b, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert np.array_equal(x, y, equal_nan=True), (x, y)
+
+
+def _fresh_saved_loaded(plans: Path, f: Any, xs: Any) -> tuple[Any, Any, Any]:
+    """`f` prepared with the plan cache off, then twice with it on: the first stores the
+    plan and its tables, the second builds its executable from them."""
+    for path in plans.iterdir():
+        path.unlink()
+    config.update("plan_cache", False)
+    fresh = fg.jit(f).lower(*xs)
+    config.update("plan_cache", True)
+    saved = fg.jit(f).lower(*xs)
+    before = build_tables.COUNTERS.loaded
+    loaded = fg.jit(f).lower(*xs)
+    assert build_tables.COUNTERS.loaded == before + 1  # built from the stored tables
+    return fresh, saved, loaded
+
+
+def _check_three(plans: Path, f: Any, xs: Any) -> None:
+    fresh, saved, loaded = _fresh_saved_loaded(plans, f, xs)
+    assert _build_form(loaded.executable) == _build_form(saved.executable)
+    for _ in range(3):  # the NumPy tier or the kernels, then the lowered plan
+        want = fresh.executable(list(xs))
+        _same_bits(want, saved.executable(list(xs)))
+        _same_bits(want, loaded.executable(list(xs)))
+
+
+@st.composite
+def _recurrences(draw: Any) -> Any:
+    """A small unrolled recurrence through matmuls (whose gradients are sums of products
+    that BLAS accumulates), transposes, slices and reshapes, with its inputs."""
+    steps, batch, width = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    transposed, sliced = draw(st.booleans()), draw(st.booleans())
+    act = draw(st.sampled_from([fnp.tanh, fnp.sin, lambda z: z * z]))
+
+    def f(w: Any, xs: Any) -> Any:
+        h, total = xs[0] * 0.0, 0.0
+        for t in range(steps):
+            h = act(xs[t] + h @ (w.T if transposed else w))
+            kept = h[:, : max(1, width // 2)] if sliced else h
+            total = total + fnp.sum(fnp.reshape(kept * kept, (-1,)))
+        return total
+
+    def program(w: Any, xs: Any) -> Any:
+        value, grads = fg.value_and_grad(f, (0, 1))(w, xs)
+        return value, *grads
+
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    w = draw(fst.arrays((width, width), dtype, "real")) * 0.5
+    xs = draw(fst.arrays((steps, batch, width), dtype, "real"))
+    return program, (w, xs)
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(case=_recurrences())
+def test_an_executable_from_stored_tables_is_the_fresh_one(plans: Path, case: Any) -> None:
+    program, xs = case
+    _check_three(plans, program, xs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_stored_tables_of_random_programs(plans: Path, dtype: Any, data: Any) -> None:
+    program = data.draw(fst.programs(max_steps=4))
+    xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
+
+    def f(*args: Any) -> Any:
+        value, grads = fg.value_and_grad(lambda *a: fnp.sum(program(*a)), tuple(range(len(args))))(
+            *args
+        )
+        return (program(*args), value, *grads)
+
+    _check_three(plans, f, xs)
+
+
+def _run_new() -> Any:
+    return fg.jit(fg.value_and_grad(_rnn))(*RNN_ARGS)
+
+
+def _one_table(plans: Path) -> Path:
+    (path,) = plans.glob("*.tables")
+    return path
+
+
+@pytest.mark.parametrize("damage", [_corrupt_payload, _truncate, _other_format, _empty])
+def test_damaged_tables_are_rebuilt_not_trusted(plans: Path, damage: Any) -> None:
+    _check(_run_new())
+    path = _one_table(plans)
+    whole = path.read_bytes()
+    path.write_bytes(damage(whole))
+    _check(_run_new())
+    counters = build_tables.COUNTERS
+    assert (counters.dropped, counters.loaded, counters.saved) == (1, 0, 2)
+    assert path.read_bytes() == whole  # rebuilt and stored again
+    _check(_run_new())
+    assert counters.loaded == 1
+
+
+def test_tables_of_another_runtime_are_not_used(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _check(_run_new())
+    old = _one_table(plans)
+    monkeypatch.setattr(build_tables, "runtime_version", lambda: "another runtime")
+    _check(_run_new())
+    counters = build_tables.COUNTERS
+    assert (counters.loaded, counters.saved) == (0, 2)
+    assert len(list(plans.glob("*.tables"))) == 2 and old.exists()
+
+
+def _shifted_slots(tables: Any) -> Any:
+    tables.slots = tuple(k + 1 if k >= 0 else k for k in tables.slots)
+    return tables
+
+
+def _fewer_values(tables: Any) -> Any:
+    tables.slots = tables.slots[:-1]
+    return tables
+
+
+def _no_folds(tables: Any) -> Any:
+    tables.folded = frozenset()
+    return tables
+
+
+def _another_arena(tables: Any) -> Any:
+    count, *rest = tables.arena
+    tables.arena = (count + 1, *rest)
+    return tables
+
+
+def _other_outputs(tables: Any) -> Any:
+    """A loop step's outputs not the step's (a kernel variant writing them in another order)."""
+    count, slots, binds, *rest = tables.arena
+    (at, bound, ins, outs), *others = binds
+    tables.arena = (count, slots, ((at, bound, ins, outs[::-1] + (-1,)), *others), *rest)
+    return tables
+
+
+@pytest.mark.parametrize(
+    "change", [_shifted_slots, _fewer_values, _no_folds, _another_arena, _other_outputs]
+)
+def test_whole_tables_that_do_not_fit_are_rebuilt(plans: Path, change: Any) -> None:
+    """Tables with a valid digest that do not fit the plan they are read for."""
+    _check(_run_new())
+    path = _one_table(plans)
+    whole = path.read_bytes()
+    key = path.stem
+    stored = plan_cache.load_kind(key, "tables", build_tables.Tables.decode, plan_cache.Counters())
+    assert stored is not None
+    plan_cache.save_kind(key, "tables", change(stored).encode, plan_cache.Counters())
+    assert path.read_bytes() != whole
+    _check(_run_new())
+    assert (build_tables.COUNTERS.dropped, build_tables.COUNTERS.saved) == (1, 2)
+    assert path.read_bytes() == whole  # rebuilt and stored again
+
+
+def test_plans_running_loops_store_no_tables(plans: Path) -> None:
+    def f(w: Any, xs: Any) -> Any:
+        def body(h: Any, x: Any) -> Any:
+            h = fnp.tanh(x + h @ w)
+            return h, fnp.sum(h)
+
+        _, ys = fg.scan(body, xs[0] * 0.0, xs)
+        return fnp.sum(ys)
+
+    # (Such a plan is not stored either: a loop body has no plain form. The executable
+    # would not give tables for it if it were.)
+    plan = fg.jit(fg.value_and_grad(f)).lower(*RNN_ARGS).executable
+    assert Executable(plan.graph, plan.steps, record=True).tables is None
+    got = fg.jit(fg.value_and_grad(f))(*RNN_ARGS)
+    assert not list(plans.glob("*.tables"))
+    want = fg.jit(fg.value_and_grad(f), fuse=False)(*RNN_ARGS)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
