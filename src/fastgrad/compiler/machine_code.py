@@ -9,7 +9,9 @@ unpickled: a damaged file, or one moved from another entry, is recompiled, never
 Files are written to a temporary name and renamed, so concurrent processes and killed
 ones never leave half a file. A cache that cannot be read or written (not a directory,
 read-only, full) costs a compile in memory and one `CacheWarning` that says how to fix it.
-Numba's own cache (`NUMBA_CACHE_DIR`, `~/.cache/numba`) is never used.
+Numba's own cache (`NUMBA_CACHE_DIR`, `~/.cache/numba`) is never used. Numba's runtime
+functions (reference counts, compiled by Numba in every process) are kept the same way
+(`initialize_runtime`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import io
 import os
 import pickle
 import sys
@@ -184,17 +187,16 @@ class MachineCodeCache:
             cache_unusable(path, error)
             return None
         from numba.core.compiler import CompileResult
-        from numba.core.runtime import rtsys
 
         # Machine code needs Numba's runtime (its symbols, for the linker), not the typing
         # and lowering registries that `target_context.refresh()` loads (as Numba's own
         # cache does): importing them was ~0.25 s of CPU of a warm process, ~40% of its
         # wait for compiled calls; a compile loads them itself (numba.core.compiler).
-        rtsys.initialize(target_context)
+        initialize_runtime(target_context)
         try:
             if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
                 raise ValueError("digest mismatch")
-            result = CompileResult._rebuild(target_context, *pickle.loads(blob[_DIGEST:]))
+            result = CompileResult._rebuild(target_context, *_unpickle(blob[_DIGEST:]))
         except Exception:  # damaged, moved, or from an incompatible build: compile instead
             COUNTERS.dropped += 1
             _unlink(path)
@@ -219,6 +221,103 @@ class MachineCodeCache:
             cache_unusable(path, error)
             return
         COUNTERS.saved += 1
+
+
+class _Unpickler(pickle.Unpickler):
+    """Unpickles a compile result with its environments rebuilt by `_environment`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("numba.core.environment", "_rebuild_env"):
+            return _environment
+        return super().find_class(module, name)
+
+
+def _unpickle(payload: bytes) -> Any:
+    return _Unpickler(io.BytesIO(payload)).load()
+
+
+def _environment(module: str, consts: list[Any], name: str) -> Any:
+    """Numba's `_rebuild_env` (the environment of a function compiled into a kernel: its
+    module's globals, its constants), without importing `module` when it is one of
+    Numba's own not imported yet: a kernel inlines functions of numba.np.arrayobj, whose
+    import (with the string and list modules it imports) took 25-35 ms of CPU of every
+    warm process, for globals that compiled code never reads (only object mode reads an
+    environment's globals; nopython code reads its constants, kept here). The globals
+    are then a dict holding the module's name (what saving the environment again needs)."""
+    from numba.core import environment
+
+    if module in sys.modules or not module.startswith("numba."):
+        return environment._rebuild_env(module, consts, name)
+    env = environment.lookup_environment(name)
+    if env is None:
+        env = environment.Environment({"__name__": module})
+        env.consts[:] = consts
+        env.env_name = name
+        environment.Environment._memo[name] = env
+    return env
+
+
+def initialize_runtime(target_context: Any) -> None:
+    """Numba's runtime (`rtsys.initialize`: its C functions for the linker, and a few
+    functions in LLVM IR, reference counts and the like), those functions' machine code
+    loaded from fastgrad's cache rather than compiled, as Numba does in every process
+    (20-30 ms of CPU on the development machine, before the first kernel could load)."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.runtime import nrtdynmod, rtsys
+
+    if getattr(rtsys, "_init", False):
+        return
+    # Under Numba's lock, which a compile holds when it initialises the runtime itself: no
+    # other thread sees the function replaced (CPUContext.load_additional_registries).
+    with global_compiler_lock:
+        original = nrtdynmod.compile_nrt_functions
+        nrtdynmod.compile_nrt_functions = functools.partial(_runtime_library, original)
+        try:
+            rtsys.initialize(target_context)
+        finally:
+            nrtdynmod.compile_nrt_functions = original
+
+
+def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> Any:
+    """The code library of Numba's runtime functions (`nrtdynmod.compile_nrt_functions`),
+    from the cache behind its digest, else compiled and stored (`compile_functions` if the
+    module cannot be built with its machine code kept)."""
+    from numba.core.runtime import nrtdynmod
+
+    codegen = context.codegen()
+    key = "\n".join([environment_tag(), "numba runtime", repr(codegen.magic_tuple())]).encode()
+    path = directory() / f"numba_runtime.{hashlib.sha256(key).hexdigest()[:40]}.nbm"
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        blob = None
+    except OSError as error:
+        cache_unusable(path, error)
+        return compile_functions(context)
+    if blob is not None:
+        try:
+            if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
+                raise ValueError("digest mismatch")
+            library = codegen.unserialize_library(pickle.loads(blob[_DIGEST:]))
+        except Exception:  # damaged, moved, or from an incompatible build: compile instead
+            COUNTERS.dropped += 1
+            _unlink(path)
+        else:
+            return library
+    create = getattr(nrtdynmod, "create_nrt_module", None)
+    if create is None:  # another Numba: its own compile, not stored
+        return compile_functions(context)
+    module, library = create(context)
+    library.enable_object_caching()  # keeps the machine code for serialize_using_object_code
+    library.add_ir_module(module)
+    library.finalize()
+    if not library.has_dynamic_globals:
+        payload = pickle.dumps(library.serialize_using_object_code())
+        try:
+            write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
+        except OSError as error:
+            cache_unusable(path, error)
+    return library
 
 
 def write_atomically(path: Path, data: bytes) -> None:
