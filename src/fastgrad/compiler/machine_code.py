@@ -11,7 +11,10 @@ ones never leave half a file. A cache that cannot be read or written (not a dire
 read-only, full) costs a compile in memory and one `CacheWarning` that says how to fix it.
 Numba's own cache (`NUMBA_CACHE_DIR`, `~/.cache/numba`) is never used. Numba's runtime
 functions (reference counts, compiled by Numba in every process) are kept the same way
-(`initialize_runtime`).
+(`initialize_runtime`). A load does less than Numba's own: the modules of Numba's
+functions a kernel inlines are not imported for their environments (`_environment`), and
+the module for linking stored with the machine code is parsed only if a compile links
+the library in (`_library`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from fastgrad.core import jit_hook
 from fastgrad.core.config import cache_dir
 
 _DIGEST = 32  # bytes of sha256 in front of each file's payload
+# In every file's key: a library stored with its symbols' names (`_library`) is another
+# file than one stored as Numba stores it, so versions sharing a cache never drop each
+# other's files.
+_FORMAT = "library with its symbols"
 
 
 @functools.lru_cache(maxsize=1)
@@ -170,7 +177,8 @@ class MachineCodeCache:
 
     def _entry(self, sig: Any, codegen: Any) -> tuple[Path, bytes]:
         """The file for `sig`, and the key its digest binds the payload to."""
-        key = "\n".join([environment_tag(), self._name, str(sig), repr(codegen.magic_tuple())])
+        parts = [environment_tag(), _FORMAT, self._name, str(sig), repr(codegen.magic_tuple())]
+        key = "\n".join(parts)
         name = self._prefix + hashlib.sha256(key.encode()).hexdigest()[:40] + ".nbm"
         return cache_dir() / self._folder / name, key.encode()
 
@@ -187,6 +195,7 @@ class MachineCodeCache:
             cache_unusable(path, error)
             return None
         from numba.core.compiler import CompileResult
+        from numba.core.compiler_lock import global_compiler_lock
 
         # Machine code needs Numba's runtime (its symbols, for the linker), not the typing
         # and lowering registries that `target_context.refresh()` loads (as Numba's own
@@ -196,7 +205,16 @@ class MachineCodeCache:
         try:
             if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
                 raise ValueError("digest mismatch")
-            result = CompileResult._rebuild(target_context, *_unpickle(blob[_DIGEST:]))
+            libdata, *rest = _unpickle(blob[_DIGEST:])
+            codegen = target_context.codegen()
+            # Under Numba's compiler lock (a compile holds it already), as Numba loads
+            # every library: no other thread sees the method replaced.
+            with global_compiler_lock:
+                codegen.unserialize_library = functools.partial(_library, codegen)
+                try:
+                    result = CompileResult._rebuild(target_context, libdata, *rest)
+                finally:
+                    del codegen.unserialize_library
         except Exception:  # damaged, moved, or from an incompatible build: compile instead
             COUNTERS.dropped += 1
             _unlink(path)
@@ -213,7 +231,8 @@ class MachineCodeCache:
             return
         from numba.core.serialize import dumps
 
-        payload = dumps(cres._reduce())
+        libdata, *rest = cres._reduce()
+        payload = dumps(((*libdata, _defined_symbols(cres.library)), *rest))
         path, key = self._entry(sig, cres.codegen)
         try:
             write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
@@ -221,6 +240,66 @@ class MachineCodeCache:
             cache_unusable(path, error)
             return
         COUNTERS.saved += 1
+
+
+def _defined_symbols(library: Any) -> list[str]:
+    """The functions and variables `library`'s module for linking defines (what Numba's
+    engine lists when it loads the library: `JitEngine._load_defined_symbols`)."""
+    module = library._get_module_for_linking()  # (kept by the library once built)
+    return [
+        value.name
+        for values in (module.functions, module.global_variables)
+        for value in values
+        if not value.is_declaration
+    ]
+
+
+def _library(codegen: Any, libdata: tuple[Any, ...]) -> Any:
+    """`codegen.unserialize_library(libdata)` for the libraries this cache stores (their
+    symbols' names appended), without parsing the module for linking that each carries,
+    which only a compile linking the library in reads (a kernel's never is: adapters call
+    kernels by address): parsing it and listing its symbols was ~2 ms of CPU a library,
+    and a warm process loads 10-40 (kernels, adapters, the interpreter)."""
+    engine = getattr(codegen, "_engine", None)
+    if (
+        len(libdata) != 4
+        or libdata[1] != "object"
+        or not isinstance(getattr(engine, "_defined_symbols", None), set)
+    ):  # a library stored without its symbols, or another Numba: Numba's own load
+        return type(codegen).unserialize_library(codegen, libdata[:3])
+    name, _, (object_code, bitcode), symbols = libdata
+    library = _deferred(type(codegen)._library_class)(codegen, name)
+    library._bitcode = bitcode
+    library.enable_object_caching()
+    library._set_compiled_object(object_code)
+    library._finalize_final_module()
+    engine._defined_symbols.update(symbols)
+    return library
+
+
+@functools.cache
+def _deferred(base: type) -> type:
+    """Numba's code library class `base`, its module for linking parsed from its bitcode
+    when first asked for (Numba's `_unserialize` parses it at once)."""
+
+    class Deferred(base):  # type: ignore[valid-type, misc]
+        _bitcode: bytes | None = None
+        _parsed: Any = None
+
+        @property
+        def _shared_module(self) -> Any:
+            if self._parsed is None and self._bitcode is not None:
+                import llvmlite.binding as llvm
+
+                self._parsed, self._bitcode = llvm.parse_bitcode(self._bitcode), None
+            return self._parsed
+
+        @_shared_module.setter
+        def _shared_module(self, module: Any) -> None:
+            self._parsed = module
+
+    Deferred.__name__ = Deferred.__qualname__ = base.__name__
+    return Deferred
 
 
 class _Unpickler(pickle.Unpickler):
@@ -285,7 +364,8 @@ def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> A
     from numba.core.runtime import nrtdynmod
 
     codegen = context.codegen()
-    key = "\n".join([environment_tag(), "numba runtime", repr(codegen.magic_tuple())]).encode()
+    parts = [environment_tag(), _FORMAT, "numba runtime", repr(codegen.magic_tuple())]
+    key = "\n".join(parts).encode()
     path = directory() / f"numba_runtime.{hashlib.sha256(key).hexdigest()[:40]}.nbm"
     try:
         blob = path.read_bytes()
@@ -298,7 +378,7 @@ def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> A
         try:
             if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
                 raise ValueError("digest mismatch")
-            library = codegen.unserialize_library(pickle.loads(blob[_DIGEST:]))
+            library = _library(codegen, pickle.loads(blob[_DIGEST:]))
         except Exception:  # damaged, moved, or from an incompatible build: compile instead
             COUNTERS.dropped += 1
             _unlink(path)
@@ -312,7 +392,7 @@ def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> A
     library.add_ir_module(module)
     library.finalize()
     if not library.has_dynamic_globals:
-        payload = pickle.dumps(library.serialize_using_object_code())
+        payload = pickle.dumps((*library.serialize_using_object_code(), _defined_symbols(library)))
         try:
             write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
         except OSError as error:
