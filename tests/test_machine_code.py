@@ -1,6 +1,6 @@
-"""The vector-math helpers' machine code is cached in fastgrad's cache directory: a new
-process loads it instead of compiling it again; NUMBA_CACHE_DIR does not move it; a
-damaged file is recompiled, never trusted."""
+"""The vector-math helpers' machine code (and that of Numba's runtime functions) is cached
+in fastgrad's cache directory: a new process loads it instead of compiling it again;
+NUMBA_CACHE_DIR does not move it; a damaged file is recompiled, never trusted."""
 
 import os
 import subprocess
@@ -72,3 +72,54 @@ def test_a_damaged_file_is_recompiled(filled, tmp_path, damage):
     # written anew
     assert run(copy, numba_cache) == (0, saved, saved)
     assert run(copy, numba_cache) == (1, 0, 0)
+
+
+RUNTIME = textwrap.dedent(
+    """
+    import numba, numpy as np
+    from numba.core.registry import cpu_target
+    from numba.core.runtime import nrtdynmod
+    from fastgrad.compiler import machine_code
+
+    built = []
+    create = nrtdynmod.create_nrt_module
+    nrtdynmod.create_nrt_module = lambda ctx: built.append(1) or create(ctx)
+    machine_code.initialize_runtime(cpu_target.target_context)
+
+    @numba.njit
+    def grow(x):  # allocates and returns arrays: the runtime's reference counts run
+        parts = [x * 2.0, x + 1.0]
+        return parts[0] + parts[1][::-1]
+
+    x = np.linspace(-3, 3, 11)
+    assert np.array_equal(grow(x), x * 2.0 + (x + 1.0)[::-1])
+    print(len(built))
+    """
+)
+
+
+def test_numbas_runtime_functions_load_from_the_cache(tmp_path):
+    """Numba compiles its runtime's LLVM functions in every process; fastgrad keeps their
+    machine code like a kernel's, behind a digest: a damaged or foreign file is compiled
+    anew and replaced, never loaded. ~10 s (four processes, one small compile each)."""
+
+    def built():
+        env = dict(os.environ, FASTGRAD_CACHE_DIR=str(tmp_path))
+        out = subprocess.run(
+            [sys.executable, "-c", RUNTIME], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    assert built() == 1  # an empty cache: compiled and stored
+    (stored,) = (tmp_path / "machine_code").glob("numba_runtime.*.nbm")
+    good = stored.read_bytes()
+    assert built() == 0  # loaded
+    stored.write_bytes(good[:-1] + bytes([good[-1] ^ 0x20]))  # damaged
+    assert built() == 1 and stored.read_bytes() == good
+    other = tmp_path / "other"  # foreign: another function's machine code under its name
+    env = dict(os.environ, FASTGRAD_CACHE_DIR=str(other))
+    subprocess.run([sys.executable, "-c", SCRIPT], env=env, check=True, capture_output=True)
+    foreign = [f for f in (other / "machine_code").glob("*.nbm") if f.name != stored.name]
+    stored.write_bytes(foreign[0].read_bytes())
+    assert built() == 1 and stored.read_bytes() == good

@@ -28,6 +28,12 @@ from fastgrad.compiler import kernel_cache
 
 if not kernel_cache.STATS.numba_compiles():  # loaded from disk: no typing or lowering
     assert "numba.np.arraymath" not in sys.modules, "a load from disk loaded the registries"
+    # nor Numba's array module, whose functions' environments the kernel refers to
+    assert "numba.np.arrayobj" not in sys.modules, "a load from disk imported arrayobj"
+    from numba.core.runtime import rtsys
+
+    assert rtsys._init  # Numba's runtime, its functions loaded from fastgrad's cache
+print(repr(float(f(x))), repr(float(fg.jit(f.fun, fuse=False)(x))))
 
 import numba
 from numba.np import arraymath, linalg
@@ -53,12 +59,20 @@ print("ok")
 def test_the_compile_thread_loads_numba_without_scipy_linalg(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FASTGRAD_COMPILE"}
     env["FASTGRAD_CACHE_DIR"] = str(tmp_path)
+    values = []
     for _ in range(2):  # compiled into an empty cache, then loaded from it
         out = subprocess.run(
             [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
         )
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == "ok", out.stdout
+        *printed, last = out.stdout.split()
+        assert last == "ok", out.stdout
+        values.append(printed)
+    # the kernel loaded (its environments rebuilt without their modules) gives the bits of
+    # the one compiled; both agree with the reference interpreter
+    (compiled, reference), (loaded, reference_again) = values
+    assert compiled == loaded and reference == reference_again
+    assert abs(float(compiled) - float(reference)) <= 1e-12 * abs(float(reference))
 
 
 def test_blas_found_agrees_with_importing_scipy_blas():

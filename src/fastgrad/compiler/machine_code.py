@@ -9,7 +9,12 @@ unpickled: a damaged file, or one moved from another entry, is recompiled, never
 Files are written to a temporary name and renamed, so concurrent processes and killed
 ones never leave half a file. A cache that cannot be read or written (not a directory,
 read-only, full) costs a compile in memory and one `CacheWarning` that says how to fix it.
-Numba's own cache (`NUMBA_CACHE_DIR`, `~/.cache/numba`) is never used.
+Numba's own cache (`NUMBA_CACHE_DIR`, `~/.cache/numba`) is never used. Numba's runtime
+functions (reference counts, compiled by Numba in every process) are kept the same way
+(`initialize_runtime`). A load does less than Numba's own: the modules of Numba's
+functions a kernel inlines are not imported for their environments (`_environment`), and
+the module for linking stored with the machine code is parsed only if a compile links
+the library in (`_library`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import io
 import os
 import pickle
 import sys
@@ -31,6 +37,10 @@ from fastgrad.core import jit_hook
 from fastgrad.core.config import cache_dir
 
 _DIGEST = 32  # bytes of sha256 in front of each file's payload
+# In every file's key: a library stored with its symbols' names (`_library`) is another
+# file than one stored as Numba stores it, so versions sharing a cache never drop each
+# other's files.
+_FORMAT = "library with its symbols"
 
 
 @functools.lru_cache(maxsize=1)
@@ -175,7 +185,8 @@ class MachineCodeCache:
 
     def _entry(self, sig: Any, codegen: Any) -> tuple[Path, bytes]:
         """The file for `sig`, and the key its digest binds the payload to."""
-        key = "\n".join([environment_tag(), self._name, str(sig), repr(codegen.magic_tuple())])
+        parts = [environment_tag(), _FORMAT, self._name, str(sig), repr(codegen.magic_tuple())]
+        key = "\n".join(parts)
         name = self._prefix + hashlib.sha256(key.encode()).hexdigest()[:40] + ".nbm"
         return cache_dir() / self._folder / name, key.encode()
 
@@ -192,17 +203,26 @@ class MachineCodeCache:
             cache_unusable(path, error)
             return None
         from numba.core.compiler import CompileResult
-        from numba.core.runtime import rtsys
+        from numba.core.compiler_lock import global_compiler_lock
 
         # Machine code needs Numba's runtime (its symbols, for the linker), not the typing
         # and lowering registries that `target_context.refresh()` loads (as Numba's own
         # cache does): importing them was ~0.25 s of CPU of a warm process, ~40% of its
         # wait for compiled calls; a compile loads them itself (numba.core.compiler).
-        rtsys.initialize(target_context)
+        initialize_runtime(target_context)
         try:
             if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
                 raise ValueError("digest mismatch")
-            result = CompileResult._rebuild(target_context, *pickle.loads(blob[_DIGEST:]))
+            libdata, *rest = _unpickle(blob[_DIGEST:])
+            codegen = target_context.codegen()
+            # Under Numba's compiler lock (a compile holds it already), as Numba loads
+            # every library: no other thread sees the method replaced.
+            with global_compiler_lock:
+                codegen.unserialize_library = functools.partial(_library, codegen)
+                try:
+                    result = CompileResult._rebuild(target_context, libdata, *rest)
+                finally:
+                    del codegen.unserialize_library
         except Exception:  # damaged, moved, or from an incompatible build: compile instead
             COUNTERS.dropped += 1
             _unlink(path)
@@ -219,7 +239,8 @@ class MachineCodeCache:
             return
         from numba.core.serialize import dumps
 
-        payload = dumps(cres._reduce())
+        libdata, *rest = cres._reduce()
+        payload = dumps(((*libdata, _defined_symbols(cres.library)), *rest))
         path, key = self._entry(sig, cres.codegen)
         try:
             write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
@@ -227,6 +248,164 @@ class MachineCodeCache:
             cache_unusable(path, error)
             return
         COUNTERS.saved += 1
+
+
+def _defined_symbols(library: Any) -> list[str]:
+    """The functions and variables `library`'s module for linking defines (what Numba's
+    engine lists when it loads the library: `JitEngine._load_defined_symbols`)."""
+    module = library._get_module_for_linking()  # (kept by the library once built)
+    return [
+        value.name
+        for values in (module.functions, module.global_variables)
+        for value in values
+        if not value.is_declaration
+    ]
+
+
+def _library(codegen: Any, libdata: tuple[Any, ...]) -> Any:
+    """`codegen.unserialize_library(libdata)` for the libraries this cache stores (their
+    symbols' names appended), without parsing the module for linking that each carries,
+    which only a compile linking the library in reads (a kernel's never is: adapters call
+    kernels by address): parsing it and listing its symbols was ~2 ms of CPU a library,
+    and a warm process loads 10-40 (kernels, adapters, the interpreter)."""
+    engine = getattr(codegen, "_engine", None)
+    if (
+        len(libdata) != 4
+        or libdata[1] != "object"
+        or not isinstance(getattr(engine, "_defined_symbols", None), set)
+    ):  # a library stored without its symbols, or another Numba: Numba's own load
+        return type(codegen).unserialize_library(codegen, libdata[:3])
+    name, _, (object_code, bitcode), symbols = libdata
+    library = _deferred(type(codegen)._library_class)(codegen, name)
+    library._bitcode = bitcode
+    library.enable_object_caching()
+    library._set_compiled_object(object_code)
+    library._finalize_final_module()
+    engine._defined_symbols.update(symbols)
+    return library
+
+
+@functools.cache
+def _deferred(base: type) -> type:
+    """Numba's code library class `base`, its module for linking parsed from its bitcode
+    when first asked for (Numba's `_unserialize` parses it at once)."""
+
+    class Deferred(base):  # type: ignore[valid-type, misc]
+        _bitcode: bytes | None = None
+        _parsed: Any = None
+
+        @property
+        def _shared_module(self) -> Any:
+            if self._parsed is None and self._bitcode is not None:
+                import llvmlite.binding as llvm
+
+                self._parsed, self._bitcode = llvm.parse_bitcode(self._bitcode), None
+            return self._parsed
+
+        @_shared_module.setter
+        def _shared_module(self, module: Any) -> None:
+            self._parsed = module
+
+    Deferred.__name__ = Deferred.__qualname__ = base.__name__
+    return Deferred
+
+
+class _Unpickler(pickle.Unpickler):
+    """Unpickles a compile result with its environments rebuilt by `_environment`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("numba.core.environment", "_rebuild_env"):
+            return _environment
+        return super().find_class(module, name)
+
+
+def _unpickle(payload: bytes) -> Any:
+    return _Unpickler(io.BytesIO(payload)).load()
+
+
+def _environment(module: str, consts: list[Any], name: str) -> Any:
+    """Numba's `_rebuild_env` (the environment of a function compiled into a kernel: its
+    module's globals, its constants), without importing `module` when it is one of
+    Numba's own not imported yet: a kernel inlines functions of numba.np.arrayobj, whose
+    import (with the string and list modules it imports) took 25-35 ms of CPU of every
+    warm process, for globals that compiled code never reads (only object mode reads an
+    environment's globals; nopython code reads its constants, kept here). The globals
+    are then a dict holding the module's name (what saving the environment again needs)."""
+    from numba.core import environment
+
+    if module in sys.modules or not module.startswith("numba."):
+        return environment._rebuild_env(module, consts, name)
+    env = environment.lookup_environment(name)
+    if env is None:
+        env = environment.Environment({"__name__": module})
+        env.consts[:] = consts
+        env.env_name = name
+        environment.Environment._memo[name] = env
+    return env
+
+
+def initialize_runtime(target_context: Any) -> None:
+    """Numba's runtime (`rtsys.initialize`: its C functions for the linker, and a few
+    functions in LLVM IR, reference counts and the like), those functions' machine code
+    loaded from fastgrad's cache rather than compiled, as Numba does in every process
+    (20-30 ms of CPU on the development machine, before the first kernel could load)."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.runtime import nrtdynmod, rtsys
+
+    if getattr(rtsys, "_init", False):
+        return
+    # Under Numba's lock, which a compile holds when it initialises the runtime itself: no
+    # other thread sees the function replaced (CPUContext.load_additional_registries).
+    with global_compiler_lock:
+        original = nrtdynmod.compile_nrt_functions
+        nrtdynmod.compile_nrt_functions = functools.partial(_runtime_library, original)
+        try:
+            rtsys.initialize(target_context)
+        finally:
+            nrtdynmod.compile_nrt_functions = original
+
+
+def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> Any:
+    """The code library of Numba's runtime functions (`nrtdynmod.compile_nrt_functions`),
+    from the cache behind its digest, else compiled and stored (`compile_functions` if the
+    module cannot be built with its machine code kept)."""
+    from numba.core.runtime import nrtdynmod
+
+    codegen = context.codegen()
+    parts = [environment_tag(), _FORMAT, "numba runtime", repr(codegen.magic_tuple())]
+    key = "\n".join(parts).encode()
+    path = directory() / f"numba_runtime.{hashlib.sha256(key).hexdigest()[:40]}.nbm"
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        blob = None
+    except OSError as error:
+        cache_unusable(path, error)
+        return compile_functions(context)
+    if blob is not None:
+        try:
+            if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
+                raise ValueError("digest mismatch")
+            library = _library(codegen, pickle.loads(blob[_DIGEST:]))
+        except Exception:  # damaged, moved, or from an incompatible build: compile instead
+            COUNTERS.dropped += 1
+            _unlink(path)
+        else:
+            return library
+    create = getattr(nrtdynmod, "create_nrt_module", None)
+    if create is None:  # another Numba: its own compile, not stored
+        return compile_functions(context)
+    module, library = create(context)
+    library.enable_object_caching()  # keeps the machine code for serialize_using_object_code
+    library.add_ir_module(module)
+    library.finalize()
+    if not library.has_dynamic_globals:
+        payload = pickle.dumps((*library.serialize_using_object_code(), _defined_symbols(library)))
+        try:
+            write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
+        except OSError as error:
+            cache_unusable(path, error)
+    return library
 
 
 def write_atomically(path: Path, data: bytes) -> None:

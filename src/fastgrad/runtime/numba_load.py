@@ -124,8 +124,11 @@ def _first_refresh(context: Any) -> None:
     from numba.core.compiler_lock import global_compiler_lock
     from numba.np import linalg
 
+    from fastgrad.compiler.machine_code import initialize_runtime
+
     with global_compiler_lock:
         context.__dict__.pop("refresh", None)
+        initialize_runtime(context)  # from fastgrad's cache, before the refresh would compile it
         if "numba.np.arraymath" in sys.modules:  # loaded meanwhile by another context
             type(context).refresh(context)
             return

@@ -7,6 +7,8 @@ sees a float64 literal (Numba would promote the whole expression to float64).
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -177,7 +179,7 @@ def _trig_tables(dtype, mant: int, bias: int, emin: int):
     """Chunks T0..T3 of (2^(E - bias - mant) * 2/pi) mod 4 for biased exponents E >= emin."""
     m = mant + 1  # significand width: 53 / 24
     emax = 2 * bias  # largest finite biased exponent
-    tabs = np.zeros((4, emax - emin + 1), dtype=dtype)
+    rows: list[list[float]] = [[], [], [], []]
     for e_biased in range(emin, emax + 1):
         k = e_biased - bias - mant  # |x| = X * 2^k
         # bits of 2^k * 2/pi with weights 2^1 .. 2^(2-4m), truncated; the integer part
@@ -187,13 +189,22 @@ def _trig_tables(dtype, mant: int, bias: int, emin: int):
         v &= (1 << (4 * m)) - 1
         for j in range(4):
             chunk = (v >> (m * (3 - j))) & ((1 << m) - 1)
-            # weight of the chunk's lowest bit: 2^(2 - (j+1)*m)
-            tabs[j, e_biased - emin] = dtype(np.ldexp(float(chunk), 2 - (j + 1) * m))
-    return tabs
+            # weight of the chunk's lowest bit: 2^(2 - (j+1)*m); exact in float64 (a
+            # chunk has at most 53 bits), rounded once to `dtype` below. Python floats, not
+            # NumPy scalars: NumPy's per-element calls took ~10 ms a table.
+            rows[j].append(math.ldexp(float(chunk), 2 - (j + 1) * m))
+    return np.array(rows, dtype=dtype)
 
 
-def constants(F: Any) -> dict[str, Any]:  # noqa: C901
-    """Every constant of the precision F (np.float64 or np.float32), by name."""
+def constants(F: Any) -> dict[str, Any]:
+    """Every constant of the precision F (np.float64 or np.float32), by name (a dict of
+    the caller's own; the values are computed once per precision: exp/log, trig and power
+    each ask, and the 2/pi tables took most of vecmath's import)."""
+    return dict(_constants(F))
+
+
+@functools.cache
+def _constants(F: Any) -> dict[str, Any]:  # noqa: C901
     f64 = F is np.float64
     from_bits = _f64_from_bits if f64 else _f32_from_bits
     MANT = 52 if f64 else 23  # stored significand bits
