@@ -118,7 +118,54 @@ def test_mixture_shape_runs_merged_and_blocked():
     z, w = np.ones((70, 8, 2), np.float32), np.ones(2, np.float32)
     lse = lambda z, w: fnp.logsumexp(z + w, axis=-1)  # noqa: E731
     assert _merged(lse, z, w) and _blocked(lse, z, w)
-    # One pass over a short last axis stays nested (faster than blocks of rows of 2).
-    assert not _merged(lambda z, w: fnp.sum(z * w, axis=-1), z, w)
-    # A broadcast along part of a run of kept axes: the strides do not merge.
+    # One pass over a short last axis too (blocks of rows of 2, their length in the source).
+    one_pass = lambda z, w: fnp.sum(z * w, axis=-1)  # noqa: E731
+    assert _merged(one_pass, z, w) and _blocked(one_pass, z, w)
+    # A broadcast along part of a run of kept axes: the strides do not merge; blocks of
+    # the first axis, the others looped around them (M4's x[:, None, :] - means).
     assert not _merged(lse, z, np.ones((8, 1), np.float32))
+    assert _blocked(lse, z, np.ones((8, 1), np.float32))
+
+
+def _components(x, means, scales, weights):
+    """M4's (N, K, D) loop: x broadcast along K, parameters along N, a short last axis."""
+    z = (x[:, None, :] - means) * scales
+    c = fnp.sum(z * z, axis=-1) + weights
+    return fnp.sum(fnp.logsumexp(c, axis=-1)), c, fnp.max(z, axis=-1, keepdims=True)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    n=st.sampled_from([1, 3, 64, 130]),
+    k=st.sampled_from([1, 2, 8, 17]),
+    d=st.sampled_from([1, 2, 5]),
+    view=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**32 - 1),
+)
+@example(n=130, k=8, d=2, view=True, dtype=np.float32, seed=0)
+def test_blocks_of_the_first_axis_match_reference(n, k, d, view, dtype, seed):
+    """3-D loops whose operands do not merge (broadcast along part of the kept axes) run
+    in blocks of the first axis (rowblocks._blocked): values and gradients against the
+    reference interpreter and NumPy, over short and long middle axes, size-1 axes, a
+    non-contiguous x, keepdims outputs, partial blocks."""
+    draw = np.random.default_rng(seed)
+    x = draw.uniform(-3, 3, (d, n) if view else (n, d)).astype(dtype)
+    x = x.T if view else x
+    means, scales = (draw.uniform(-1, 1, (k, d)).astype(dtype) for _ in range(2))
+    weights = draw.uniform(-1, 1, k).astype(dtype)
+    args = (x, means, scales, weights)
+
+    def f(*args):
+        grads = fg.grad(lambda *a: _components(*a)[0], argnums=(0, 1, 2, 3))(*args)
+        return grads, _components(*args)
+
+    assert n == 1 or _blocked(lambda *a: _components(*a)[1], *args)
+    fused = fg.pytree.flatten(fg.jit(f)(*args))[0]
+    reference = fg.pytree.flatten(fg.jit(f, fuse=False)(*args))[0]
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for u, r in zip(fused, reference, strict=True):
+        assert u.dtype == r.dtype and u.shape == r.shape
+        np.testing.assert_allclose(u, r, rtol=tol, atol=tol * n)
+    z = (x[:, None, :].astype(np.float64) - means) * scales
+    np.testing.assert_allclose(fused[-2], (z * z).sum(-1) + weights, rtol=tol, atol=tol)

@@ -334,13 +334,7 @@ def _flat_run(
     for n in rows:
         k = g.index[id(n.out)]
         _fold(w, n, f"r{k}", f"{g.index[id(n.out)]}", "for t in range(m):", "t * K + j")
-    for n in nodes:
-        if level[id(n.out)] != "row":
-            continue
-        k = g.index[id(n.out)]
-        expr = narrow(n, f"f{k}") if id(n.out) in reduce_phase else g.expression(n, "row")
-        g.assign(w, f"v{k}", expr)
-        g.after_value(w, n, "row", outputs, scalar_index)
+    row_values(g, w, nodes, level, outputs, reduce_phase, scalar_index)
     w.dedent()
     for k, n in enumerate(scalar_reductions):
         acc = f"v{g.index[id(n.out)]}"
@@ -351,6 +345,25 @@ def _flat_run(
             w(f"{acc} = {narrow(n, f's{k}')}")
     g.flat_columns = None
     return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
+
+
+def row_values(
+    g: _Generator,
+    w: Writer,
+    nodes: list[Node],
+    level: dict[int, str],
+    outputs: set[int],
+    reduce_phase: dict[int, int],
+    scalar_index: dict[int, int],
+) -> None:
+    """At a kept position j whose reductions are folded (`f{k}`): the row values."""
+    for n in nodes:
+        if level[id(n.out)] != "row":
+            continue
+        k = g.index[id(n.out)]
+        expr = narrow(n, f"f{k}") if id(n.out) in reduce_phase else g.expression(n, "row")
+        g.assign(w, f"v{k}", expr)
+        g.after_value(w, n, "row", outputs, scalar_index)
 
 
 def _padded(shape: tuple[int, ...], loop_shape: tuple[int, ...]) -> tuple[int, ...]:

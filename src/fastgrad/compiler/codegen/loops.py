@@ -17,13 +17,13 @@ from collections.abc import Set as AbstractSet
 
 import numpy as np
 
-from fastgrad.compiler.codegen.columns import column_run
+from fastgrad.compiler.codegen.lanecolumns import column_kernel
 from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
 from fastgrad.compiler.codegen.merge import merge, relabel
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import op_cost
-from fastgrad.compiler.codegen.rowblocks import block_run, blockable, column_blockable
+from fastgrad.compiler.codegen.rowblocks import SHORT_ROW, block_run, blockable, column_blockable
 from fastgrad.compiler.codegen.runs import close_runs, in_runs, open_outer, open_runs
 from fastgrad.compiler.codegen.schedule import schedule
 from fastgrad.compiler.codegen.source import (
@@ -58,7 +58,7 @@ def _is_flat(loop: Loop) -> bool:
         return False
     keys = {id(n.inputs[0]) for n in loop.nodes if n.op.extra.get("positional")}  # read whole
     operands = list(loop.inputs) + list(loop.outputs)
-    return all(v.aval.shape in (loop.shape, ()) or id(v) in keys for v in operands)
+    return all(v.aval.shape == loop.shape or v.aval.size == 1 or id(v) in keys for v in operands)
 
 
 def generate(
@@ -113,14 +113,15 @@ def _merge_pays(
     vector_math: AbstractSet[tuple[str, str]],
     constants: dict[int, np.ndarray],
 ) -> bool:
-    """Whether a loop runs its merged form (codegen.merge): full reductions (then raveled),
-    and reductions in several passes (then in blocks of rows or columns). One pass over
-    a short last axis stays nested: over (1e6, 8, 2) float32, the nested loop's sum took
-    4.6 ms of CPU, a block of rows of 2 10 ms (max 7.2 against 10.4 ms). Loops without a
-    reduction keep their axes: they gain nothing from fewer, and merged ones had a kernel
-    whose signature differed from its call (a (1, 1, 1) loop with a (1,) operand)."""
+    """Whether a loop runs its merged form (codegen.merge): full reductions (raveled),
+    reductions in several passes or over a short last axis (in blocks of rows or columns;
+    a sum over the last axis of (1e6, 8, 2) float32 took 11.8 -> 4.2 ms of CPU). Loops
+    without a reduction keep their axes: they gain nothing from fewer, and merged ones
+    had a kernel whose signature differed from its call (a (1, 1, 1) loop, (1,) operand)."""
     if not merged.reduce_axes:
         return False
+    if len(merged.shape) == 2 and merged.reduce_axes == (1,) and merged.shape[1] < SHORT_ROW:
+        return True
     g = _Generator(merged, parallel, vector_math, constants)
     level = {id(n.out): merged.level[id(n.out)] for n in merged.nodes}
     return schedule(g, merged.nodes, level).n_phases > 1
@@ -186,7 +187,7 @@ class _Generator:
         self.scalar_acc = lambda k: f"s{k}"
         # Column kernels over raveled operands (codegen.columns) address them themselves.
         self.flat_columns: Callable[[Var, str], str] | None = None
-        # Whole-shaped operands a block of short rows reads and writes transposed.
+        # Operands a block of short rows reads and writes transposed (codegen.rowblocks).
         self.transposed: dict[int, str] = {}
 
     # ---- addressing
@@ -202,9 +203,9 @@ class _Generator:
         shape = v.aval.shape
         if self.flat_columns is not None and level != "scalar":
             return self.flat_columns(v, level)
-        if level == "elem" and id(v) in self.transposed:  # codegen.rowblocks
+        if id(v) in self.transposed:  # codegen.rowblocks
             return self.transposed[id(v)]
-        if shape == () or level == "scalar":
+        if shape == () or level == "scalar" or self.flat and v.aval.size == 1:
             if id(v) in self.in_name and v.aval.size == 1:
                 self.preloads[f"{name}_0"] = f"{name}[0]"
                 return f"{name}_0"
@@ -389,7 +390,9 @@ class _Generator:
             )
         )
         if column:
-            return column_run(self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
+            return column_kernel(
+                self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions
+            )
         if blockable(self, nodes):
             return block_run(self, w, args, nodes, level, outputs, sched)
         if column_blockable(self, nodes, sched):
