@@ -3,9 +3,13 @@ in fastgrad (LOOP, and its Python loop with runtime.loop_table.ENABLED off), JAX
 lax.scan, and fastgrad's same program unrolled in Python; value and value_and_grad,
 interleaved in one process, best of N rounds of process CPU time per call:
 
-    PYTHONPATH=src:. python -m bench.scan_matvec [H,H,...] [T,T,...] [dtype] [rounds]
+    PYTHONPATH=src:. python -m bench.scan_matvec [H,H,...] [T,T,...] [dtype] [rounds] [who]
 
 (JAX from the environment that has it.) Also prints whether each scan ran as a LOOP.
+`who`: "fastgrad" or "jax" times only that one (JAX not imported for "fastgrad"), for runs
+in separate processes: interleaved, each slows the other (H = 16, float32, best of 7 at
+load 6-7: fastgrad's value at T = 1000 0.41 ms interleaved, 0.18 alone, its calling
+thread's CPU time the same as the process's; JAX's 0.27 and 0.17).
 """
 
 from __future__ import annotations
@@ -74,41 +78,41 @@ def _looped(fn: Any, args: Any) -> list[bool]:
     return found
 
 
-def main(hiddens: list[int], lengths: list[int], dtype: Any, rounds: int) -> None:
-    import jax
-    import jax.numpy as jnp
-
+def main(hiddens: list[int], lengths: list[int], dtype: Any, rounds: int, who: str) -> None:
     import fastgrad as fg
     import fastgrad.numpy as fnp
     from fastgrad.runtime import loop_table
 
-    jax.config.update("jax_enable_x64", True)
+    if who != "fastgrad":
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
     print(f"unbatched RNN, {np.dtype(dtype).name}, CPU ms per call, best of {rounds} rounds")
     for hidden in hiddens:
         for steps in lengths:
             args = _inputs(hidden, steps, dtype)
-            jargs = tuple(jax.device_put(a) for a in args)
             for grad in (False, True):
-                wrap = (lambda f: fg.value_and_grad(f, argnums=(0, 1, 2))) if grad else None
-                jwrap = (lambda f: jax.value_and_grad(f, argnums=(0, 1, 2))) if grad else None
                 runs: dict[str, tuple[Any, Any, Any]] = {}
                 for name, unrolled in (("scan", False), ("unrolled", True)):
-                    if unrolled and steps > UNROLL_LIMIT:
+                    if who == "jax" or unrolled and steps > UNROLL_LIMIT:
                         continue
                     f = _loss(fnp, fg.scan, unrolled)
-                    runs[name] = (fg.jit(wrap(f) if grad else f), args, lambda out: None)
-                runs["python loop"] = runs["scan"]
-                jf = _loss(jnp, jax.lax.scan, False)
-                jf = jax.jit(jwrap(jf) if grad else jf)
-                runs["jax"] = (jf, jargs, jax.block_until_ready)
-                for fn, a, sync in {id(r[0]): r for r in runs.values()}.values():
-                    if sync is jax.block_until_ready:
-                        sync(fn(*a))
-                    else:
+                    f = fg.value_and_grad(f, argnums=(0, 1, 2)) if grad else f
+                    runs[name] = (fg.jit(f), args, lambda out: None)
+                if who != "jax":
+                    runs["python loop"] = runs["scan"]
+                if who != "fastgrad":
+                    jf = _loss(jnp, jax.lax.scan, False)
+                    jf = jax.value_and_grad(jf, argnums=(0, 1, 2)) if grad else jf
+                    jargs = tuple(jax.device_put(a) for a in args)
+                    runs["jax"] = (jax.jit(jf), jargs, jax.block_until_ready)
+                for key, (fn, a, sync) in runs.items():
+                    if key == "scan" or key == "unrolled":
                         fg.warmup(fn, *a)
                     for _ in range(3):
                         sync(fn(*a))
-                looped = _looped(runs["scan"][0], args)
+                looped = _looped(runs["scan"][0], args) if "scan" in runs else []
                 calls = max(1, 2000 // steps)
                 best = dict.fromkeys(runs, np.inf)
                 for _ in range(rounds):
@@ -116,7 +120,7 @@ def main(hiddens: list[int], lengths: list[int], dtype: Any, rounds: int) -> Non
                         loop_table.ENABLED = key != "python loop"
                         best[key] = min(best[key], _cpu(fn, a, sync, calls))
                 loop_table.ENABLED = True
-                base = best["scan"]
+                base = best["scan"] if "scan" in best else best["jax"]
                 cells = "  ".join(f"{k} {v * 1e3:7.3f} ({v / base:.2f}x)" for k, v in best.items())
                 kind = "value_and_grad" if grad else "value"
                 print(f"H={hidden:4d} T={steps:5d} {kind:14s} LOOPs {looped}: {cells}")
@@ -128,4 +132,5 @@ if __name__ == "__main__":
         [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [200, 1000],
         np.dtype(sys.argv[3] if len(sys.argv) > 3 else "float32"),
         int(sys.argv[4]) if len(sys.argv) > 4 else 7,
+        sys.argv[5] if len(sys.argv) > 5 else "both",
     )
