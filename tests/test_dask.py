@@ -177,6 +177,13 @@ def test_the_jitted_function_compiles_once_per_worker(client):
     seconds = vg.warmup(params, xs, ys)
     assert sorted(seconds) == sorted(client.nthreads())
 
+    def idle():
+        from fastgrad.runtime.background import wait_idle
+
+        return wait_idle(timeout=0)
+
+    assert all(client.run(idle).values())  # warmup waited: no worker is still compiling
+
     def counters():
         from fastgrad.api.jit import _LIVE
         from fastgrad.compiler.kernel_cache import STATS
