@@ -182,15 +182,26 @@ def test_the_jitted_function_compiles_once_per_worker(client):
     xs = client.persist(da.from_array(x, chunks=(100, 4)))
     ys = client.persist(da.from_array(y, chunks=100))
     vg = fgd.value_and_grad(logistic)
-    seconds = vg.warmup(params, xs, ys)
-    assert sorted(seconds) == sorted(client.nthreads())
+
+    def compile_mode(mode):
+        before = fg.config.compile
+        fg.config.update("compile", mode)
+        return before
 
     def idle():
         from fastgrad.runtime.background import wait_idle
 
         return wait_idle(timeout=0)
 
-    assert all(client.run(idle).values())  # warmup waited: no worker is still compiling
+    # In the default mode, where a first call does not wait for its kernels (the test
+    # session's workers inherit FASTGRAD_COMPILE=sync from conftest.py), warmup waits.
+    modes = client.run(compile_mode, "background")
+    try:
+        seconds = vg.warmup(params, xs, ys)
+        assert all(client.run(idle).values())  # no worker is still compiling
+    finally:
+        client.run(compile_mode, next(iter(modes.values())))
+    assert sorted(seconds) == sorted(client.nthreads())
 
     def counters():
         from fastgrad.api.jit import _LIVE
