@@ -26,21 +26,35 @@ def dask_cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("worker-kernels")
 
 
+# Each time a worker leaves the scheduler (a restart, a worker that died), the cluster
+# object arms a timer: `lost-worker-timeout` (15 s) later, if no worker of that name is
+# connected at that moment, it closes the worker's nanny for good. Nothing disarms the
+# timer when the nanny's new worker arrives, so a second restart whose workers are away
+# 15 s after the first restart's (or a killed worker's) removal lost both nannies, and
+# `client.restart` waited its whole timeout with no worker process alive (twice in CI,
+# in tests/test_dask.py; reproduced at will by restarting 13 s after a restart). Here
+# the nannies restart their workers themselves: the timer only ever fires too late.
+LOST_WORKER_TIMEOUT = "1 hour"
+
+
 @pytest.fixture(scope="module")
 def dask_client(dask_cache_dir):
+    dask = pytest.importorskip("dask")
     distributed = pytest.importorskip("distributed")
     env = {"FASTGRAD_CACHE_DIR": str(dask_cache_dir), "NUMBA_NUM_THREADS": "1"}
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",  # a free port: None means 8787, which another run may hold
-        env=env,
-    )
-    with distributed.Client(cluster) as client:
-        yield client
-    cluster.close()
+    # Read at each worker removal, so set for the cluster's whole life.
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": LOST_WORKER_TIMEOUT}):
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=":0",  # a free port: None means 8787, which another run may hold
+            env=env,
+        )
+        with distributed.Client(cluster) as client:
+            yield client
+        cluster.close()
 
 
 @pytest.fixture

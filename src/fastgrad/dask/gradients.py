@@ -167,7 +167,9 @@ class DataParallel:
 
         Each worker evaluates the first chunk (and the last, when its row count differs),
         so its jitted function is traced and its kernels are compiled or loaded from the
-        disk cache. Those chunks travel to workers that do not hold them, once.
+        disk cache, and waits for them (in background mode too, `Jitted.compile`): the
+        steps that follow run compiled. Those chunks travel to workers that do not hold
+        them, once.
         """
         client = self._client()
         shared, chunked, _ = self._prepare(args, client)
@@ -177,16 +179,20 @@ class DataParallel:
         for worker in client.nthreads():
             start = time.perf_counter()
             # Fresh task keys per worker: the scheduler would not run a finished key again.
-            for task in _chunk_tasks(shared, chunked, picks):
+            for task in _chunk_tasks(shared, chunked, picks, settle=True):
                 client.compute(task, workers=[worker], allow_other_workers=False).result()
             seconds[worker] = time.perf_counter() - start
         del shared
         return seconds
 
 
-def _chunk_tasks(shared: Any, chunked: Chunked, indices: Sequence[int]) -> list[Any]:
+def _chunk_tasks(
+    shared: Any, chunked: Chunked, indices: Sequence[int], settle: bool = False
+) -> list[Any]:
     return [
-        delayed(evaluate_chunk, pure=False)(shared, chunked.infos[i], *chunked.pieces[i])
+        delayed(evaluate_chunk, pure=False)(
+            shared, chunked.infos[i], *chunked.pieces[i], settle=settle
+        )
         for i in indices
     ]
 

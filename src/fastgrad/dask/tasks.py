@@ -137,8 +137,11 @@ def _check_finite(step: Step, info: ChunkInfo, blocks: list[np.ndarray], leaves:
             )
 
 
-def evaluate_chunk(step: Step, info: ChunkInfo, *blocks: Any) -> Partial:
-    """The value and gradient of one chunk, as sums weighted by its rows for means."""
+def evaluate_chunk(step: Step, info: ChunkInfo, *blocks: Any, settle: bool = False) -> Partial:
+    """The value and gradient of one chunk, as sums weighted by its rows for means. With
+    `settle` (`DataParallel.warmup`), first compile or load every kernel the call needs
+    and wait for them (`Jitted.compile`), so that the worker's next calls run compiled
+    and no compile is still under way when the worker is told to stop (a restart)."""
     arrays = [np.asarray(b) for b in blocks]
     n = _check_blocks(step, info, arrays)
     signature = tuple(_signature(b) for b in arrays)
@@ -148,6 +151,8 @@ def evaluate_chunk(step: Step, info: ChunkInfo, *blocks: Any) -> Partial:
     for slot, block in zip(step.data_slots, arrays, strict=True):
         args[slot] = block
     try:
+        if settle:
+            step.fun.compile(*args)
         out, grads = step.fun(*args)
     except Exception as exc:
         raise ChunkError(f"{info.where(n)}: {type(exc).__name__}: {exc}") from exc
