@@ -29,7 +29,9 @@ def inputs():
 def test_an_axis_of_size_one_gets_a_literal_trip_count():
     f = fg.jit(fg.value_and_grad(size_one_loss, argnums=(0, 1, 2)))
     (source,) = f.lower(*inputs()).kernels  # generated, not compiled
-    assert "for i1 in range(np.uint64(1)):" in source, source
+    # The size-1 axis is looped over with the literal trip count, or merged away (a loop
+    # whose operands are all (3, 1) runs flat over 3): never with a runtime one.
+    assert "for i1 in range(np.uint64(1)):" in source or "for i1 in" not in source, source
     assert "range(np.uint64(n1))" not in source, source
 
 
