@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from fastgrad.compiler.machine_code import MachineCodeCache, environment_tag
 from fastgrad.core import compile_log
 from fastgrad.core.config import cache_dir
@@ -139,7 +141,8 @@ def call_writable(kernel: Any, args: Sequence[Any]) -> Any:
     on the calling thread (0.5-1.5 s); kernels never write their inputs, and the machine
     code is the same."""
     overloads = getattr(kernel, "overloads", None)
-    if not overloads or all(getattr(a, "flags", None) is None or a.flags.writeable for a in args):
+    # NumPy scalars have flags too, never writeable: only arrays decide.
+    if not overloads or not any(isinstance(a, np.ndarray) and not a.flags.writeable for a in args):
         return kernel(*args)
     from numba import typeof, types
 
