@@ -182,3 +182,44 @@ def test_a_call_finding_its_kernels_compiled_waits_for_no_compile(tmp_path):
     # compiler lock: on the calling thread, behind whatever compile held it
     right, seconds = python(ENTRY_SCRIPT, tmp_path).split()
     assert right == "True" and float(seconds) < 20, (right, seconds)
+
+
+LOAD_SCRIPT = textwrap.dedent(
+    """
+    import os, threading, time, warnings
+    import numpy as np, fastgrad as fg, fastgrad.numpy as fnp
+    from fastgrad.runtime import background, numba_load
+
+    loading, load = threading.Event(), numba_load._load
+
+    def slow_load():  # Numba's import on the compile thread, taking its time
+        loading.set()
+        time.sleep(3.0)
+        load()
+
+    numba_load._load = slow_load
+    fg.config.update("compile_timeout", 0.2)
+    x = np.linspace(-1, 2, 5)
+    fg.jit(lambda x: fnp.sum(fnp.sin(x) * 0.5))(x)  # NumPy answers; the thread loads
+    assert loading.wait(60)
+    pid = os.fork()  # waits 0.2 s for the load, then forks with its lock held
+    if pid == 0:
+        fg.config.update("compile", "sync")
+        g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 3.5))
+        start = time.monotonic()
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            right = abs(g(x) - np.sum(np.cos(x) * 3.5)) < 1e-12
+        print(background._WORKER.stale, right, round(time.monotonic() - start, 1), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_amid_numbas_import_leaves_the_child_on_numpy(tmp_path):
+    # The child inherits the import's lock held by a thread it does not have: its own
+    # load would wait for ever, each sync call for the watchdog.
+    stale, right, seconds = python(LOAD_SCRIPT, tmp_path).split()
+    assert (stale, right) == ("True", "True") and float(seconds) < 0.2, (stale, seconds)

@@ -183,13 +183,13 @@ class _Worker:
         # for a kernel (`compile` inside a first call, say) lifts the hold.
         self.first_calls = 0
         self.hurry = False
-        self.stale = False  # forked amid a compile that holds Numba's lock: none can run
+        self.stale = False  # forked amid a compile or Numba's import: none can run
 
     def submit(self, job: Job) -> None:
         if self.stale:
             job.error = RuntimeError(
                 "nothing compiles in this process: it was forked while a compile in its "
-                "parent held Numba's compiler lock"
+                "parent held Numba's compiler lock (or its import, the import's lock)"
             )
             getattr(job, "fail", job.drop)()
             return

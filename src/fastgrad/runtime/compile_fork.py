@@ -64,9 +64,11 @@ def after_fork() -> None:
 
 
 def holds_stale_lock() -> bool:
-    """In a forked child: whether Numba's compiler lock is held by a thread the child does
-    not have (the fork did not wait for it: a compile found overdue, or one that outran
-    the wait)."""
+    """In a forked child: whether Numba's compiler lock, or runtime.numba_load's, is held
+    by a thread the child does not have (the fork did not wait for it: a compile found
+    overdue, or a compile or Numba's import that outran the wait)."""
+    if numba_load.held_elsewhere():
+        return True
     lock = _compiler_lock()
     if lock is None or not lock.acquire(blocking=False):
         return lock is not None

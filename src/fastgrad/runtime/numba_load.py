@@ -215,3 +215,13 @@ def before_fork(timeout: float) -> bool:
 def after_fork() -> None:
     """In the parent and in the child, after `before_fork` took the lock."""
     _LOCK.release()
+
+
+def held_elsewhere() -> bool:
+    """In a forked child, after `after_fork`: whether the load's lock is held by a thread
+    the child does not have (the fork's wait for a load under way timed out). The child's
+    own load would then wait for ever."""
+    if not _LOCK.acquire(blocking=False):
+        return True
+    _LOCK.release()
+    return False
