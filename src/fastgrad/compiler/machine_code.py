@@ -369,10 +369,14 @@ def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> A
     """The code library of Numba's runtime functions (`nrtdynmod.compile_nrt_functions`),
     from the cache behind its digest, else compiled and stored (`compile_functions` if the
     module cannot be built with its machine code kept)."""
+    from numba.core import config
     from numba.core.runtime import nrtdynmod
 
     codegen = context.codegen()
-    parts = [environment_tag(), _FORMAT, "numba runtime", repr(codegen.magic_tuple())]
+    # Numba's debug settings change these functions' code (NUMBA_DEBUG_NRT prints each
+    # reference count change): a process without them must not load one built with them.
+    debug = (config.DEBUG_NRT, config.DEBUG_NRT_STACK_LIMIT, config.NRT_STATS)
+    parts = [environment_tag(), _FORMAT, "numba runtime", repr(codegen.magic_tuple()), repr(debug)]
     key = "\n".join(parts).encode()
     path = directory() / f"numba_runtime.{hashlib.sha256(key).hexdigest()[:40]}.nbm"
     try:
