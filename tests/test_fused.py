@@ -300,3 +300,25 @@ def test_column_reductions(dtype):
     assert_fused_matches_reference(
         lambda x: fnp.sum(x * x, axis=0), big, rtol=1e-5 if dtype == np.float32 else 1e-12
     )
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16])
+def test_narrow_integer_results_wrap_before_a_reduction_reads_them(dtype):
+    """NumPy wraps each narrow-integer result to its type (uint8 200 * 200 is 64); the
+    fused loop computes them in 64 bits, which a store truncates but a sum reading the
+    value in the same loop did not (uint8: 50298 for NumPy's 122)."""
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, size=(5, 3), endpoint=True).astype(dtype)
+    y = rng.integers(info.min, info.max, size=(3,), endpoint=True).astype(dtype)
+
+    def f(x, y):
+        z = x * x + y * 3 - x
+        return fnp.sum(z, axis=0), fnp.sum(z[:, None, :] * z[:, :, None]), fnp.max(x + y, 1)
+
+    with np.errstate(all="ignore"):
+        z = x * x + y * 3 - x
+        want = np.sum(z, axis=0), np.sum(z[:, None, :] * z[:, :, None]), np.max(x + y, 1)
+    for got, expected in zip(fg.jit(f)(x, y), want, strict=True):
+        assert np.asarray(got).dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+    assert_fused_matches_reference(f, x, y)

@@ -273,7 +273,12 @@ class _Generator:
             if out_dtype.kind == "f" and any(v.aval.dtype != out_dtype for v in node.inputs):
                 args = [f"{scalar_type(out_dtype)}({a})" for a in args]
             return f"{self.function(fn, out_dtype)}({', '.join(args)})"
-        return "(" + template.format(*args, T=scalar_type(out_dtype)) + ")"
+        text = "(" + template.format(*args, T=scalar_type(out_dtype)) + ")"
+        if out_dtype.kind in "iu" and out_dtype.itemsize < 8:
+            # Numba computes narrow integers in 64 bits; NumPy wraps each result to its
+            # type (uint8 200 * 200 is 64), which a store does but a sum reading it does not.
+            text = f"{scalar_type(out_dtype)}{text}"
+        return text
 
     def strength_reduced(self, node: Node) -> bool:
         """Whether `node` is a float power with a constant exponent written as multiplies."""
