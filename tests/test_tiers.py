@@ -202,17 +202,31 @@ def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path
     g = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
     np.testing.assert_allclose(g(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
     assert plan(g).compiled  # the first call ran the kernel
-    # The same loop over blocks: NumPy's cost counts lower (here, as nothing).
-    monkeypatch.setattr(numpy_blocks, "BLOCK", 8)
-    monkeypatch.setattr(background, "BLOCKED_GAIN", 1 << 40)
-    k = fg.jit(lambda x: fnp.sum(fnp.cos(x) * 1.75))
-    np.testing.assert_allclose(k(x), np.sum(np.cos(x) * 1.75), rtol=1e-13)
-    assert not plan(k).compiled and kernel_steps(k)[0].tier.numpy_loop.blocked
     # A kernel to build (no other test compiles it in this process): NumPy meanwhile.
     h = fg.jit(lambda x: fnp.sum(fnp.sinh(fnp.sin(x)) * 1.75))
     np.testing.assert_allclose(h(x), np.sum(np.sinh(np.sin(x)) * 1.75), rtol=1e-13)
     assert not plan(h).compiled
     assert background.wait_idle(timeout=120)
+
+
+def test_which_warm_first_calls_wait_at_the_measured_bounds(monkeypatch):
+    """At the bounds measured (background.IMPORT_WORK), with every kernel on disk and Numba
+    not imported yet: W1's loop (39 ops over 10^7 float64, run over blocks) waits for its
+    kernel; W1 in float32, W2 (33 ops over 4096 x 1000) and W3 (23) run on NumPy."""
+    monkeypatch.setattr(background, "needs_build", lambda source: False)
+    monkeypatch.setattr(background.numba_load, "imported", lambda name: None)
+
+    def waits(ops, shape, dtype, blocked=True):
+        op = (np.sin, {}, [], np.dtype(dtype), -1)
+        loop = SimpleNamespace(ops=[op] * ops, size=ops, blocked=object() if blocked else None)
+        tier = background.KernelTier(loop, [SimpleNamespace(source="")], shape)
+        return tier._loading_beats_numpy()
+
+    assert waits(39, (10**7,), np.float64)
+    assert not waits(39, (10**7,), np.float32)
+    assert not waits(39, (10**6,), np.float64)
+    assert not waits(33, (4096, 1000), np.float64, blocked=False)
+    assert not waits(23, (4096, 1000), np.float64)
 
 
 def test_a_long_scan_whose_body_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path):
