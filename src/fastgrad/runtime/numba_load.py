@@ -101,7 +101,9 @@ def load(pause: Pause | None = None) -> None:
 
 
 def _load() -> None:
-    import numba  # its import is most of the cost (TBB was chosen before: runtime.executable)
+    if "numba" not in sys.modules:
+        _import_numba()
+    import numba  # (TBB was chosen before: runtime.executable)
     from numba.core.registry import cpu_target
 
     context = cpu_target.target_context
@@ -115,6 +117,33 @@ def _load() -> None:
 
     if config.runtime == "vm":
         import fastgrad.runtime.vm  # noqa: F401  (the plan interpreter)
+
+
+def _import_numba() -> None:
+    """Import Numba, most of the load's cost, without SciPy where SciPy is not imported
+    yet: Numba's import checks that SciPy, if installed, is 1.0 or later by importing it
+    (`numba._ensure_critical_deps`, 6-30 ms of a warm process's wait), which fastgrad's own
+    requirement (scipy >= 1.11) already ensures. For this thread and this import only,
+    `import scipy` finds nothing, which that check reads as "not installed"; nothing else
+    in Numba's import imports SciPy, and any other thread imports it as ever."""
+    finder = _NoSciPy()
+    sys.meta_path.insert(0, finder)
+    try:
+        import numba  # noqa: F401
+    finally:
+        sys.meta_path.remove(finder)
+
+
+class _NoSciPy(importlib.abc.MetaPathFinder):
+    """`import scipy` in the thread that made it finds nothing (`_import_numba`)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name == "scipy" and threading.get_ident() == self.thread:
+            raise ModuleNotFoundError("not during Numba's import (runtime.numba_load)", name=name)
+        return None
 
 
 def _first_refresh(context: Any) -> None:
