@@ -39,6 +39,7 @@ if not kernel_cache.STATS.numba_compiles():  # loaded from disk: no typing or lo
     assert rtsys._init  # Numba's runtime, its functions loaded from fastgrad's cache
     # nor SciPy: Numba's import checks its version by importing it, but not on this thread
     assert "scipy" not in sys.modules, "a warm process imported scipy"
+    assert "numpy.ma" not in sys.modules, "Numba's type of an array imported numpy.ma"
 # vector math of the float type in use only; the other's when first asked for
 from fastgrad.compiler.codegen import vecmath
 
@@ -67,6 +68,14 @@ def dot(a, b):
 a, b = np.arange(12.0).reshape(3, 4), np.arange(4.0)
 assert np.array_equal(dot(a, b), a @ b)
 assert "scipy.linalg.cython_blas" in sys.modules  # imported by Numba's helper, when called
+# numpy.ma imported later: Numba's typing rejects masked arrays as before
+masked = np.ma.masked_array([1.0, 2.0], mask=[0, 1])
+try:
+    numba.typeof(masked)
+except numba.core.errors.NumbaTypeError as error:
+    assert "MaskedArray" in str(error)
+else:
+    raise AssertionError("a masked array typed")
 print("ok")
 """
 

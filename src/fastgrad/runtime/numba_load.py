@@ -111,12 +111,43 @@ def _load() -> None:
         context.refresh = functools.partial(_first_refresh, context)
     import numpy as np
 
-    numba.typeof(np.empty(1))  # Numba's type of an array imports numpy.ma (~10-40 ms)
+    _masked_arrays_when_imported()
+    numba.typeof(np.empty(1))  # (Numba's first type of an array, here rather than at a call)
     import fastgrad.compiler.codegen.support  # noqa: F401  (what every kernel imports)
     from fastgrad.core.config import config
 
     if config.runtime == "vm":
         import fastgrad.runtime.vm  # noqa: F401  (the plan interpreter)
+
+
+def _masked_arrays_when_imported() -> None:
+    """Numba's type of an array first checks that it is no masked array, through `np.ma`,
+    which imports numpy.ma (~10 ms of CPU, 10-40 ms of wall time under load) at the first
+    call of each kind of array. No masked array can exist before numpy.ma is imported:
+    Numba's typing module gets a NumPy whose `ma` is numpy.ma once it is, and until then
+    one whose MaskedArray nothing is an instance of."""
+    from numba.core.typing import typeof
+
+    numpy = sys.modules["numpy"]
+    if getattr(typeof, "np", None) is numpy and imported("numpy.ma") is None:
+        typeof.np = _NumpyUntilMa(numpy)  # type: ignore[attr-defined]
+
+
+class _NoMaskedArrays:
+    class MaskedArray:  # never instantiated
+        pass
+
+
+class _NumpyUntilMa:
+    """NumPy, but for `ma` while numpy.ma is not imported (`_masked_arrays_when_imported`)."""
+
+    def __init__(self, numpy: Any):
+        self._numpy = numpy
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "ma":
+            return imported("numpy.ma") or _NoMaskedArrays
+        return getattr(self._numpy, name)
 
 
 def _import_numba() -> None:
