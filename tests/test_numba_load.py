@@ -1,5 +1,6 @@
 """Numba's import on the compile thread (runtime.numba_load): no SciPy linear algebra
-package, no registries where kernels load from disk, Numba's own BLAS left as it was for
+package, no registries (nor SciPy at all) where kernels load from disk, vector math built
+for the float type in use only, Numba's own BLAS left as it was for
 a user's functions, and an import that pauses for first calls but never for a thread
 waiting on it or a fork.
 
@@ -10,6 +11,9 @@ the loaded 2-core machine (one kernel compiled).
 import os
 import subprocess
 import sys
+import threading
+
+import pytest
 
 SCRIPT = """
 import sys
@@ -33,6 +37,18 @@ if not kernel_cache.STATS.numba_compiles():  # loaded from disk: no typing or lo
     from numba.core.runtime import rtsys
 
     assert rtsys._init  # Numba's runtime, its functions loaded from fastgrad's cache
+    # nor SciPy: Numba's import checks its version by importing it, but not on this thread
+    assert "scipy" not in sys.modules, "a warm process imported scipy"
+    assert "numpy.ma" not in sys.modules, "Numba's type of an array imported numpy.ma"
+# vector math of the float type in use only; the other's when first asked for
+from fastgrad.compiler.codegen import vecmath
+
+assert set(vecmath._BUILT) == {"float64"}, set(vecmath._BUILT)
+from fastgrad.compiler.codegen.vecmath import power_f32, tanh_f32
+
+assert vecmath.FUNCTIONS["tanh", "float32"] is tanh_f32
+assert vecmath.FUNCTIONS["power", "float32"] is power_f32
+assert len(vecmath.FUNCTIONS) == 28 and len(vecmath.BOUNDED_TRIG) == 6
 print(repr(float(f(x))), repr(float(fg.jit(f.fun, fuse=False)(x))))
 
 import numba
@@ -52,6 +68,14 @@ def dot(a, b):
 a, b = np.arange(12.0).reshape(3, 4), np.arange(4.0)
 assert np.array_equal(dot(a, b), a @ b)
 assert "scipy.linalg.cython_blas" in sys.modules  # imported by Numba's helper, when called
+# numpy.ma imported later: Numba's typing rejects masked arrays as before
+masked = np.ma.masked_array([1.0, 2.0], mask=[0, 1])
+try:
+    numba.typeof(masked)
+except numba.core.errors.NumbaTypeError as error:
+    assert "MaskedArray" in str(error)
+else:
+    raise AssertionError("a masked array typed")
 print("ok")
 """
 
@@ -124,3 +148,20 @@ def test_a_paused_load_goes_on_for_a_thread_importing_numba_and_for_a_fork():
         out = subprocess.run(run, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, (case, out.stderr)
         assert out.stdout.strip() == "ok", (case, out.stdout)
+
+
+def test_scipy_is_hidden_only_from_the_thread_importing_numba():
+    """Numba's import on the compile thread finds no SciPy (its version check then imports
+    nothing); another thread importing SciPy meanwhile finds it."""
+    from fastgrad.runtime import numba_load
+
+    finder = numba_load._NoSciPy()
+    with pytest.raises(ModuleNotFoundError):
+        finder.find_spec("scipy", None)
+    assert finder.find_spec("scipy.special", None) is None
+    assert finder.find_spec("numpy", None) is None
+    found = []
+    other = threading.Thread(target=lambda: found.append(finder.find_spec("scipy", None)))
+    other.start()
+    other.join()
+    assert found == [None]  # left to the finders after it

@@ -170,3 +170,20 @@ def test_float32_stays_float32():
     assert out[0].dtype == np.float32 and out[1].dtype == np.float32
     np.testing.assert_allclose(out[0], np.tanh(x) * 2, rtol=1e-6)
     np.testing.assert_allclose(out[1], np.sum(x * x), rtol=1e-6)
+
+
+def test_a_whole_loop_writes_into_a_value_a_reduction_has_read():
+    """A ufunc's result read by a reduction and then by a ufunc: the last ufunc writes into
+    it (a reduction's result is fresh memory, never a view of what it read)."""
+
+    def softmax(x):
+        e = fnp.exp(x)
+        return e / fnp.sum(e, axis=1, keepdims=True)
+
+    x = np.linspace(-1, 1, 12).reshape(3, 4)
+    jitted = fg.jit(softmax)
+    np.testing.assert_allclose(jitted(x), np.exp(x) / np.exp(x).sum(1, keepdims=True), **TOL)
+    (traced,) = jitted._cache.values()
+    (loop,) = [s.tier.numpy_loop for s in traced.executable.plan if getattr(s, "tier", None)]
+    names = [getattr(impl, "__name__", "") for impl, *_ in loop.ops]
+    assert loop.ops[names.index("divide")][4] == names.index("exp"), names

@@ -44,15 +44,17 @@ from fastgrad.runtime import compile_fork, numba_load, slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
-# Element-ops (a loop's ops times its elements) above which a first call waits for a
-# kernel on disk rather than run its loop with NumPy (~1-3 ns per element-op, many ops
-# being per row): loading costs Numba's import once (~0.5 s), then ~10-50 ms a kernel.
-# At 2^27 a warm W2 (2^27.0, 0.15 s with NumPy) waited 1.75 s for Numba's import on
-# the loaded machine. A loop run over blocks (runtime.numpy_blocks) costs about a quarter
-# per element-op (`BLOCKED_GAIN`): a warm W1 (2^28.5, 0.56-0.69 s of CPU over blocks)
-# answered in 1.5-2.1 s on NumPy against 2.6-2.9 s waiting for the import (3 fresh
-# processes each, load 7); so its work counts as 2^26.5, and W1 runs on NumPy.
-IMPORT_WORK, LOAD_WORK, BLOCKED_GAIN = 1 << 28, 1 << 24, 4
+# Element-ops (a loop's ops times its elements, counted as float64's: a float32 loop's
+# count half) above which a first call waits for a kernel on disk rather than run its
+# loop with NumPy: loading costs Numba's import once (~0.2 s of CPU, 0.4-0.8 s of wall
+# time on the loaded 2-core machine), then ~10-25 ms a kernel. NumPy costs ~0.3-1.4 ns an
+# element-op in float64, over blocks (runtime.numpy_blocks) or whole (whole arrays fault
+# in fresh pages for their temporaries), and about a third of that in float32. Measured
+# warm (4 fresh processes each, alternating, load 5): W1 (2^28.5 element-ops, over blocks)
+# answered in 0.87-1.10 s waiting against 1.06-1.48 s on NumPy in float64, and in
+# 0.86-1.03 s against 0.31-0.67 s in float32 (2^27.5); W2 (2^27.0, whole) in 0.41-0.76 s
+# waiting against 0.11-0.46 s on NumPy. W3 is 2^26.5.
+IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
@@ -438,7 +440,8 @@ class KernelTier:
 
     def __init__(self, numpy_loop: NumpyLoop, variants: Sequence[KernelSource], shape: Any):
         self.numpy_loop = numpy_loop
-        self.variants = list(variants)  # serial first; the last one is final
+        # Serial first, the last one final (only the final one where it is on disk).
+        self.variants = list(variants)
         self.shape = shape
         self.jobs: list[Job] | None = None
         self.warned = False
@@ -456,6 +459,10 @@ class KernelTier:
         if self.jobs is None:
             with self.lock:  # threads making the same first call submit the jobs once
                 if self.jobs is None:
+                    if len(self.variants) > 1 and not needs_build(self.variants[-1].source):
+                        # On disk, the final variant loads about as fast as the serial one
+                        # (~10-25 ms of the compile thread's CPU each): only it, then.
+                        self.variants = self.variants[-1:]
                     self.jobs = self._submit(step, env, self.variants[-1:] if wait else None)
         jobs = self.jobs
         assert jobs is not None
@@ -494,11 +501,11 @@ class KernelTier:
         """Whether to wait for the final kernel rather than run the loop with NumPy: its
         machine code is on disk, so is that of every kernel this first call has handed the
         thread so far (none would compile ahead of it), and the loop does more work than
-        loading takes (Numba's import, if not done yet, then a few ms a kernel), NumPy's
-        cost counted lower for a loop run over blocks (`BLOCKED_GAIN`)."""
-        work = self.numpy_loop.size * math.prod(self.shape)  # np.prod: ~3 us a step
-        if self.numpy_loop.blocked is not None:
-            work //= BLOCKED_GAIN
+        loading takes (Numba's import, if not done yet, then a few ms a kernel), counted
+        as float64's (`IMPORT_WORK`)."""
+        loop = self.numpy_loop
+        itemsize = max((op[3].itemsize for op in loop.ops if op[3].kind in "fc"), default=8)
+        work = loop.size * math.prod(self.shape) * itemsize // 8  # (np.prod: ~3 us)
         return loading_beats_numpy(work, [self.variants[-1].source])
 
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:

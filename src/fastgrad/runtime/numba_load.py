@@ -101,7 +101,9 @@ def load(pause: Pause | None = None) -> None:
 
 
 def _load() -> None:
-    import numba  # its import is most of the cost (TBB was chosen before: runtime.executable)
+    if "numba" not in sys.modules:
+        _import_numba()
+    import numba  # (TBB was chosen before: runtime.executable)
     from numba.core.registry import cpu_target
 
     context = cpu_target.target_context
@@ -109,12 +111,70 @@ def _load() -> None:
         context.refresh = functools.partial(_first_refresh, context)
     import numpy as np
 
-    numba.typeof(np.empty(1))  # Numba's type of an array imports numpy.ma (~10-40 ms)
+    _masked_arrays_when_imported()
+    numba.typeof(np.empty(1))  # (Numba's first type of an array, here rather than at a call)
     import fastgrad.compiler.codegen.support  # noqa: F401  (what every kernel imports)
     from fastgrad.core.config import config
 
     if config.runtime == "vm":
         import fastgrad.runtime.vm  # noqa: F401  (the plan interpreter)
+
+
+def _masked_arrays_when_imported() -> None:
+    """Numba's type of an array first checks that it is no masked array, through `np.ma`,
+    which imports numpy.ma (~10 ms of CPU, 10-40 ms of wall time under load) at the first
+    call of each kind of array. No masked array can exist before numpy.ma is imported:
+    Numba's typing module gets a NumPy whose `ma` is numpy.ma once it is, and until then
+    one whose MaskedArray nothing is an instance of."""
+    from numba.core.typing import typeof
+
+    numpy = sys.modules["numpy"]
+    if getattr(typeof, "np", None) is numpy and imported("numpy.ma") is None:
+        typeof.np = _NumpyUntilMa(numpy)  # type: ignore[attr-defined]
+
+
+class _NoMaskedArrays:
+    class MaskedArray:  # never instantiated
+        pass
+
+
+class _NumpyUntilMa:
+    """NumPy, but for `ma` while numpy.ma is not imported (`_masked_arrays_when_imported`)."""
+
+    def __init__(self, numpy: Any):
+        self._numpy = numpy
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "ma":
+            return imported("numpy.ma") or _NoMaskedArrays
+        return getattr(self._numpy, name)
+
+
+def _import_numba() -> None:
+    """Import Numba, most of the load's cost, without SciPy where SciPy is not imported
+    yet: Numba's import checks that SciPy, if installed, is 1.0 or later by importing it
+    (`numba._ensure_critical_deps`, 6-30 ms of a warm process's wait), which fastgrad's own
+    requirement (scipy >= 1.11) already ensures. For this thread and this import only,
+    `import scipy` finds nothing, which that check reads as "not installed"; nothing else
+    in Numba's import imports SciPy, and any other thread imports it as ever."""
+    finder = _NoSciPy()
+    sys.meta_path.insert(0, finder)
+    try:
+        import numba  # noqa: F401
+    finally:
+        sys.meta_path.remove(finder)
+
+
+class _NoSciPy(importlib.abc.MetaPathFinder):
+    """`import scipy` in the thread that made it finds nothing (`_import_numba`)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name == "scipy" and threading.get_ident() == self.thread:
+            raise ModuleNotFoundError("not during Numba's import (runtime.numba_load)", name=name)
+        return None
 
 
 def _first_refresh(context: Any) -> None:

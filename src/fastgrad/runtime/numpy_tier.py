@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.compiler.fusion import Loop
+from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.runtime.numpy_blocks import BlockedLoop
 
 # (impl, params, inputs as (is_slot, slot or local index), dtype, reusable local index)
@@ -42,9 +42,12 @@ class NumpyLoop:
             return
         local = {id(node.out): i for i, node in enumerate(nodes)}
         outputs = {local[id(v)] for v in loop.outputs}
-        # A ufunc's result is fresh memory, and one read only by ufuncs is never aliased by
-        # a view: the last of those ufuncs may write its own result into it.
+        # A ufunc's result is fresh memory, and one read only by ufuncs and reductions
+        # (whose results are fresh too) is never aliased by a view: the last of those
+        # ufuncs may write its own result into it. (W2's whole loop: 3 fresh temporaries
+        # of 4096 x 1000 instead of 4; faulting in fresh pages was most of its first run.)
         ufunc = [n.op.impl is n.op.ufunc and isinstance(n.op.ufunc, np.ufunc) for n in nodes]
+        fresh = [u or n.op.name in REDUCTIONS for u, n in zip(ufunc, nodes, strict=True)]
         readers: dict[int, list[int]] = {}
         inputs: list[list[tuple[bool, int]]] = []
         for i, node in enumerate(nodes):
@@ -66,7 +69,7 @@ class NumpyLoop:
                     k is not None
                     and ufunc[k]
                     and k not in outputs
-                    and all(ufunc[r] for r in readers[k])
+                    and all(fresh[r] for r in readers[k])
                     and readers[k][-1] == i
                     and v.aval.shape == node.out.aval.shape
                     and v.aval.dtype == node.out.aval.dtype

@@ -3,21 +3,29 @@
 Numba lowers math.exp, np.sin, ... to scalar libm calls, which LLVM cannot vectorize, so
 fused elementwise kernels run far below memory bandwidth. These njit functions (range
 reduction, polynomial, selects, exponent by bit cast) keep a calling loop SIMD, and match
-NumPy to ~1 ulp with its special values. Look them up in FUNCTIONS[(np_name, dtype_name)].
+NumPy to ~1 ulp with its special values. Look them up in FUNCTIONS[(np_name, dtype_name)],
+or by name (`exp_f64`, `sin_bounded_f32`, `power_f32`), as kernels import them.
+
+Each float type's functions are built when a name of that type is first asked for (the
+module's `__getattr__`), and power (whose float32 is float64's rounded once) when a kernel
+imports it, not at import: a warm process's float64 kernels of exp, sin and tanh got their
+helpers in 7-8 ms of CPU against 15-18 building all 77 functions of both types (bytecode
+cached), on the compile thread's way to a first call that waits for its kernels.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-import numba
 import numpy as np
 
 from fastgrad.compiler.codegen import math_names
-from fastgrad.compiler.codegen.vecmath import exp_log, power, trig
+from fastgrad.compiler.codegen.vecmath import exp_log, trig
 from fastgrad.compiler.codegen.vecmath.tables import TRIG_BOUNDED_LIMIT
 
 _SUFFIXES = tuple(math_names.DTYPES.values())
+_DTYPES = {suffix: dtype for dtype, suffix in math_names.DTYPES.items()}
 __all__ = [
     "FUNCTIONS",
     "BOUNDED_TRIG",
@@ -28,6 +36,10 @@ __all__ = [
     *(f"{name}_{suffix}" for name in math_names.BINARY_NAMES for suffix in _SUFFIXES),
 ]
 _HELPERS = ("div2", "int_to_float", "exp_reduce", "scale2")
+_LOCK = threading.RLock()  # two threads asking at once build a type once
+_BUILT: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # dtype name -> tables
+_HELPERS_F64: dict[str, Any] = {}  # float64's functions and helpers, which power uses
+_POWER: dict[str, Any] = {}  # dtype name -> power
 
 
 def _build(F: type) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -38,68 +50,74 @@ def _build(F: type) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     return shared | functions, bounded, helpers
 
 
-_F64, _F64_BOUNDED, _F64_HELPERS = _build(np.float64)
-_F32, _F32_BOUNDED, _ = _build(np.float32)
-# float32 power is float64's rounded once, so both come from the float64 helpers.
-_F64["power"], _F32["power"] = power.build(_F64 | _F64_HELPERS)
+def _tables(dtype: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(functions, bounded trig variants) of `dtype` ("float64", "float32"), built once;
+    power apart (`_power`)."""
+    with _LOCK:
+        if dtype not in _BUILT:
+            functions, bounded, helpers = _build(np.float64 if dtype == "float64" else np.float32)
+            if dtype == "float64":
+                _HELPERS_F64.update(functions | helpers)
+            # The code generator knows the helpers by name (codegen.math_names).
+            assert {(name, dtype) for name in (*functions, "power")} == {
+                pair for pair in math_names.VECTOR_MATH if pair[1] == dtype
+            }
+            assert {(name, dtype) for name in bounded} == {
+                pair for pair in math_names.BOUNDED_TRIG if pair[1] == dtype
+            }
+            _BUILT[dtype] = functions, bounded
+        return _BUILT[dtype]
 
-exp_f64 = _F64["exp"]
-exp_f32 = _F32["exp"]
-expm1_f64 = _F64["expm1"]
-expm1_f32 = _F32["expm1"]
-log_f64 = _F64["log"]
-log_f32 = _F32["log"]
-log1p_f64 = _F64["log1p"]
-log1p_f32 = _F32["log1p"]
-tanh_f64 = _F64["tanh"]
-tanh_f32 = _F32["tanh"]
-sin_f64 = _F64["sin"]
-sin_f32 = _F32["sin"]
-cos_f64 = _F64["cos"]
-cos_f32 = _F32["cos"]
-tan_f64 = _F64["tan"]
-tan_f32 = _F32["tan"]
-sinh_f64 = _F64["sinh"]
-sinh_f32 = _F32["sinh"]
-cosh_f64 = _F64["cosh"]
-cosh_f32 = _F32["cosh"]
-arctan_f64 = _F64["arctan"]
-arctan_f32 = _F32["arctan"]
-sigmoid_f64 = _F64["sigmoid"]
-sigmoid_f32 = _F32["sigmoid"]
-logaddexp_f64 = _F64["logaddexp"]
-logaddexp_f32 = _F32["logaddexp"]
-power_f64 = _F64["power"]
-power_f32 = _F32["power"]
-sin_bounded_f64 = _F64_BOUNDED["sin"]
-sin_bounded_f32 = _F32_BOUNDED["sin"]
-cos_bounded_f64 = _F64_BOUNDED["cos"]
-cos_bounded_f32 = _F32_BOUNDED["cos"]
-tan_bounded_f64 = _F64_BOUNDED["tan"]
-tan_bounded_f32 = _F32_BOUNDED["tan"]
 
-#: (numpy function name, dtype name) -> Numba dispatcher, e.g. ("exp", "float32").
-#: Every entry is accurate over the whole domain of its dtype.
-#: "sigmoid" is the logistic function 1 / (1 + exp(-x)) (scipy.special.expit); "power" and
-#: "logaddexp" take two arguments (np.power, np.logaddexp).
-FUNCTIONS: dict[tuple[str, str], numba.core.registry.CPUDispatcher] = {
-    (name, dtype): table[name]
-    for dtype, table in (("float64", _F64), ("float32", _F32))
-    for name in table
-}
+def _power(dtype: str) -> Any:
+    """Power for `dtype`: float32's is float64's rounded once, so both come from the
+    float64 helpers (its module imports `fractions`, ~2 ms: only kernels with a power)."""
+    with _LOCK:
+        if not _POWER:
+            _tables("float64")
+            from fastgrad.compiler.codegen.vecmath import power
 
-#: Faster sin/cos/tan (no table gathers, ~3x on Cascade Lake) that are exact only for
-#: |x| < TRIG_BOUNDED_LIMIT and return NaN beyond it. For kernels that can prove or
-#: check (e.g. with an OR-reduced flag and a rerun) that their arguments stay in range.
-BOUNDED_TRIG: dict[tuple[str, str], numba.core.registry.CPUDispatcher] = {
-    (name, dtype): table[name]
-    for dtype, table in (("float64", _F64_BOUNDED), ("float32", _F32_BOUNDED))
-    for name in table
-}
+            _POWER.update(zip(math_names.DTYPES, power.build(_HELPERS_F64), strict=True))
+        return _POWER[dtype]
+
+
+def __getattr__(attribute: str) -> Any:
+    """One function by name (`exp_f64`, `sin_bounded_f32`), or for both types
+    FUNCTIONS: (numpy function name, dtype name) -> Numba dispatcher, e.g. ("exp",
+    "float32"), every entry accurate over the whole domain of its dtype ("sigmoid" is
+    the logistic function 1 / (1 + exp(-x)), scipy.special.expit; "power" and
+    "logaddexp" take two arguments), and BOUNDED_TRIG: the faster sin/cos/tan (no table
+    gathers, ~3x on Cascade Lake) exact only for |x| < TRIG_BOUNDED_LIMIT, NaN beyond it,
+    for kernels that can prove or check (an OR-reduced flag and a rerun) that their
+    arguments stay in range. Built on first use, then kept as a global of the module."""
+    if attribute in ("FUNCTIONS", "BOUNDED_TRIG"):
+        which = attribute == "BOUNDED_TRIG"
+        value: Any = {
+            (name, dtype): function
+            for dtype in math_names.DTYPES
+            for name, function in _tables(dtype)[which].items()
+        }
+        if not which:
+            value |= {("power", dtype): _power(dtype) for dtype in math_names.DTYPES}
+    else:
+        stem, _, suffix = attribute.rpartition("_")
+        if suffix not in _DTYPES or not stem:
+            raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+        dtype = _DTYPES[suffix]
+        functions, bounded = _tables(dtype)
+        bounded_name = stem.removesuffix("_bounded")
+        if stem == "power":
+            value = _power(dtype)
+        elif stem in functions:
+            value = functions[stem]
+        elif bounded_name != stem and bounded_name in bounded:
+            value = bounded[bounded_name]
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+    globals()[attribute] = value
+    return value
+
+
 #: Functions whose float32 version computes in float64 and rounds once (cheaper than
 #: float32 pair arithmetic at the same accuracy): its loop has float64 vector code.
 FLOAT32_IN_FLOAT64 = frozenset({"tanh"})
-
-# The code generator knows the helpers by name (codegen.math_names): they must agree.
-assert set(FUNCTIONS) == math_names.VECTOR_MATH
-assert set(BOUNDED_TRIG) == math_names.BOUNDED_TRIG
