@@ -44,12 +44,12 @@ from fastgrad.compiler.codegen.source import (
     tracks_nan,
     trips,
     widen,
+    wrapped,
 )
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.core.ir import Node, Var
 
-# Math functions with a NumPy scalar spelling Numba understands (used when vecmath has no
-# vectorizable version for the dtype).
+# Math functions with a NumPy scalar spelling Numba knows (where vecmath has no dtype's).
 _NUMPY_FALLBACK = {"abs": "np.abs"}
 
 
@@ -273,12 +273,7 @@ class _Generator:
             if out_dtype.kind == "f" and any(v.aval.dtype != out_dtype for v in node.inputs):
                 args = [f"{scalar_type(out_dtype)}({a})" for a in args]
             return f"{self.function(fn, out_dtype)}({', '.join(args)})"
-        text = "(" + template.format(*args, T=scalar_type(out_dtype)) + ")"
-        if out_dtype.kind in "iu" and out_dtype.itemsize < 8:
-            # Numba computes narrow integers in 64 bits; NumPy wraps each result to its
-            # type (uint8 200 * 200 is 64), which a store does but a sum reading it does not.
-            text = f"{scalar_type(out_dtype)}{text}"
-        return text
+        return wrapped("(" + template.format(*args, T=scalar_type(out_dtype)) + ")", out_dtype)
 
     def strength_reduced(self, node: Node) -> bool:
         """Whether `node` is a float power with a constant exponent written as multiplies."""

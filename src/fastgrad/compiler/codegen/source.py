@@ -26,6 +26,15 @@ def scalar_type(dtype: np.dtype) -> str:
     return _TYPE[dtype.name]
 
 
+def wrapped(expression: str, dtype: np.dtype) -> str:
+    """`expression` (of `dtype`) as NumPy computes it: Numba computes narrow integers in 64
+    bits, NumPy wraps each result to its type (uint8 200 * 200 is 64), which a store does
+    but a sum reading the value in the same loop would not."""
+    if dtype.kind in "iu" and dtype.itemsize < 8:
+        return f"{scalar_type(dtype)}({expression})"
+    return expression
+
+
 def trips(shape: tuple[int, ...], a: int) -> str:
     """The trip count of a kernel's loop over axis `a`: a literal 1 for an axis of size 1.
     Every access then reads index 0 there, and a loop of a runtime count around a body
