@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
+from fastgrad.compiler.loop_products import fuse_small_products
 from fastgrad.core.ir import Aval, Graph, Node
 from fastgrad.runtime.background import loading_beats_numpy
 from fastgrad.runtime.blas import OneThread, has_local_threads
@@ -92,12 +93,12 @@ class LoopStep:
             self.carried = call.n_carry
             hoisted = hoist(call)  # sums after the loop, products before it
             inner = call if hoisted is None else hoisted.inner
-            self.bodies = [build(inner.body, True)]
+            self.bodies = [build(fuse_small_products(inner.body), True)]
             self._loop = partial(scan_loop, call) if hoisted is None else hoisted.run
             self.looped = ScanLoop(inner, self.bodies[0])
             self.hoisted = hoisted
         elif isinstance(call, WhileCall):
-            self.bodies = [build(call.cond, True), build(call.body, True)]
+            self.bodies = [build(call.cond, True), build(fuse_small_products(call.body), True)]
             self.carried = len(call.body.outputs)
             self._loop = partial(while_loop_run, call)
         elif isinstance(call, SwitchCall):

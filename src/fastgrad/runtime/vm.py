@@ -305,6 +305,13 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
     outs = ins + LOOP_IN * n_in
     copies = outs + LOOP_OUT * n_out
     carries = copies + LOOP_COPY * n_copy
+    for parity in range(2):  # the consts' pointers, once: no iteration changes them
+        head = _table_pointer(table[p + 7 + 2 * parity])
+        for e in range(ins, outs, LOOP_IN):
+            if table[e] == FIXED:
+                table[e + 5] = table[ptrs + table[e + 1]]
+                if table[e + 3 + parity] >= 0:
+                    head[head[2] + table[e + 3 + parity]] = table[e + 5]
     for i in range(length):
         t = length - 1 - i if reverse else i
         parity = i % 2
@@ -313,10 +320,13 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
         body = carray(head, (head[6],))
         body_ptrs = body[2]
         for e in range(ins, outs, LOOP_IN):
-            kind, outer = table[e], table[ptrs + table[e + 1]]
+            kind = table[e]
+            if kind == FIXED:
+                continue
+            outer = table[ptrs + table[e + 1]]
             if kind == SLICE:
                 outer += t * table[e + 2]
-            elif kind == CARRY and i > 0:
+            elif i > 0:  # CARRY
                 outer = table[outs + LOOP_OUT * table[e + 2] + 4]
             table[e + 5] = outer
             index = table[e + 3 + parity]
