@@ -496,3 +496,29 @@ def test_a_stored_constant_keeps_its_order() -> None:
         assert back.dtype == x.dtype and np.array_equal(back, x)
         assert back.flags.f_contiguous == x.flags.f_contiguous
         assert back.flags.c_contiguous == x.flags.c_contiguous
+
+
+def test_params_stored_once_come_back_exactly_and_apart() -> None:
+    """Nodes' params are stored once per distinct value and decoded once: values that
+    compare equal but differ (1, 1.0, True; 0.0 and -0.0) stay apart, and each node gets
+    a dict of its own."""
+    from fastgrad.core.ir import Aval, Var
+    from fastgrad.core.primitive import REGISTRY
+
+    x = Var(Aval((2,), np.dtype(np.float64)))
+    kinds = [1, 1.0, True, 0.0, -0.0, (1, 2), (1.0, 2), (True, 2), 1, (1, 2), np.float32(1)]
+    nodes, value = [], x
+    for v in kinds:
+        out = Var(x.aval)
+        nodes.append(Node(REGISTRY["negative"], (value,), {"p": v}, out))
+        value = out
+    graph = Graph([x], nodes, [value])
+    data = plan_codec.encode_graph(graph)
+    assert len(data[-1]) == len(kinds) - 2  # the second 1 and (1, 2) are the first's
+    back = plan_codec.decode_graph(data)
+    for node, v in zip(back.nodes, kinds, strict=True):
+        got = node.params["p"]
+        assert repr(got) == repr(v) and type(got) is type(v)
+        assert all(map(type.__eq__, map(type, got), map(type, v))) if type(v) is tuple else True
+    back.nodes[0].params["p"] = 5
+    assert back.nodes[-3].params["p"] == 1  # the same stored params, not the same dict

@@ -52,7 +52,7 @@ from fastgrad.core.config import cache_dir, config
 from fastgrad.core.ir import Graph
 
 FOLDER = "plans"
-FORMAT = b"fastgrad-plan-2\n"  # changes with the file layout
+FORMAT = b"fastgrad-plan-3\n"  # changes with the file layout
 _DIGEST = 32
 # Graphs smaller than this are prepared afresh: reading a plan has a fixed cost (the
 # planning layers' source digest once per process, a file per graph), and a 64-node
