@@ -418,9 +418,10 @@ def test_two_processes_writing_one_plan(plans: Path) -> None:
     for value, saved, loaded in outs:
         np.testing.assert_allclose(float(value), want[0], rtol=1e-12)
         assert (saved, loaded) in (("1", "0"), ("0", "1"))  # the second may find the file
-    # The plan, its executable's tables and the reverse-mode graph, whole: no temporary
-    # file left behind.
-    assert sorted(path.suffix for path in plans.iterdir()) == [".graph", ".plan", ".tables"]
+    # The plan, its executable's tables and the reverse-mode graph, whole (and the digests
+    # of the planning and runtime layers' source): no temporary file left behind.
+    suffixes = sorted(path.suffix for path in plans.iterdir())
+    assert suffixes == [".graph", ".plan", ".sources", ".sources", ".tables"]
     got = fg.jit(fg.value_and_grad(_tanh_chain))(w, x)
     assert (plan_cache.COUNTERS.loaded, plan_cache.COUNTERS.dropped) == (1, 0)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
@@ -522,3 +523,30 @@ def test_params_stored_once_come_back_exactly_and_apart() -> None:
         assert all(map(type.__eq__, map(type, got), map(type, v))) if type(v) is tuple else True
     back.nodes[0].params["p"] = 5
     assert back.nodes[-3].params["p"] == 1  # the same stored params, not the same dict
+
+
+def test_the_sources_digest_follows_the_files(plans: Path, tmp_path: Path) -> None:
+    """The planning layers' digest is kept under a key of their files' paths, sizes and
+    modification times: an edit is another digest, and a damaged record is worked out
+    again, never taken (sources_digest)."""
+    package = tmp_path / "package"
+    (package / "layer" / "inner").mkdir(parents=True)
+    (package / "layer" / "a.py").write_text("a = 1\n")
+    (package / "layer" / "inner" / "b.py").write_text("b = 2\n")
+    (package / "layer" / "notes.txt").write_text("not source\n")
+    first = plan_cache.sources_digest(package, ("layer",))
+    (record,) = plans.glob("*.sources")
+    assert plan_cache.sources_digest(package, ("layer",)) == first
+    assert plan_cache.sources_digest(package, ("layer",), recursive=False) != first
+    record.write_text("damaged")
+    assert plan_cache.sources_digest(package, ("layer",)) == first
+    assert record.read_text() == first  # written again
+    (package / "layer" / "notes.txt").write_text("still not source\n")
+    assert plan_cache.sources_digest(package, ("layer",)) == first
+    source = package / "layer" / "inner" / "b.py"
+    source.write_text("b = 3\n")  # the same size
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+    edited = plan_cache.sources_digest(package, ("layer",))
+    source.write_text("b = 2\n")
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 2 * 10**9))
+    assert edited != first == plan_cache.sources_digest(package, ("layer",))

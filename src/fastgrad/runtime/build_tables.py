@@ -69,22 +69,22 @@ def values(graph: Graph, steps: list[Step]) -> list[Any]:
     """A plan's values in an order that follows from the plan alone: the graph's inputs and
     nodes, then the values of nodes fusion made for its loops."""
     out = [*graph.inputs, *(n.out for n in graph.nodes)]
-    seen = set(map(id, out))
+    seen = set(out)  # (a Var hashes by identity)
     for step in steps:
         if isinstance(step, Loop):
             for node in step.nodes:
-                if id(node.out) not in seen:
-                    seen.add(id(node.out))
+                if node.out not in seen:
+                    seen.add(node.out)
                     out.append(node.out)
     return out
 
 
-def slot_table(tables: Tables, graph: Graph, steps: list[Step]) -> dict[int, int]:
-    """The stored slots, by value id."""
+def slot_table(tables: Tables, graph: Graph, steps: list[Step]) -> dict[Any, int]:
+    """The stored slots, by value."""
     order = values(graph, steps)
     if len(order) != len(tables.slots):
         raise Stale("the tables number another count of values")
-    return {id(v): k for v, k in zip(order, tables.slots, strict=True) if k >= 0}
+    return {v: k for v, k in zip(order, tables.slots, strict=True) if k >= 0}
 
 
 @functools.lru_cache(maxsize=1)
@@ -92,10 +92,7 @@ def runtime_version() -> str:
     """A digest of the runtime layer's source (read once per process): what builds an
     executable, and so what the tables depend on besides the plan."""
     folder = Path(__file__).parent
-    digest = hashlib.blake2b(digest_size=20)
-    for path in sorted(folder.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    return plan_cache.sources_digest(folder.parent, (folder.name,), recursive=False)
 
 
 def key(plan_key: str) -> str:

@@ -84,22 +84,16 @@ class Executable:
         # Kernel sources by (index of the loop in `steps`, parallel): given (a plan loaded
         # from disk, compiler.plan_cache) or filled here, for the plan cache to store.
         self.generated = {} if generated is None else generated
-        slot: dict[int, int] = {} if tables is None else slot_table(tables, graph, self.steps)
+        # Each value's slot, by the value (a Var hashes by identity): numbered here, or
+        # as stored tables say (a value they do not number raises: they do not fit).
+        slot: dict[Any, int] = {} if tables is None else slot_table(tables, graph, self.steps)
         stored_slots = len(slot)
-
-        def slot_of(v: Any) -> int:  # ~12,600 calls building the T=200 RNN's plan
-            k = slot.get(id(v))
-            if k is None:
-                k = slot[id(v)] = len(slot)
-            return k
-
+        # (~12,600 calls building the T=200 RNN's plan; from tables, no Python frame each)
+        slot_of = _numbering(slot) if tables is None else slot.__getitem__
         for v in graph.inputs:
             slot_of(v)
-        constants: dict[int, np.ndarray] = {}
-        for node in graph.nodes:
-            if node.op.name == "const":
-                constants[id(node.out)] = node.params["value"]
-        self.constants = constants
+        consts = [(n.out, n.params["value"]) for n in graph.nodes if n.op.name == "const"]
+        self.constants = {id(v): value for v, value in consts}
         self.plan: list[PlanStep] = []
         loops = LoopPlanner(graph, compile_graph)
         numpy = tables.numpy if tables is not None else {}
@@ -137,9 +131,9 @@ class Executable:
         self.views_of = partial(fresh_slots, kept)  # (runtime.loop_table's carries)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
-        for key, value in constants.items():
-            if key in slot:
-                self.template[slot[key]] = value
+        for v, value in consts:
+            if v in slot:
+                self.template[slot[v]] = value
         self._lock = threading.Lock()
         self._small: Any = None  # runtime.small_call's Plan, or False
         self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
@@ -164,13 +158,13 @@ class Executable:
         self.plan = kept
 
     def _record(
-        self, slot: dict[int, int], built: list[PlanStep], kept: list[PlanStep], at: dict[int, int]
+        self, slot: dict[Any, int], built: list[PlanStep], kept: list[PlanStep], at: dict[int, int]
     ) -> Tables:
         """This build as tables, for another process to read (runtime.build_tables)."""
         order = values(self.graph, self.steps)
         kept_ids = set(map(id, kept))
         return Tables(
-            slots=tuple(slot.get(id(v), -1) for v in order),
+            slots=tuple(slot.get(v, -1) for v in order),
             outputs=tuple(self.outputs),
             folded=frozenset(at[id(s)] for s in built if id(s) not in kept_ids),
             matmuls={at[id(s)]: (s.out, s.accumulate) for s in kept if isinstance(s, _MatmulStep)},
@@ -183,7 +177,7 @@ class Executable:
         )
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
-        ins = [slot_of(v) for v in n.inputs]
+        ins = list(map(slot_of, n.inputs))
         if n.op.name == "matmul":
             return _MatmulStep(ins, slot_of(n.out), n.out.aval.shape, n.out.aval.dtype)
         if n.op.name in _VIEW_ARG:
@@ -214,8 +208,8 @@ class Executable:
         return _KernelStep(
             loop=loop,
             source=source,
-            ins=[slot_of(v) for v in source.inputs],
-            outs=[slot_of(v) for v in source.outputs],
+            ins=list(map(slot_of, source.inputs)),
+            outs=list(map(slot_of, source.outputs)),
             sizes=sizes,
             nchunks=_chunks(source, first, parallel, size),
             parallel=parallel,
@@ -305,6 +299,18 @@ class Executable:
         """The plan's kernels, then those of the loop bodies it runs."""
         own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
+
+
+def _numbering(slot: dict[Any, int]) -> Callable[[Any], int]:
+    """The slot of a value: the one in `slot`, or the next, recorded there."""
+
+    def slot_of(v: Any) -> int:
+        k = slot.get(v)
+        if k is None:
+            k = slot[v] = len(slot)
+        return k
+
+    return slot_of
 
 
 def _run_next(arenas: Iterator[Arena], args: Sequence[Any]) -> list[Any]:

@@ -42,7 +42,7 @@ class _KernelStep:
         # flat loop. Decided once here, so a call does no more than it must.
         flat = self.source.flat
         self._reshape_in = [
-            v.aval.ndim == 0 or (flat and v.aval.ndim > 1) for v in self.source.inputs
+            not (n := len(v.aval.shape)) or (flat and n > 1) for v in self.source.inputs
         ]
         self._any_reshape = any(self._reshape_in)
         self._head = (*self.sizes, self.nchunks, *self.scalars)
