@@ -42,7 +42,7 @@ from fastgrad.runtime.ownership import borrowed
 from fastgrad.runtime.plan_steps import _VIEW_ARG, PlanStep, _CallStep, _KernelStep, _ViewStep
 from fastgrad.runtime.small_call import SmallCall, function
 from fastgrad.runtime.small_call import build as build_small_call
-from fastgrad.runtime.thread_budget import largest_gemm, numba_threads, shares_cores
+from fastgrad.runtime.thread_budget import numba_threads, products, shares_cores
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP
@@ -98,6 +98,7 @@ class Executable:
         loops = LoopPlanner(graph, compile_graph)
         numpy = tables.numpy if tables is not None else {}
         folded = tables.folded if tables is not None else frozenset()
+        matmuls = tables.matmuls if tables is not None else None
         at: dict[int, int] = {}  # id of a plan step -> the index of its step in `steps`
         for index, step in enumerate(self.steps):
             if isinstance(step, Call) and step.node.op.name in LOOP_OPS:
@@ -105,7 +106,10 @@ class Executable:
                 if loop is not None:
                     self.plan.append(loop)
             elif isinstance(step, Call):
-                self.plan.append(self._call_step(step.node, slot_of))
+                planned = self._call_step(step.node, slot_of)
+                if matmuls is not None and isinstance(planned, _MatmulStep):
+                    _stored_matmul(planned, matmuls.get(index))
+                self.plan.append(planned)
             elif index not in folded:  # (folded: an add BLAS does, `stored` below)
                 self.plan.append(self._kernel_step(step, slot_of, index, numpy.get(index)))
             else:
@@ -127,7 +131,7 @@ class Executable:
                     planned.publish(seen)
             kept = fold_accumulations(self.plan, fresh, per_call)
         else:
-            kept = _stored_matmuls(self.plan, at, tables.matmuls)
+            kept = self.plan  # (the matmuls as the tables say, `_stored_matmul`)
         self.views_of = partial(fresh_slots, kept)  # (runtime.loop_table's carries)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
@@ -136,8 +140,11 @@ class Executable:
                 self.template[slot[v]] = value
         self._lock = threading.Lock()
         self._small: Any = None  # runtime.small_call's Plan, or False
-        self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
-        self.one_blas_thread = one = self.small_matmuls or shares_cores(kept, graph)
+        # (stored: what thread_budget reads of the graph's matmuls, a pass over its nodes)
+        self.products = products(graph) if tables is None else tables.products
+        largest = max((size for _, size in self.products), default=0)
+        self.small_matmuls = 0 < largest <= SMALL_MATMUL
+        self.one_blas_thread = one = self.small_matmuls or shares_cores(kept, self.products)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
         # What a process reading this plan from disk may take as it is (runtime.build_tables):
         # a plan run by itself (a loop body's plan, or a plan running loops, is built anew).
@@ -174,6 +181,7 @@ class Executable:
                 if isinstance(s, _KernelStep) and s.tier is not None
             },
             arena=_layout_tables(kept, self.arena),
+            products=self.products,
         )
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
@@ -469,18 +477,12 @@ def _stored_arena(
     return arena
 
 
-def _stored_matmuls(
-    plan: list[PlanStep], at: dict[int, int], matmuls: dict[int, tuple[int, bool]]
-) -> list[PlanStep]:
-    """fold_accumulations' result, as stored tables give it: each matmul's output slot and
-    whether it adds into it (the adds it replaced were never built)."""
-    for step in plan:
-        if isinstance(step, _MatmulStep):
-            stored = matmuls.get(at[id(step)])
-            if stored is None:
-                raise Stale("a matmul the tables do not know")
-            step.out, step.accumulate = stored
-    return plan
+def _stored_matmul(step: _MatmulStep, stored: tuple[int, bool] | None) -> None:
+    """fold_accumulations' result for `step`, as stored tables give it: its output slot
+    and whether it adds into it (the adds it replaced were never built)."""
+    if stored is None:
+        raise Stale("a matmul the tables do not know")
+    step.out, step.accumulate = stored
 
 
 def _lower(*args: Any, one_thread: bool) -> Any:
