@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -189,13 +190,20 @@ def _avals_from(data: Any) -> list[Aval]:
 
 
 def _decode_nodes(
-    inputs: list[Var], avals: list[Aval], nodes_data: Any, params: list[dict[str, Any]]
+    inputs: list[Var],
+    avals: list[Aval],
+    nodes_data: Any,
+    params: list[dict[str, Any]],
+    made: dict[int, Var] | None = None,
 ) -> tuple[list[Var], list[Node]]:
-    """The nodes of `_encode_nodes`'s rows, their params `params`' (each node a copy)."""
+    """The nodes of `_encode_nodes`'s rows, their params `params`' (each node a copy);
+    `made`: values made already, by index (a `StoredGraph`'s outputs)."""
     values: list[Var] = list(inputs)
     nodes: list[Node] = []
     for name, ins, k, aval, hint in nodes_data:
-        out = Var(avals[aval], hint)
+        out = made.get(len(values)) if made else None
+        if out is None:
+            out = Var(avals[aval], hint)
         decoded = params[k].copy() if k >= 0 else {}
         nodes.append(Node(REGISTRY[name], tuple(map(values.__getitem__, ins)), decoded, out))
         values.append(out)
@@ -234,14 +242,59 @@ def encode_graph(graph: Graph) -> tuple[Any, ...]:
 
 
 def decode_graph(data: tuple[Any, ...]) -> Graph:
-    """`encode_graph`'s data as a graph of new values."""
-    input_avals, inputs_data, avals_data, nodes_data, outputs, table, rows = data
-    kinds = _avals_from(input_avals)
-    inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
-    arrays = [_array_from(form) for form in table]
-    params = _params_from(rows, arrays.__getitem__)
-    values, nodes = _decode_nodes(inputs, _avals_from(avals_data), nodes_data, params)
-    return Graph(inputs, nodes, [values[i] for i in outputs])
+    """`encode_graph`'s data as a graph of new values (a `StoredGraph`)."""
+    return StoredGraph(data)
+
+
+class StoredGraph(Graph):
+    """A graph read from disk (`encode_graph`'s data) whose nodes are made when first
+    asked for. Inlined into a trace on tracers of its inputs' avals (core.interpreter),
+    its rows go into the trace as they are (`inline_rows`): the nodes of jit(value_and_grad(f))'s
+    stored reverse-mode graph (6,600 at T=200) are not made twice, once here and once in
+    the trace."""
+
+    def __init__(self, data: tuple[Any, ...]) -> None:
+        input_avals, inputs_data, avals_data, nodes_data, outputs, table, rows = data
+        kinds = _avals_from(input_avals)
+        self.inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
+        arrays = [_array_from(form) for form in table]
+        self._params = _params_from(rows, arrays.__getitem__)
+        self._avals = _avals_from(avals_data)
+        self._rows = nodes_data
+        # The outputs' values, made now (the nodes made later define them); where in the
+        # values (inputs, then nodes' outputs) each is.
+        self.output_places = list(outputs)
+        count = len(self.inputs)
+        self._made = {
+            k: Var(self._avals[nodes_data[k - count][3]], nodes_data[k - count][4])
+            for k in outputs
+            if k >= count
+        }
+        self.outputs = [self.inputs[k] if k < count else self._made[k] for k in outputs]
+        self._nodes: list[Node] | None = None
+
+    @property  # type: ignore[override]
+    def nodes(self) -> list[Node]:
+        if self._nodes is None:
+            _, self._nodes = _decode_nodes(
+                self.inputs, self._avals, self._rows, self._params, self._made
+            )
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, nodes: list[Node]) -> None:
+        self._nodes = list(nodes)
+
+    def inline_rows(self) -> Iterator[tuple[Any, tuple[int, ...], dict[str, Any], Aval]] | None:
+        """Each node as (op, the places of its inputs among the values, params, aval), or
+        None once the nodes are made (a caller may have changed them)."""
+        if self._nodes is not None:
+            return None
+        params, avals = self._params, self._avals
+        return (
+            (REGISTRY[name], ins, params[k].copy() if k >= 0 else {}, avals[aval])
+            for name, ins, k, aval, _ in self._rows
+        )
 
 
 def graph_digest(graph: Graph) -> str:
