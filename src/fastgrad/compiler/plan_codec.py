@@ -249,9 +249,9 @@ def decode_graph(data: tuple[Any, ...]) -> Graph:
 class StoredGraph(Graph):
     """A graph read from disk (`encode_graph`'s data) whose nodes are made when first
     asked for. Inlined into a trace on tracers of its inputs' avals (core.interpreter),
-    its rows go into the trace as they are (`inline_rows`): the nodes of jit(value_and_grad(f))'s
-    stored reverse-mode graph (6,600 at T=200) are not made twice, once here and once in
-    the trace."""
+    its rows go into the trace as they are (`inline_rows`): the nodes of
+    jit(value_and_grad(f))'s stored reverse-mode graph (6,600 at T=200) are not made
+    twice, once here and once in the trace."""
 
     def __init__(self, data: tuple[Any, ...]) -> None:
         input_avals, inputs_data, avals_data, nodes_data, outputs, table, rows = data
