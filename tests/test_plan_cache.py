@@ -418,9 +418,10 @@ def test_two_processes_writing_one_plan(plans: Path) -> None:
     for value, saved, loaded in outs:
         np.testing.assert_allclose(float(value), want[0], rtol=1e-12)
         assert (saved, loaded) in (("1", "0"), ("0", "1"))  # the second may find the file
-    # The plan, its executable's tables and the reverse-mode graph, whole: no temporary
-    # file left behind.
-    assert sorted(path.suffix for path in plans.iterdir()) == [".graph", ".plan", ".tables"]
+    # The plan, its executable's tables and the reverse-mode graph, whole (and the digests
+    # of the planning and runtime layers' source): no temporary file left behind.
+    suffixes = sorted(path.suffix for path in plans.iterdir())
+    assert suffixes == [".graph", ".plan", ".sources", ".sources", ".tables"]
     got = fg.jit(fg.value_and_grad(_tanh_chain))(w, x)
     assert (plan_cache.COUNTERS.loaded, plan_cache.COUNTERS.dropped) == (1, 0)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
@@ -496,3 +497,56 @@ def test_a_stored_constant_keeps_its_order() -> None:
         assert back.dtype == x.dtype and np.array_equal(back, x)
         assert back.flags.f_contiguous == x.flags.f_contiguous
         assert back.flags.c_contiguous == x.flags.c_contiguous
+
+
+def test_params_stored_once_come_back_exactly_and_apart() -> None:
+    """Nodes' params are stored once per distinct value and decoded once: values that
+    compare equal but differ (1, 1.0, True; 0.0 and -0.0) stay apart, and each node gets
+    a dict of its own."""
+    from fastgrad.core.ir import Aval, Var
+    from fastgrad.core.primitive import REGISTRY
+
+    x = Var(Aval((2,), np.dtype(np.float64)))
+    kinds = [1, 1.0, True, 0.0, -0.0, (1, 2), (1.0, 2), (True, 2), 1, (1, 2), np.float32(1)]
+    nodes, value = [], x
+    for v in kinds:
+        out = Var(x.aval)
+        nodes.append(Node(REGISTRY["negative"], (value,), {"p": v}, out))
+        value = out
+    graph = Graph([x], nodes, [value])
+    data = plan_codec.encode_graph(graph)
+    assert len(data[-1]) == len(kinds) - 2  # the second 1 and (1, 2) are the first's
+    back = plan_codec.decode_graph(data)
+    for node, v in zip(back.nodes, kinds, strict=True):
+        got = node.params["p"]
+        assert repr(got) == repr(v) and type(got) is type(v)
+        assert all(map(type.__eq__, map(type, got), map(type, v))) if type(v) is tuple else True
+    back.nodes[0].params["p"] = 5
+    assert back.nodes[-3].params["p"] == 1  # the same stored params, not the same dict
+
+
+def test_the_sources_digest_follows_the_files(plans: Path, tmp_path: Path) -> None:
+    """The planning layers' digest is kept under a key of their files' paths, sizes and
+    modification times: an edit is another digest, and a damaged record is worked out
+    again, never taken (sources_digest)."""
+    package = tmp_path / "package"
+    (package / "layer" / "inner").mkdir(parents=True)
+    (package / "layer" / "a.py").write_text("a = 1\n")
+    (package / "layer" / "inner" / "b.py").write_text("b = 2\n")
+    (package / "layer" / "notes.txt").write_text("not source\n")
+    first = plan_cache.sources_digest(package, ("layer",))
+    (record,) = plans.glob("*.sources")
+    assert plan_cache.sources_digest(package, ("layer",)) == first
+    assert plan_cache.sources_digest(package, ("layer",), recursive=False) != first
+    record.write_text("damaged")
+    assert plan_cache.sources_digest(package, ("layer",)) == first
+    assert record.read_text() == first  # written again
+    (package / "layer" / "notes.txt").write_text("still not source\n")
+    assert plan_cache.sources_digest(package, ("layer",)) == first
+    source = package / "layer" / "inner" / "b.py"
+    source.write_text("b = 3\n")  # the same size
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+    edited = plan_cache.sources_digest(package, ("layer",))
+    source.write_text("b = 2\n")
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 2 * 10**9))
+    assert edited != first == plan_cache.sources_digest(package, ("layer",))

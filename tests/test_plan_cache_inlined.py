@@ -148,3 +148,38 @@ def test_random_gradients_read_back_give_the_fresh_bits(plans: Path, dtype: Any,
     for _ in range(2):  # stored, then read back
         _same_bits(_leaves(fg.jit(f)(*xs)), want)
     assert plan_cache.COUNTERS.loaded == loaded + 1
+
+
+def test_a_stored_backward_graph_inlined_from_its_rows_is_the_decoded_one(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reverse-mode graph read from disk goes into the jitted trace straight from its
+    rows (plan_codec.StoredGraph, no node made for it): the traced graph is the one its
+    decoded nodes give (same digest, same printed program), and so is its plan's key."""
+    from fastgrad.compiler import plan_codec
+
+    f = fg.value_and_grad(_rnn)
+    _check(fg.jit(f)(*RNN_ARGS))  # the backward graph built, saved
+    rows = plan_codec.StoredGraph.inline_rows
+    used: list[bool] = []
+
+    def counted(graph: Any) -> Any:
+        stream = rows(graph)
+        used.append(stream is not None)
+        return stream
+
+    monkeypatch.setattr(plan_codec.StoredGraph, "inline_rows", counted)
+    loaded = plan_cache.GRAPH_COUNTERS.loaded
+    from_rows = _traced(f, *RNN_ARGS)
+    assert used == [True] and plan_cache.GRAPH_COUNTERS.loaded == loaded + 1
+    monkeypatch.setattr(plan_codec.StoredGraph, "inline_rows", lambda graph: None)
+    from_nodes = _traced(f, *RNN_ARGS)
+    assert plan_cache.GRAPH_COUNTERS.loaded == loaded + 2
+    assert str(from_rows.graph) == str(from_nodes.graph)
+    assert plan_codec.graph_digest(from_rows.graph) == plan_codec.graph_digest(from_nodes.graph)
+    keys = [plan_cache.inlined_key(t.graph, t.inlined) for t in (from_rows, from_nodes)]
+    assert None not in keys and keys[0] == keys[1]
+    stored = plan_cache.load_graph(from_rows.inlined[0])
+    assert isinstance(stored, plan_codec.StoredGraph)
+    stored.verify()  # its nodes, made when asked for, define its outputs
+    assert stored.inline_rows is not None and stored.nodes[-1].out in stored.outputs

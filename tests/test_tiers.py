@@ -373,6 +373,35 @@ def test_numpy_tier_fills_the_preallocated_buffers(held):
             np.testing.assert_allclose(g, r, **TOL)
 
 
+def test_the_jobs_key_is_the_layouts_of_the_kernels_arguments(held, monkeypatch):
+    """A kernel step keys its job by `layouts(env)`, worked out without allocating its
+    fresh outputs: the layouts of the arguments the kernel would get, for every step
+    (operands 0-d, raveled, transposed, read-only, float32 scalars, fresh outputs)."""
+    submit, checked = background.KernelTier._submit, []
+
+    def checking(tier, step, env, waiting):
+        arguments = step.arguments(list(env))  # (it fills fresh outputs' slots: a copy)
+        assert step.layouts(env) == tuple(map(background.layout, arguments))
+        checked.append(step)
+        return submit(tier, step, env, waiting)
+
+    monkeypatch.setattr(background.KernelTier, "_submit", checking)
+    w = np.linspace(-0.5, 0.5, 16).reshape(4, 4)
+
+    def f(x, y, s):
+        for _ in range(3):
+            x = fnp.tanh(x @ w) * np.float32(1.25) + x * s
+        return fnp.sum(x * y.T) + s * s, fnp.exp(x) * 2
+
+    for dtype in (np.float64, np.float32):
+        x = np.linspace(-1, 1, 12, dtype=dtype).reshape(3, 4)
+        y = np.linspace(0, 1, 12, dtype=dtype).reshape(4, 3)
+        y.flags.writeable = False
+        jf = fg.jit(fg.value_and_grad(f, argnums=(0, 1, 2), has_aux=True))
+        jf(x, y, dtype(0.5))
+    assert len(checked) > len(held.jobs)  # steps sharing jobs among those checked
+
+
 LAZY_SCRIPT = """
 import sys
 import numpy as np

@@ -19,7 +19,22 @@ PYTHONPYCACHEPREFIX, even where PYTHONDONTWRITEBYTECODE is set), as an installed
 does: compiling fastgrad's source again in every process cost ~1 s of each import and of
 each first call's modules on the loaded development machine.
 
-Where a warm first call's time goes now (CPU ms of the calling thread, best of 5 fresh
+Where a warm first call's time goes now (CPU ms of the calling thread, best of 7 fresh
+processes alternating with 29cb5aa, load 5-9, bytecode cached, everything on disk,
+background mode), the T=200 unrolled RNN: trace 60 (78 in the same run: the stored
+backward graph goes into the trace from its rows, plan_codec.StoredGraph, ~13; the
+planning layers' source digest kept under its files' stats, ~4), prepare 47 (55: params
+decoded once per distinct value, ~7; the executable from tables without a Python call
+per slot lookup nor passes over the graph, ~5; what remains: the plan read ~15, the
+executable ~18, the tables ~3), first run 50 (55: a kernel job keyed without each step's
+arguments, background.layout cheaper, one listing of the kernels folder; what remains:
+NumPy loops ~14, matmuls ~11, the tier's per-step questions and job keys ~8, the arena's
+binding ~4); the whole first call 157 against 192, 2.64x its trace (2.46x: the trace
+shrank too). M1 (T=50): 46 against 56. The garbage collector's young collections cost
+~13 ms of the whole (measured with it off); holding them off during reading only moved
+them into the first run.
+
+Before that (CPU ms of the calling thread, best of 5 fresh
 processes alternating with the tree before, load 8-14, bytecode cached, every kernel,
 plan and executable's tables on disk, background mode), the T=200 unrolled RNN: trace 77,
 prepare 57 (was 93 in the same run: the executable built from the tables stored with the

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -88,6 +89,9 @@ def load_kernel(source: str, name: str = "kernel") -> Any:
 # (kernels folder, key) of kernels found on disk: an unrolled loop's plan asks about each
 # of its few kernels once per step (599 globs took 0.9 s of a warm T=200 RNN first call).
 _ON_DISK: set[tuple[str, str]] = set()
+# Kernels folders listed once (a glob per kernel scans the folder: ~0.5 ms each at 457
+# files, for each of a warm first call's kernels).
+_LISTED: set[str] = set()
 
 
 def needs_build(source: str) -> bool:
@@ -100,7 +104,21 @@ def needs_build(source: str) -> bool:
     folder = cache_dir() / FOLDER
     if (str(folder), key) in _ON_DISK:
         return False
-    try:
+    if str(folder) not in _LISTED:  # every kernel stored so far, by one listing
+        _LISTED.add(str(folder))
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            names = []
+        prefix = "fastgrad_kernel_"
+        _ON_DISK.update(
+            (str(folder), name[len(prefix) :].partition(".")[0])
+            for name in names
+            if name.startswith(prefix) and name.endswith(".nbm")
+        )
+        if (str(folder), key) in _ON_DISK:
+            return False
+    try:  # stored since the listing, maybe
         found = any(folder.glob(f"fastgrad_kernel_{key}.*.nbm"))
     except OSError:
         return True

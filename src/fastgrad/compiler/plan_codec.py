@@ -6,7 +6,9 @@ two traces of the same program give the same digest, in any process. `encode_pla
 what preparation gives (the simplified graph, its partition into loops and calls, the
 kernel sources generated for the loops) into tuples of ints, strings and bytes, values
 named by their index; the nodes fusion made for a loop (copies of cheap work and the
-readers it rewires to them, fusion._copy_cheap_outputs) are stored with the loop.
+readers it rewires to them, fusion._copy_cheap_outputs) are stored with the loop. Stored
+nodes name their params by number in a table of the distinct ones (`_Params`), which a
+reader decodes once each (a long unrolled loop repeats a few hundred).
 `decode_plan` rebuilds it against the traced graph, whose inputs and constants it reuses;
 `encode_graph` and `decode_graph` do the same for a whole graph of its own. A param value
 of a type not listed in `_encode` (a user's function in a custom rule, a loop body), an op
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -120,8 +123,47 @@ class _Avals:
         return tuple(_aval(a) for a in self.number)
 
 
-def _encode_nodes(graph: Graph, array: Any) -> tuple[Any, Any, dict[int, int]]:
-    """The aval table, the nodes as rows, and each value's index (inputs first)."""
+class _Params:
+    """Numbers for the distinct params of a graph's nodes (6,598 nodes of the T=200 RNN's
+    backward graph have 410), so that a reader decodes each once. Told apart exactly:
+    1, 1.0 and True, or 0.0 and -0.0, are other params."""
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.number: dict[Any, int] = {}
+        self.rows: list[Any] = []
+
+    def __call__(self, node: Node) -> int:
+        if not node.params:
+            return -1
+        row = _params(node, self.array)
+        exact = _exact(row)
+        k = self.number.get(exact)
+        if k is None:
+            k = self.number[exact] = len(self.rows)
+            self.rows.append(row)
+        return k
+
+
+def _exact(value: Any) -> Any:
+    """A key equal only for values of the same types and bits (for `_Params`)."""
+    kind = type(value)
+    if kind is tuple:
+        return tuple(map(_exact, value))
+    if kind is float:
+        return kind, value.hex()
+    return kind, value
+
+
+def _params_from(rows: Any, array: Any) -> list[dict[str, Any]]:
+    return [{k: _decode(v, array) for k, v in row} for row in rows]
+
+
+def _encode_nodes(
+    graph: Graph, array: Any, params: _Params | None = None
+) -> tuple[Any, Any, dict[int, int]]:
+    """The aval table, the nodes as rows, and each value's index (inputs first). With
+    `params`, a node's params are its number there (-1: none), else they are in its row."""
     index = {id(v): k for k, v in enumerate(graph.inputs)}
     avals = _Avals()
     number = avals.number  # (numbered here, not by a call per node: ~6,600 per digest)
@@ -135,7 +177,11 @@ def _encode_nodes(graph: Graph, array: Any) -> tuple[Any, Any, dict[int, int]]:
         k = number.get(aval)
         if k is None:
             k = number[aval] = len(number)
-        nodes.append((node.op.name, ins, _params(node, array) if node.params else (), k, out.hint))
+        if params is not None:
+            row = params(node)
+        else:
+            row = _params(node, array) if node.params else ()
+        nodes.append((node.op.name, ins, row, k, out.hint))
     return avals, tuple(nodes), index
 
 
@@ -144,26 +190,33 @@ def _avals_from(data: Any) -> list[Aval]:
 
 
 def _decode_nodes(
-    inputs: list[Var], avals: list[Aval], nodes_data: Any, array: Any
+    inputs: list[Var],
+    avals: list[Aval],
+    nodes_data: Any,
+    params: list[dict[str, Any]],
+    made: dict[int, Var] | None = None,
 ) -> tuple[list[Var], list[Node]]:
+    """The nodes of `_encode_nodes`'s rows, their params `params`' (each node a copy);
+    `made`: values made already, by index (a `StoredGraph`'s outputs)."""
     values: list[Var] = list(inputs)
     nodes: list[Node] = []
-    for name, ins, params, aval, hint in nodes_data:
-        out = Var(avals[aval], hint)
-        decoded = {k: v if type(v) is not tuple else _decode(v, array) for k, v in params}
+    for name, ins, k, aval, hint in nodes_data:
+        out = made.get(len(values)) if made else None
+        if out is None:
+            out = Var(avals[aval], hint)
+        decoded = params[k].copy() if k >= 0 else {}
         nodes.append(Node(REGISTRY[name], tuple(map(values.__getitem__, ins)), decoded, out))
         values.append(out)
     return values, nodes
 
 
-def _made(data: Any, values: list[Var], avals: list[Aval], array: Any) -> Node:
+def _made(data: Any, values: list[Var], avals: list[Aval], params: list[Any]) -> Node:
     """A node fusion made (encode_plan's `member`), its new value appended to `values`."""
-    name, ins, params, aval, hint, out = data
+    name, ins, k, aval, hint, out = data
     if out is None:
         values.append(Var(avals[aval], hint))
     var = values[-1] if out is None else values[out]
-    decoded = {k: _decode(v, array) for k, v in params}
-    return Node(REGISTRY[name], [values[i] for i in ins], decoded, var)
+    return Node(REGISTRY[name], [values[i] for i in ins], params[k].copy() if k >= 0 else {}, var)
 
 
 def encode_graph(graph: Graph) -> tuple[Any, ...]:
@@ -181,19 +234,67 @@ def encode_graph(graph: Graph) -> tuple[Any, ...]:
 
     avals = _Avals()
     inputs = tuple((avals(v.aval), v.hint) for v in graph.inputs)
-    node_avals, nodes, index = _encode_nodes(graph, array)
+    params = _Params(array)
+    node_avals, nodes, index = _encode_nodes(graph, array, params)
     outputs = tuple(index[id(v)] for v in graph.outputs)
-    return avals.table(), inputs, node_avals.table(), nodes, outputs, tuple(table)
+    rows = tuple(params.rows)
+    return avals.table(), inputs, node_avals.table(), nodes, outputs, tuple(table), rows
 
 
 def decode_graph(data: tuple[Any, ...]) -> Graph:
-    """`encode_graph`'s data as a graph of new values."""
-    input_avals, inputs_data, avals_data, nodes_data, outputs, table = data
-    kinds = _avals_from(input_avals)
-    inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
-    arrays = [_array_from(form) for form in table]
-    values, nodes = _decode_nodes(inputs, _avals_from(avals_data), nodes_data, arrays.__getitem__)
-    return Graph(inputs, nodes, [values[i] for i in outputs])
+    """`encode_graph`'s data as a graph of new values (a `StoredGraph`)."""
+    return StoredGraph(data)
+
+
+class StoredGraph(Graph):
+    """A graph read from disk (`encode_graph`'s data) whose nodes are made when first
+    asked for. Inlined into a trace on tracers of its inputs' avals (core.interpreter),
+    its rows go into the trace as they are (`inline_rows`): the nodes of
+    jit(value_and_grad(f))'s stored reverse-mode graph (6,600 at T=200) are not made
+    twice, once here and once in the trace."""
+
+    def __init__(self, data: tuple[Any, ...]) -> None:
+        input_avals, inputs_data, avals_data, nodes_data, outputs, table, rows = data
+        kinds = _avals_from(input_avals)
+        self.inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
+        arrays = [_array_from(form) for form in table]
+        self._params = _params_from(rows, arrays.__getitem__)
+        self._avals = _avals_from(avals_data)
+        self._rows = nodes_data
+        # The outputs' values, made now (the nodes made later define them); where in the
+        # values (inputs, then nodes' outputs) each is.
+        self.output_places = list(outputs)
+        count = len(self.inputs)
+        self._made = {
+            k: Var(self._avals[nodes_data[k - count][3]], nodes_data[k - count][4])
+            for k in outputs
+            if k >= count
+        }
+        self.outputs = [self.inputs[k] if k < count else self._made[k] for k in outputs]
+        self._nodes: list[Node] | None = None
+
+    @property  # type: ignore[override]
+    def nodes(self) -> list[Node]:
+        if self._nodes is None:
+            _, self._nodes = _decode_nodes(
+                self.inputs, self._avals, self._rows, self._params, self._made
+            )
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, nodes: list[Node]) -> None:
+        self._nodes = list(nodes)
+
+    def inline_rows(self) -> Iterator[tuple[Any, tuple[int, ...], dict[str, Any], Aval]] | None:
+        """Each node as (op, the places of its inputs among the values, params, aval), or
+        None once the nodes are made (a caller may have changed them)."""
+        if self._nodes is not None:
+            return None
+        params, avals = self._params, self._avals
+        return (
+            (REGISTRY[name], ins, params[k].copy() if k >= 0 else {}, avals[aval])
+            for name, ins, k, aval, _ in self._rows
+        )
 
 
 def graph_digest(graph: Graph) -> str:
@@ -296,7 +397,8 @@ def encode_plan(
     for source in sources.values():
         _check_known(source, _SOURCE_FIELDS)
 
-    avals, nodes, index = _encode_nodes(graph, array)
+    params = _Params(array)
+    avals, nodes, index = _encode_nodes(graph, array, params)
     node_at = {id(n): k for k, n in enumerate(graph.nodes)}
 
     def var(v: Var) -> int:
@@ -316,7 +418,7 @@ def encode_plan(
         out = index.get(id(n.out))
         if out is None:
             index[id(n.out)] = len(index)
-        return (n.op.name, ins, _params(n, array), avals(n.out.aval), n.out.hint, out)
+        return (n.op.name, ins, params(n), avals(n.out.aval), n.out.hint, out)
 
     encoded_steps: list[Any] = []
     for step in steps:
@@ -367,6 +469,7 @@ def encode_plan(
         tuple(encoded_steps),
         tuple(texts),
         tuple(encoded_sources),
+        tuple(params.rows),
     )
 
 
@@ -374,14 +477,15 @@ def decode_plan(
     traced: Graph, data: tuple[Any, ...]
 ) -> tuple[Graph, list[Step], dict[tuple[int, bool], KernelSource]]:
     """`encode_plan`'s data rebuilt for `traced` (raises on anything that does not fit)."""
-    avals_data, nodes_data, outputs, steps_data, texts, sources_data = data
+    avals_data, nodes_data, outputs, steps_data, texts, sources_data, rows = data
     consts = [n.params["value"] for n in traced.nodes if n.op.name == "const"]
 
     def array(form: Any) -> np.ndarray:
         return consts[form[1]] if form[0] == "ref" else _array_from(form[1:])
 
     avals = _avals_from(avals_data)
-    values, nodes = _decode_nodes(traced.inputs, avals, nodes_data, array)
+    params = _params_from(rows, array)
+    values, nodes = _decode_nodes(traced.inputs, avals, nodes_data, params)
     graph = Graph(traced.inputs, nodes, [values[i] for i in outputs])
     steps: list[Step] = []
     for entry in steps_data:
@@ -391,7 +495,7 @@ def decode_plan(
         _, shape, position, axes, members, levels, ins, outs = entry
         loop = Loop(tuple(shape), position, tuple(axes))
         loop.nodes = [
-            nodes[m] if type(m) is int else _made(m, values, avals, array) for m in members
+            nodes[m] if type(m) is int else _made(m, values, avals, params) for m in members
         ]
         loop.level = {
             id(n.out): level

@@ -54,19 +54,32 @@ def eval_nodes(graph: Graph, args: Sequence[Any], every: bool = True) -> dict[in
 def _inline(trace: Trace, graph: Graph, args: Sequence[Tracer]) -> dict[int, Any]:
     """`graph`'s nodes re-emitted into `trace` on tracers of the avals it was traced for,
     var by var (no tracer per value, nor type rule run again: the T=200 RNN's forward
-    and backward graphs inlined into the jitted one): tracers of its outputs, by id."""
+    and backward graphs inlined into the jitted one): tracers of its outputs, by id. A
+    graph read from disk whose nodes were not made yet (compiler.plan_codec.StoredGraph)
+    gives its rows instead: its values numbered by place, no node made for it."""
+    rows = getattr(graph, "inline_rows", None)
+    stream = rows() if rows is not None else None
+    if stream is not None:
+        values = [trace.to_var(a) for a in args]
+        for op, ins, params, aval in stream:
+            values.append(_emit(trace, op, list(map(values.__getitem__, ins)), params, aval))
+        places = graph.output_places  # type: ignore[attr-defined]
+        outs = zip(graph.outputs, places, strict=True)
+        return {id(v): Tracer(trace, values[k]) for v, k in outs}
     env: dict[int, Var] = {id(v): trace.to_var(a) for v, a in zip(graph.inputs, args, strict=True)}
     for node in graph.nodes:
-        op = node.op
-        if op is CONST:
-            var = trace.const(node.params["value"], node.out.aval.weak)
-        else:
-            ins = list(map(env.__getitem__, map(id, node.inputs)))
-            if op.effect:
-                ins[0] = trace.effect_token()
-            var = trace.add_node(op, ins, dict(node.params), node.out.aval)
-        env[id(node.out)] = var
+        ins = list(map(env.__getitem__, map(id, node.inputs)))
+        env[id(node.out)] = _emit(trace, node.op, ins, dict(node.params), node.out.aval)
     return {id(v): Tracer(trace, env[id(v)]) for v in graph.outputs}
+
+
+def _emit(trace: Trace, op: Any, ins: list[Var], params: dict[str, Any], aval: Any) -> Var:
+    """A node of a graph inlined into `trace` (`_inline`): its output's var there."""
+    if op is CONST:
+        return trace.const(params["value"], aval.weak)
+    if op.effect:
+        ins[0] = trace.effect_token()
+    return trace.add_node(op, ins, params, aval)
 
 
 def eval_graph(graph: Graph, args: Sequence[Any]) -> list[Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ class Tables:
     matmuls: dict[int, tuple[int, bool]]  # step index -> (output slot, accumulate)
     numpy: dict[int, Any]  # a loop's step index -> its NumPy tier's tables
     arena: tuple[Any, ...]  # executable._arena's layout (arena_tables)
+    products: Any  # thread_budget.products of the plan's graph (its matmuls' sizes)
 
     def encode(self) -> tuple[Any, ...]:
         return (
@@ -50,11 +52,12 @@ class Tables:
             tuple(sorted((k, *v) for k, v in self.matmuls.items())),
             tuple(sorted(self.numpy.items())),
             self.arena,
+            self.products,
         )
 
     @classmethod
     def decode(cls, data: tuple[Any, ...]) -> Tables:
-        slots, outputs, folded, matmuls, numpy, arena = data
+        slots, outputs, folded, matmuls, numpy, arena, products = data
         return cls(
             slots,
             outputs,
@@ -62,29 +65,33 @@ class Tables:
             {k: (out, accumulate) for k, out, accumulate in matmuls},
             dict(numpy),
             arena,
+            products,
         )
 
 
 def values(graph: Graph, steps: list[Step]) -> list[Any]:
     """A plan's values in an order that follows from the plan alone: the graph's inputs and
     nodes, then the values of nodes fusion made for its loops."""
-    out = [*graph.inputs, *(n.out for n in graph.nodes)]
-    seen = set(map(id, out))
+    out = [*graph.inputs, *map(_out, graph.nodes)]
+    seen = set(out)  # (a Var hashes by identity)
     for step in steps:
         if isinstance(step, Loop):
-            for node in step.nodes:
-                if id(node.out) not in seen:
-                    seen.add(id(node.out))
-                    out.append(node.out)
+            for var in map(_out, step.nodes):
+                if var not in seen:
+                    seen.add(var)
+                    out.append(var)
     return out
 
 
-def slot_table(tables: Tables, graph: Graph, steps: list[Step]) -> dict[int, int]:
-    """The stored slots, by value id."""
+_out = operator.attrgetter("out")
+
+
+def slot_table(tables: Tables, graph: Graph, steps: list[Step]) -> dict[Any, int]:
+    """The stored slots, by value."""
     order = values(graph, steps)
     if len(order) != len(tables.slots):
         raise Stale("the tables number another count of values")
-    return {id(v): k for v, k in zip(order, tables.slots, strict=True) if k >= 0}
+    return {v: k for v, k in zip(order, tables.slots, strict=True) if k >= 0}
 
 
 @functools.lru_cache(maxsize=1)
@@ -92,10 +99,7 @@ def runtime_version() -> str:
     """A digest of the runtime layer's source (read once per process): what builds an
     executable, and so what the tables depend on besides the plan."""
     folder = Path(__file__).parent
-    digest = hashlib.blake2b(digest_size=20)
-    for path in sorted(folder.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    return plan_cache.sources_digest(folder.parent, (folder.name,), recursive=False)
 
 
 def key(plan_key: str) -> str:

@@ -42,7 +42,7 @@ from fastgrad.runtime.ownership import borrowed
 from fastgrad.runtime.plan_steps import _VIEW_ARG, PlanStep, _CallStep, _KernelStep, _ViewStep
 from fastgrad.runtime.small_call import SmallCall, function
 from fastgrad.runtime.small_call import build as build_small_call
-from fastgrad.runtime.thread_budget import largest_gemm, numba_threads, shares_cores
+from fastgrad.runtime.thread_budget import numba_threads, products, shares_cores
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP
@@ -84,26 +84,21 @@ class Executable:
         # Kernel sources by (index of the loop in `steps`, parallel): given (a plan loaded
         # from disk, compiler.plan_cache) or filled here, for the plan cache to store.
         self.generated = {} if generated is None else generated
-        slot: dict[int, int] = {} if tables is None else slot_table(tables, graph, self.steps)
+        # Each value's slot, by the value (a Var hashes by identity): numbered here, or
+        # as stored tables say (a value they do not number raises: they do not fit).
+        slot: dict[Any, int] = {} if tables is None else slot_table(tables, graph, self.steps)
         stored_slots = len(slot)
-
-        def slot_of(v: Any) -> int:  # ~12,600 calls building the T=200 RNN's plan
-            k = slot.get(id(v))
-            if k is None:
-                k = slot[id(v)] = len(slot)
-            return k
-
+        # (~12,600 calls building the T=200 RNN's plan; from tables, no Python frame each)
+        slot_of = _numbering(slot) if tables is None else slot.__getitem__
         for v in graph.inputs:
             slot_of(v)
-        constants: dict[int, np.ndarray] = {}
-        for node in graph.nodes:
-            if node.op.name == "const":
-                constants[id(node.out)] = node.params["value"]
-        self.constants = constants
+        consts = [(n.out, n.params["value"]) for n in graph.nodes if n.op.name == "const"]
+        self.constants = {id(v): value for v, value in consts}
         self.plan: list[PlanStep] = []
         loops = LoopPlanner(graph, compile_graph)
         numpy = tables.numpy if tables is not None else {}
         folded = tables.folded if tables is not None else frozenset()
+        matmuls = tables.matmuls if tables is not None else None
         at: dict[int, int] = {}  # id of a plan step -> the index of its step in `steps`
         for index, step in enumerate(self.steps):
             if isinstance(step, Call) and step.node.op.name in LOOP_OPS:
@@ -111,7 +106,10 @@ class Executable:
                 if loop is not None:
                     self.plan.append(loop)
             elif isinstance(step, Call):
-                self.plan.append(self._call_step(step.node, slot_of))
+                planned = self._call_step(step.node, slot_of)
+                if matmuls is not None and isinstance(planned, _MatmulStep):
+                    _stored_matmul(planned, matmuls.get(index))
+                self.plan.append(planned)
             elif index not in folded:  # (folded: an add BLAS does, `stored` below)
                 self.plan.append(self._kernel_step(step, slot_of, index, numpy.get(index)))
             else:
@@ -133,17 +131,20 @@ class Executable:
                     planned.publish(seen)
             kept = fold_accumulations(self.plan, fresh, per_call)
         else:
-            kept = _stored_matmuls(self.plan, at, tables.matmuls)
+            kept = self.plan  # (the matmuls as the tables say, `_stored_matmul`)
         self.views_of = partial(fresh_slots, kept)  # (runtime.loop_table's carries)
         self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
-        for key, value in constants.items():
-            if key in slot:
-                self.template[slot[key]] = value
+        for v, value in consts:
+            if v in slot:
+                self.template[slot[v]] = value
         self._lock = threading.Lock()
         self._small: Any = None  # runtime.small_call's Plan, or False
-        self.small_matmuls = 0 < largest_gemm(graph) <= SMALL_MATMUL
-        self.one_blas_thread = one = self.small_matmuls or shares_cores(kept, graph)
+        # (stored: what thread_budget reads of the graph's matmuls, a pass over its nodes)
+        self.products = products(graph) if tables is None else tables.products
+        largest = max((size for _, size in self.products), default=0)
+        self.small_matmuls = 0 < largest <= SMALL_MATMUL
+        self.one_blas_thread = one = self.small_matmuls or shares_cores(kept, self.products)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
         # What a process reading this plan from disk may take as it is (runtime.build_tables):
         # a plan run by itself (a loop body's plan, or a plan running loops, is built anew).
@@ -164,13 +165,13 @@ class Executable:
         self.plan = kept
 
     def _record(
-        self, slot: dict[int, int], built: list[PlanStep], kept: list[PlanStep], at: dict[int, int]
+        self, slot: dict[Any, int], built: list[PlanStep], kept: list[PlanStep], at: dict[int, int]
     ) -> Tables:
         """This build as tables, for another process to read (runtime.build_tables)."""
         order = values(self.graph, self.steps)
         kept_ids = set(map(id, kept))
         return Tables(
-            slots=tuple(slot.get(id(v), -1) for v in order),
+            slots=tuple(slot.get(v, -1) for v in order),
             outputs=tuple(self.outputs),
             folded=frozenset(at[id(s)] for s in built if id(s) not in kept_ids),
             matmuls={at[id(s)]: (s.out, s.accumulate) for s in kept if isinstance(s, _MatmulStep)},
@@ -180,10 +181,11 @@ class Executable:
                 if isinstance(s, _KernelStep) and s.tier is not None
             },
             arena=_layout_tables(kept, self.arena),
+            products=self.products,
         )
 
     def _call_step(self, n: Any, slot_of: Any) -> _CallStep | _MatmulStep | _ViewStep:
-        ins = [slot_of(v) for v in n.inputs]
+        ins = list(map(slot_of, n.inputs))
         if n.op.name == "matmul":
             return _MatmulStep(ins, slot_of(n.out), n.out.aval.shape, n.out.aval.dtype)
         if n.op.name in _VIEW_ARG:
@@ -214,8 +216,8 @@ class Executable:
         return _KernelStep(
             loop=loop,
             source=source,
-            ins=[slot_of(v) for v in source.inputs],
-            outs=[slot_of(v) for v in source.outputs],
+            ins=list(map(slot_of, source.inputs)),
+            outs=list(map(slot_of, source.outputs)),
             sizes=sizes,
             nchunks=_chunks(source, first, parallel, size),
             parallel=parallel,
@@ -305,6 +307,18 @@ class Executable:
         """The plan's kernels, then those of the loop bodies it runs."""
         own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
+
+
+def _numbering(slot: dict[Any, int]) -> Callable[[Any], int]:
+    """The slot of a value: the one in `slot`, or the next, recorded there."""
+
+    def slot_of(v: Any) -> int:
+        k = slot.get(v)
+        if k is None:
+            k = slot[v] = len(slot)
+        return k
+
+    return slot_of
 
 
 def _run_next(arenas: Iterator[Arena], args: Sequence[Any]) -> list[Any]:
@@ -463,18 +477,12 @@ def _stored_arena(
     return arena
 
 
-def _stored_matmuls(
-    plan: list[PlanStep], at: dict[int, int], matmuls: dict[int, tuple[int, bool]]
-) -> list[PlanStep]:
-    """fold_accumulations' result, as stored tables give it: each matmul's output slot and
-    whether it adds into it (the adds it replaced were never built)."""
-    for step in plan:
-        if isinstance(step, _MatmulStep):
-            stored = matmuls.get(at[id(step)])
-            if stored is None:
-                raise Stale("a matmul the tables do not know")
-            step.out, step.accumulate = stored
-    return plan
+def _stored_matmul(step: _MatmulStep, stored: tuple[int, bool] | None) -> None:
+    """fold_accumulations' result for `step`, as stored tables give it: its output slot
+    and whether it adds into it (the adds it replaced were never built)."""
+    if stored is None:
+        raise Stale("a matmul the tables do not know")
+    step.out, step.accumulate = stored
 
 
 def _lower(*args: Any, one_thread: bool) -> Any:

@@ -4,6 +4,7 @@ flat list of values (runtime.executable builds them from a partitioned graph).""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from fastgrad.compiler.fusion import Loop
 from fastgrad.compiler.kernel_cache import call_writable, first_call, load_kernel
 from fastgrad.ops.shape import _as_slices as as_slices
 from fastgrad.runtime.arena import staggered_empty
-from fastgrad.runtime.background import KernelTier
+from fastgrad.runtime.background import KernelTier, layout
 from fastgrad.runtime.control_flow import LoopStep
 from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
 
@@ -41,7 +42,7 @@ class _KernelStep:
         # flat loop. Decided once here, so a call does no more than it must.
         flat = self.source.flat
         self._reshape_in = [
-            v.aval.ndim == 0 or (flat and v.aval.ndim > 1) for v in self.source.inputs
+            not (n := len(v.aval.shape)) or (flat and n > 1) for v in self.source.inputs
         ]
         self._any_reshape = any(self._reshape_in)
         self._head = (*self.sizes, self.nchunks, *self.scalars)
@@ -104,6 +105,31 @@ class _KernelStep:
             env[slot] = buf if view is None else buf.reshape(view)
         return [*self._head, *arrays, *outs]
 
+    def layouts(self, env: list[Any]) -> tuple[Any, ...]:
+        """The layouts (background.layout) of `arguments(env)`, without allocating its fresh
+        outputs: what the compile thread's jobs are keyed by, asked by every kernel step of
+        a first call (599 in the T=200 RNN's, which share 6 jobs)."""
+        kinds = tuple(map(type, self._head))  # ints, and NumPy scalars: a layout by type
+        head = _HEADS.get(kinds)
+        if head is None:
+            head = _HEADS[kinds] = tuple(map(layout, self._head))
+        if self._any_reshape:  # (0-d operands, flat loops: their raveled arrays)
+            ins = tuple(
+                [
+                    layout(np.ascontiguousarray(env[slot]).reshape(-1) if reshape else env[slot])
+                    for slot, reshape in zip(self.ins, self._reshape_in, strict=True)
+                ]
+            )
+        else:
+            ins = tuple([layout(env[slot]) for slot in self.ins])
+        outs = tuple(
+            [
+                _fresh_layout(*self.allocations[k]) if b is None else layout(env[b])
+                for k, b in enumerate(self._buffers)
+            ]
+        )
+        return head + ins + outs
+
     def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None] | None:
         """This step as a call with its arguments bound: the buffers, constants and views in
         `static` slots of `env` once and for all, the other slots read at each call. None
@@ -163,6 +189,16 @@ class _KernelStep:
             np.copyto(buffer, env[slot])
             env[slot] = buffer
         return True
+
+
+# The layouts of kernels' leading arguments (sizes, chunks, scalars), by their types.
+_HEADS: dict[tuple[type, ...], tuple[Any, ...]] = {}
+
+
+@functools.lru_cache(maxsize=256)
+def _fresh_layout(shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, ...]:
+    """The layout of an output `arguments` allocates afresh (its offset apart, all alike)."""
+    return layout(staggered_empty(shape, dtype, 0))
 
 
 @dataclass

@@ -42,22 +42,29 @@ def numba_threads() -> int:
 def largest_gemm(graph: Graph) -> int:
     """Multiply-adds of the largest single product BLAS computes in `graph` (a batched
     matmul is one product per matrix); 0: none."""
-    return max(_sizes(graph), default=0)
+    return max((size for _, size in products(graph)), default=0)
 
 
-def _sizes(graph: Graph) -> list[int]:
-    """Multiply-adds of each matmul's single product, in the graph's order (0 for one
-    with a 1-D operand)."""
-    return [
-        n.out.aval.shape[-2] * n.out.aval.shape[-1] * n.inputs[0].aval.shape[-1]
-        if n.out.aval.ndim >= 2 and n.inputs[0].aval.ndim >= 2
-        else 0
+Products = tuple[tuple[tuple[int, ...], int], ...]
+
+
+def products(graph: Graph) -> Products:
+    """Each matmul's output shape and the multiply-adds of its single product (0 for one
+    with a 1-D operand), in the graph's order (what `shares_cores` reads of a graph, which
+    a plan read from disk has stored: runtime.build_tables)."""
+    return tuple(
+        (
+            n.out.aval.shape,
+            n.out.aval.shape[-2] * n.out.aval.shape[-1] * n.inputs[0].aval.shape[-1]
+            if len(n.out.aval.shape) >= 2 and len(n.inputs[0].aval.shape) >= 2
+            else 0,
+        )
         for n in graph.nodes
         if n.op.name == "matmul"
-    ]
+    )
 
 
-def shares_cores(plan: Sequence[Any], graph: Graph) -> bool:
+def shares_cores(plan: Sequence[Any], matmuls: Products) -> bool:
     """Whether the plan's matmuls run on one BLAS thread: all of them matrix-matrix
     products, and either the plan interpreter cuts the big ones across the cores itself
     (`cuts_products`), or the plan runs parallel kernels between products of at most
@@ -69,19 +76,18 @@ def shares_cores(plan: Sequence[Any], graph: Graph) -> bool:
     process keeps busy, stalled M2 ~50x. Matrix-vector products (bandwidth-bound, where
     BLAS's threads pay) keep BLAS's threads, and so do plans with a product above
     MIDSIZE_GEMM the interpreter does not cut (one matrix whose C is not a multiple of
-    BAND_ALIGN wide)."""
-    products = [n.out.aval.shape for n in graph.nodes if n.op.name == "matmul"]
-    if not products or not all(len(s) >= 2 and min(s[-2:]) > 1 for s in products):
+    BAND_ALIGN wide). `matmuls`: the plan's graph's `products`."""
+    if not matmuls or not all(len(s) >= 2 and min(s[-2:]) > 1 for s, _ in matmuls):
         return False
     if cuts_products() and all(
         len(s) > 2 and math.prod(s[:-2]) > 1 or s[-1] % BAND_ALIGN == 0
-        for s, size in zip(products, _sizes(graph), strict=True)
+        for s, size in matmuls
         if size > MIDSIZE_GEMM
     ):
         return True
     return (
         any(getattr(s, "parallel", False) for s in plan)  # parallel kernels
-        and largest_gemm(graph) <= MIDSIZE_GEMM
+        and max(size for _, size in matmuls) <= MIDSIZE_GEMM
     )
 
 
