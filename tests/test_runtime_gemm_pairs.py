@@ -144,5 +144,37 @@ def test_a_matmuls_backward_products_run_as_a_pair(split: np.ndarray, dtype: Any
     pairs = split[gemm_split.PAIRS]
     got = g(x, w)
     assert split[gemm_split.PAIRS] == pairs + 1
+    split[gemm_split.PAIRING] = 0  # turned off (tuning): cut one after the other
+    try:
+        alone = g(x, w)
+    finally:
+        split[gemm_split.PAIRING] = 1
+    assert split[gemm_split.PAIRS] == pairs + 1
+    for e, c, a in zip(
+        [expected[0], *expected[1]], [got[0], *got[1]], [alone[0], *alone[1]], strict=True
+    ):
+        assert np.array_equal(np.asarray(e), np.asarray(c))
+        assert np.array_equal(np.asarray(e), np.asarray(a))
+
+
+@pytest.mark.usefixtures("sync")
+def test_the_arena_keeps_what_the_first_product_reads_for_the_pair(split: np.ndarray) -> None:  # noqa: F811
+    """s = (x @ a) @ (x @ b): its backward's ds @ v.T and q.T @ ds are side by side, and v
+    dies at the first; the arena would give dv v's memory, and the pair could not run at
+    once. v lives until dv is written: every side-by-side pair of the plan runs as one,
+    with the step runner's bits."""
+    rng = np.random.default_rng(5)
+    x, a, b = (0.1 * rng.standard_normal((256, 256)) for _ in range(3))
+
+    def loss(x: Any, a: Any, b: Any) -> Any:
+        return fnp.sum(fnp.tanh((x @ a) @ (x @ b)))
+
+    vg = fg.value_and_grad(loss, argnums=(0, 1, 2))
+    expected = _jitted(vg, "steps")(x, a, b)
+    g = _jitted(vg, "vm")
+    g(x, a, b)
+    pairs = split[gemm_split.PAIRS]
+    got = g(x, a, b)
+    assert split[gemm_split.PAIRS] == pairs + 4  # (q, v), (dq, dv), (da, dx), (db, dx)
     for e, c in zip([expected[0], *expected[1]], [got[0], *got[1]], strict=True):
         assert np.array_equal(np.asarray(e), np.asarray(c))

@@ -28,7 +28,8 @@ of a matmul: g @ B.T and A.T @ g, which the plan table puts side by side) run as
 into bands, the worker's from the back. A band re-reads and packs all of the other
 operand, which costs most where the sums are long: bench M2's weight gradients (k =
 1024) cost 1.15-1.3x their CPU time cut into bands of 16-64 rows; paired, they are not
-cut, and the plan has 16 jobs a call instead of 24.
+cut, and the plan has 14 jobs a call instead of 24 (10 pairs; the arena keeps what the
+first reads alive until the second is written, runtime.executable._pair_spans).
 
 The state is one int64 array (its layout below) holding the semaphores too; compiled code
 reaches it by its address, which the plan table keeps among its function addresses. Where
@@ -60,9 +61,10 @@ MAX_PIECES = 8
 # or is to stop (STOP); the worker's bounded spin (trywait rounds before it sleeps); the
 # least multiply-adds of a piece and of a product that is cut; counters (tests, tuning);
 # the caller's bounded spin before it sleeps until the worker's pieces are done; whether
-# the job is a pair of products (PAIRED: piece i is product i whole) and the pairs run.
+# the job is a pair of products (PAIRED) and the pairs run; whether products side by side
+# are paired (PAIRING, 1 unless a test or tuning turns it off).
 (WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN, PAIRED,
- PAIRS) = range(13)  # fmt: skip
+ PAIRS, PAIRING) = range(14)  # fmt: skip
 # The job: one product per block (a pair: two), each BLAS's gemm and its arguments, the
 # matrices' base addresses, where their byte offsets are (count triples of int64s), and
 # the cut: bands per matrix, along which axis (0: C's rows), of how many rows or columns
@@ -318,7 +320,7 @@ def pair(
     cutting a product, either product may be a syrk, or the second reads or writes what
     the first writes, or writes what it reads (bounds of the bytes each may touch)."""
     s = carray(int64_pointer(state), (SIZE,))
-    if s[READY] == 0 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
+    if s[READY] == 0 or s[PAIRING] == 0 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
     first, second = JOB, JOB + BLOCK
     _load_row(s, first, table, functions, ptrs, p)
@@ -431,7 +433,7 @@ class _Worker:
         s[:] = 0
         s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in _CALLS)
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
-        s[WAIT_SPIN] = DEFAULT_WAIT_SPIN
+        s[WAIT_SPIN], s[PAIRING] = DEFAULT_WAIT_SPIN, 1
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 
