@@ -34,20 +34,24 @@ def inputs(dtype, n=3000):
     )
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_mixture_gradient_stores_no_stack_and_matches_the_interpreter(dtype):
-    args = inputs(dtype)
-    f = fg.jit(fg.value_and_grad(mixture_nll, argnums=(0, 1, 2)))
+def _fused_loops_matching_the_interpreter(loss, args, argnums, dtype):
+    """The kernel steps of jit(value_and_grad(loss, argnums)), after checking its value and
+    gradients against the reference interpreter's (fuse=False)."""
+    f = fg.jit(fg.value_and_grad(loss, argnums=argnums))
     value, grads = f(*args)
-    ref_value, ref_grads = fg.jit(fg.value_and_grad(mixture_nll, argnums=(0, 1, 2)), fuse=False)(
-        *args
-    )
+    ref_value, ref_grads = fg.jit(fg.value_and_grad(loss, argnums=argnums), fuse=False)(*args)
     tol = 2e-4 if dtype == np.float32 else 1e-11
     np.testing.assert_allclose(value, ref_value, rtol=tol)
     for g, r in zip(grads, ref_grads, strict=True):
         np.testing.assert_allclose(g, r, rtol=tol, atol=tol)
+    return [s for s in f.lower(*args).executable.plan if isinstance(s, _KernelStep)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mixture_gradient_stores_no_stack_and_matches_the_interpreter(dtype):
+    args = inputs(dtype)
+    loops = _fused_loops_matching_the_interpreter(mixture_nll, args, (0, 1, 2), dtype)
     n = args[3].shape[0]
-    loops = [s for s in f.lower(*args).executable.plan if isinstance(s, _KernelStep)]
     stored = [v.aval.shape for s in loops for v in s.source.outputs]
     assert (n, K, D) not in stored, stored  # x - means and exp(-log_scales): recomputed
     assert sum(s.loop.shape == (n, K, D) for s in loops) == 2  # forward and backward
@@ -78,3 +82,29 @@ def test_a_plan_with_copied_work_is_stored_with_its_copies():
         return [[n.op.name for n in s.nodes] if isinstance(s, Loop) else None for s in plan]
 
     assert loops(loaded) == loops(steps)
+
+
+def gelu_layer(x, w):
+    h = x @ w
+    g = 0.5 * h * (1 + fnp.tanh(0.7978845608 * (h + 0.044715 * h**3)))
+    return fnp.sum((g @ w.T) ** 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_copy_reading_what_the_target_reads_anyway_is_made(dtype):
+    """A GELU's backward loop reads h itself: its forward loop stores no 0.5 * h for it
+    (4 arrays of h's shape before: 0.5 * h, 1 + tanh, the GELU, tanh^2), and value and
+    gradients match the reference interpreter."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((64, 32)).astype(dtype)
+    w = (0.3 * rng.standard_normal((32, 48))).astype(dtype)
+    loops = _fused_loops_matching_the_interpreter(gelu_layer, (x, w), (0, 1), dtype)
+    forward = [s for s in loops if s.loop.shape == (64, 48) and "tanh" in s.source.ops]
+    assert len(forward) == 1
+    assert len(forward[0].source.outputs) == 3, forward[0].source.ops
+
+
+def test_a_copy_into_a_loop_reading_its_inputs_keeps_second_derivatives():
+    rng = np.random.default_rng(7)
+    args = rng.standard_normal((6, 4)), 0.3 * rng.standard_normal((4, 5))
+    fg.testing.check_grads(gelu_layer, args, order=2, modes=("rev",))

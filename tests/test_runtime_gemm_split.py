@@ -74,17 +74,23 @@ def _layout(x: np.ndarray) -> tuple[int, int]:
     return TRANS, max(x.strides[-1] // item, rows, 1)
 
 
-def _table(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: int, cut: bool) -> Any:
-    """An interpreter table of one GEMM row, `c (+)= a @ b` over the broadcast batch."""
-    (ta, lda), (tb, ldb) = _layout(a), _layout(b)
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
+def _offsets(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> list[int]:
+    """A GEMM row's byte offsets of each matrix of c's batch into a, b and c (broadcast)."""
     offsets: list[int] = []
     for index in itertools.product(*map(range, c.shape[:-2])):
         for x in (a, b, c):
             dims = x.shape[:-2]
             lead = index[len(index) - len(dims) :]
             offsets += [sum(i * s for i, d, s in zip(lead, dims, x.strides, strict=False) if d > 1)]
+    return offsets
+
+
+def _table(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: int, cut: bool) -> Any:
+    """An interpreter table of one GEMM row, `c (+)= a @ b` over the broadcast batch."""
+    (ta, lda), (tb, ldb) = _layout(a), _layout(b)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    offsets = _offsets(a, b, c)
     double = int(c.dtype == np.float64)
     params = [double, ta, tb, m, n, k, lda, ldb, n, beta]
     state = gemm_split.state_address() if cut else 0

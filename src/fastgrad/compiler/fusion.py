@@ -458,7 +458,8 @@ def _copy_cheap_outputs(graph: Graph, steps: list[Step]) -> None:
     loop reads; this copies work that several loops read, or that the loop making it
     reads too: the mixture likelihood (bench M4) stored `x[:, None] - means` and
     `exp(-log_scales)` broadcast to (N, 8, 2) for its backward loop, 64 MB each in
-    float32 at N = 10^6, where recomputing them reads x once."""
+    float32 at N = 10^6, where recomputing them reads x once. Reads a target makes anyway
+    are not counted."""
     users = consumers(graph)
     returned = {id(v) for v in graph.outputs}
     step_of = {id(n.out): s for s in steps for n in (s.nodes if isinstance(s, Loop) else [s.node])}
@@ -479,7 +480,11 @@ def _copy_cheap_outputs(graph: Graph, steps: list[Step]) -> None:
             cone = _cheap_cone(made_here[id(v)], made_here, stop, loop.shape)
             inside = {id(n.out) for n in cone}
             reads = {id(u): u for n in cone for u in n.inputs if id(u) not in inside}
-            if not cone or sum(u.aval.size for u in reads.values()) * 2 > v.aval.size:
+            # What every target reads already costs nothing more to read for the copy: a
+            # GELU's backward loop reads x, so its forward stores no 0.5 * x for it.
+            known = [{id(u) for u in t.inputs} for t in targets.values()]  # type: ignore[union-attr]
+            new = [u for key, u in reads.items() if not all(key in seen for seen in known)]
+            if not cone or sum(u.aval.size for u in new) * 2 > v.aval.size:
                 continue
             for target in targets.values():
                 _paste(cone, v, target, users)  # type: ignore[arg-type]

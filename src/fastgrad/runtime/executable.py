@@ -539,3 +539,21 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) 
     for slot in outputs:  # read by the caller: preallocated outputs (a loop body's) too
         for k in aliases.get(slot, ()):
             buffers[k].last = len(plan)
+    _pair_spans(plan, buffers, aliases)
+
+
+def _pair_spans(plan: list[PlanStep], buffers: list[Buffer], aliases: dict[int, set[int]]) -> None:
+    """Two products with only views between may run at once (runtime.gemm_split.pair):
+    what the first reads lives until the second is written, so that the second never
+    writes where the first reads (a backward pass's g @ v.T and p.T @ g wrote dv over v,
+    and ran one after the other)."""
+    after = len(plan)  # the next step that is not a view
+    for i in range(len(plan) - 1, -1, -1):
+        step = plan[i]
+        if isinstance(step, _MatmulStep) and after < len(plan):
+            if isinstance(plan[after], _MatmulStep):
+                for slot in step.ins:
+                    for k in aliases.get(slot, ()):
+                        buffers[k].last = max(buffers[k].last, after)
+        if not isinstance(step, _ViewStep):
+            after = i

@@ -22,6 +22,15 @@ products of at most 100^3), at rows or columns that are multiples of 16. Each el
 C is then summed over k in the same order whatever the band (checked over random shapes,
 both dtypes and transposes, tests/test_runtime_gemm_split.py).
 
+Two such products side by side in the plan whose operands are apart (the backward pass
+of a matmul: g @ B.T and A.T @ g, which the plan table puts side by side) run as one job
+(`pair`): the calling thread takes the one with the longer sums whole, the other is cut
+into bands, the worker's from the back. A band re-reads and packs all of the other
+operand, which costs most where the sums are long: bench M2's weight gradients (k =
+1024) cost 1.15-1.3x their CPU time cut into bands of 16-64 rows; paired, they are not
+cut, and the plan has 14 jobs a call instead of 24 (10 pairs; the arena keeps what the
+first reads alive until the second is written, runtime.executable._pair_spans).
+
 The state is one int64 array (its layout below) holding the semaphores too; compiled code
 reaches it by its address, which the plan table keeps among its function addresses. Where
 there are no unnamed POSIX semaphores (not Linux) or NumPy's OpenBLAS is not found,
@@ -51,15 +60,19 @@ MAX_PIECES = 8
 # The state's entries: the semaphore calls' addresses; whether the worker serves (READY)
 # or is to stop (STOP); the worker's bounded spin (trywait rounds before it sleeps); the
 # least multiply-adds of a piece and of a product that is cut; counters (tests, tuning);
-# the caller's bounded spin before it sleeps until the worker's pieces are done.
-WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN = range(11)
-# The job: BLAS's gemm and its arguments, the matrices' base addresses, where their byte
-# offsets are (count triples of int64s), and the cut: bands per matrix, along which axis
-# (0: C's rows), of how many rows or columns (the last band: the rest).
-JOB = 16
-(GEMM, DOUBLE, TA, TB, M, N, K, LDA, LDB, LDC, BETA, A, B, C) = range(JOB, JOB + 14)
-OFFSETS, COUNT, BANDS, AXIS, STEP = range(JOB + 14, JOB + 19)
-BOUNDS = 40  # the pieces' first units (unit u: band u % bands of matrix u // bands)
+# the caller's bounded spin before it sleeps until the worker's pieces are done; whether
+# the job is a pair of products (PAIRED) and the pairs run; whether products side by side
+# are paired (PAIRING, 1 unless a test or tuning turns it off).
+(WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN, PAIRED,
+ PAIRS, PAIRING) = range(14)  # fmt: skip
+# The job: one product per block (a pair: two), each BLAS's gemm and its arguments, the
+# matrices' base addresses, where their byte offsets are (count triples of int64s), and
+# the cut: bands per matrix, along which axis (0: C's rows), of how many rows or columns
+# (the last band: the rest). Block b's entries are at JOB + BLOCK * b + the names below.
+JOB, BLOCK = 16, 20
+(GEMM, DOUBLE, TA, TB, M, N, K, LDA, LDB, LDC, BETA, A, B, C) = range(14)
+OFFSETS, COUNT, BANDS, AXIS, STEP = range(14, 19)
+BOUNDS = JOB + 2 * BLOCK  # the pieces' first units (unit u: band u % bands of matrix u // bands)
 SEMS = BOUNDS + MAX_PIECES + 8  # semaphores, 64 bytes apart (a sem_t is 32 bytes)
 LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
 SEM_STRIDE = 8
@@ -119,29 +132,97 @@ def _acquire(s: Any, state: int, which: int, spin: int) -> None:  # pragma: no c
 
 
 @njit(inline="always")
-def _run_piece(s: Any, piece: int) -> None:  # pragma: no cover - compiled
-    """The gemm calls of the job's units s[BOUNDS + piece] .. s[BOUNDS + piece + 1] - 1."""
-    item = 8 if s[DOUBLE] else 4
-    bands, step = s[BANDS], s[STEP]
-    offsets = carray(int64_pointer(s[OFFSETS]), (3 * s[COUNT],))
-    for u in range(s[BOUNDS + piece], s[BOUNDS + piece + 1]):
+def _run_units(s: Any, j: int, first: int, last: int) -> None:  # pragma: no cover
+    """The gemm calls of units `first` .. `last - 1` of the product in block `j` (its
+    entries at s[j + GEMM] ...)."""
+    item = 8 if s[j + DOUBLE] else 4
+    bands, step = s[j + BANDS], s[j + STEP]
+    offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
+    for u in range(first, last):
         q, band = u // bands, u % bands
-        a, b, c = s[A] + offsets[3 * q], s[B] + offsets[3 * q + 1], s[C] + offsets[3 * q + 2]
-        m, n = s[M], s[N]
+        a = s[j + A] + offsets[3 * q]
+        b, c = s[j + B] + offsets[3 * q + 1], s[j + C] + offsets[3 * q + 2]
+        m, n = s[j + M], s[j + N]
         if bands > 1:
-            first = band * step
-            if s[AXIS] == 0:  # rows of C: rows of op(A)
-                m = step if band < bands - 1 else m - first
-                a += first * (s[LDA] if s[TA] != TRANS else 1) * item
-                c += first * s[LDC] * item
+            first_row = band * step
+            if s[j + AXIS] == 0:  # rows of C: rows of op(A)
+                m = step if band < bands - 1 else m - first_row
+                a += first_row * (s[j + LDA] if s[j + TA] != TRANS else 1) * item
+                c += first_row * s[j + LDC] * item
             else:  # columns of C: columns of op(B)
-                n = step if band < bands - 1 else n - first
-                b += first * (1 if s[TB] != TRANS else s[LDB]) * item
-                c += first * item
+                n = step if band < bands - 1 else n - first_row
+                b += first_row * (1 if s[j + TB] != TRANS else s[j + LDB]) * item
+                c += first_row * item
         gemm(
-            s[GEMM], s[DOUBLE], s[TA], s[TB], m, n, s[K], 1.0, a, s[LDA], b, s[LDB],
-            float(s[BETA]), c, s[LDC],
+            s[j + GEMM], s[j + DOUBLE], s[j + TA], s[j + TB], m, n, s[j + K], 1.0, a,
+            s[j + LDA], b, s[j + LDB], float(s[j + BETA]), c, s[j + LDC],
         )  # fmt: skip
+
+
+@njit(inline="always")
+def _run_piece(s: Any, piece: int) -> None:  # pragma: no cover - compiled
+    """Piece `piece` of the job: the units s[BOUNDS + piece] .. s[BOUNDS + piece + 1] - 1
+    of the one product; of a pair, piece 0 is the first product whole and piece i > 0
+    the second's units s[BOUNDS + i - 1] .. s[BOUNDS + i] - 1."""
+    if s[PAIRED] == 0:
+        _run_units(s, JOB, s[BOUNDS + piece], s[BOUNDS + piece + 1])
+    elif piece == 0:
+        _run_units(s, JOB, 0, s[JOB + COUNT])
+    else:
+        _run_units(s, JOB + BLOCK, s[BOUNDS + piece - 1], s[BOUNDS + piece])
+
+
+@njit(inline="always")
+def _share(s: Any, state: int, pieces: int) -> None:  # pragma: no cover - compiled
+    """Run the job written into the state (its lock held) as `pieces` pieces: arm them,
+    wake the worker, claim pieces from the front, wait for those the worker took from
+    the back, then free the lock."""
+    for i in range(pieces):  # arm the claims: each post publishes the job written above
+        _sem(s[POST], _semaphore(state, PIECE + i))
+    _sem(s[POST], _semaphore(state, WORK))
+    mine = 0
+    for i in range(pieces):
+        if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
+            _run_piece(s, i)
+            mine += 1
+    for _ in range(pieces - mine):  # the worker's pieces: it posts DONE after each
+        _acquire(s, state, DONE, s[WAIT_SPIN])
+    s[JOBS] += 1
+    s[TAKEN] += pieces - mine
+    _sem(s[POST], _semaphore(state, LOCK))
+
+
+@njit(inline="always")
+def _cut(s: Any, j: int, most: int) -> int:  # pragma: no cover - compiled
+    """Into how many pieces (at most `most`; 1: whole) the product in block `j` is cut,
+    its bands set: a batch's matrices in groups; a single matrix (C a multiple of
+    BAND_ALIGN wide) in bands of C's rows (or columns), each of PIECE_WORK multiply-adds
+    at least."""
+    m, n, k, count = s[j + M], s[j + N], s[j + K], s[j + COUNT]
+    s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
+    if count > 1:  # whole matrices of the batch
+        return min(count, most, max(2, m * n * k * count // s[PIECE_WORK]))
+    if n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
+        return 1
+    axis = 0 if m >= n else 1
+    size, other = (m, n) if axis == 0 else (n, m)
+    least = max(BAND_ALIGN, -(-s[PIECE_WORK] // (other * k)))
+    least = -(-least // BAND_ALIGN) * BAND_ALIGN
+    bands = min(most, size // least)
+    if bands < 2:
+        return 1
+    s[j + BANDS], s[j + AXIS] = bands, axis
+    s[j + STEP] = size // bands // BAND_ALIGN * BAND_ALIGN  # >= least
+    return bands
+
+
+@njit(inline="always")
+def _bounds(s: Any, j: int, pieces: int) -> None:  # pragma: no cover - compiled
+    """The pieces' first units: block j's units (its matrices times their bands) in
+    `pieces` runs of about equal length."""
+    units = s[j + COUNT] * s[j + BANDS]
+    for i in range(pieces + 1):
+        s[BOUNDS + i] = units * i // pieces
 
 
 @njit(inline="always")
@@ -164,37 +245,112 @@ def product(
         return False
     if count == 1 and n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
         return False
-    bands, axis, step = 1, 0, 0
-    if count > 1:  # whole matrices of the batch
-        pieces = min(count, MAX_PIECES, max(2, work // s[PIECE_WORK]))
-    else:  # bands of C's rows (or columns), each of PIECE_WORK multiply-adds at least
-        axis = 0 if m >= n else 1
-        size, other = (m, n) if axis == 0 else (n, m)
-        least = max(BAND_ALIGN, -(-s[PIECE_WORK] // (other * k)))
-        least = -(-least // BAND_ALIGN) * BAND_ALIGN
-        bands = pieces = min(MAX_PIECES, size // least)
-        step = size // max(1, bands) // BAND_ALIGN * BAND_ALIGN  # >= least
-    if pieces < 2 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
+    if _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
-    s[GEMM], s[DOUBLE], s[TA], s[TB], s[M], s[N], s[K] = address, double, ta, tb, m, n, k
-    s[LDA], s[LDB], s[LDC], s[BETA], s[A], s[B], s[C] = lda, ldb, ldc, beta, a, b, c
-    s[OFFSETS], s[COUNT], s[BANDS], s[AXIS] = _address(table, at), count, bands, axis
-    s[STEP] = step
-    for i in range(pieces + 1):
-        s[BOUNDS + i] = count * bands * i // pieces
-    for i in range(pieces):  # arm the claims: each post publishes the job written above
-        _sem(s[POST], _semaphore(state, PIECE + i))
-    _sem(s[POST], _semaphore(state, WORK))
-    mine = 0
-    for i in range(pieces):
-        if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
-            _run_piece(s, i)
-            mine += 1
-    for _ in range(pieces - mine):  # the worker's pieces: it posts DONE after each
-        _acquire(s, state, DONE, s[WAIT_SPIN])
-    s[JOBS] += 1
-    s[TAKEN] += pieces - mine
-    _sem(s[POST], _semaphore(state, LOCK))
+    j = JOB
+    s[j + GEMM], s[j + DOUBLE], s[j + TA], s[j + TB] = address, double, ta, tb
+    s[j + M], s[j + N], s[j + K], s[j + LDA], s[j + LDB], s[j + LDC] = m, n, k, lda, ldb, ldc
+    s[j + BETA], s[j + A], s[j + B], s[j + C] = beta, a, b, c
+    s[j + OFFSETS], s[j + COUNT] = _address(table, at), count
+    pieces = _cut(s, j, MAX_PIECES)
+    if pieces < 2:
+        _sem(s[POST], _semaphore(state, LOCK))
+        return False
+    s[PAIRED] = 0
+    _bounds(s, j, pieces)
+    _share(s, state, pieces)
+    return True
+
+
+@njit(inline="always")
+def _load_row(
+    s: Any, j: int, table: Any, functions: int, ptrs: int, p: int
+) -> None:  # pragma: no cover - compiled
+    """Block `j` of the job: the product of the interpreter's GEMM row at `table[p]`
+    (runtime.vm's layout: [GEMM, gemm, syrk, split, float64?, trans a, trans b, m, n, k,
+    lda, ldb, ldc, beta, pointers a, b, c, count, offsets]), whole."""
+    s[j + GEMM] = table[functions + table[p + 1]]
+    for e in range(10):  # DOUBLE .. BETA, in the row's order
+        s[j + DOUBLE + e] = table[p + 4 + e]
+    for e in range(3):  # A, B, C
+        s[j + A + e] = table[ptrs + table[p + 14 + e]]
+    s[j + OFFSETS], s[j + COUNT] = _address(table, p + 18), table[p + 17]
+    s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
+
+
+@njit(inline="always")
+def _span(s: Any, j: int, operand: int) -> tuple[int, int]:  # pragma: no cover - compiled
+    """The bytes [low, high) that operand A, B or C of block `j` may touch."""
+    m, n, k = s[j + M], s[j + N], s[j + K]
+    if operand == A:
+        rows, cols, ld = (m, k, s[j + LDA]) if s[j + TA] != TRANS else (k, m, s[j + LDA])
+    elif operand == B:
+        rows, cols, ld = (k, n, s[j + LDB]) if s[j + TB] != TRANS else (n, k, s[j + LDB])
+    else:
+        rows, cols, ld = m, n, s[j + LDC]
+    offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
+    low, high = offsets[operand - A], offsets[operand - A]
+    for q in range(s[j + COUNT]):
+        low = min(low, offsets[3 * q + operand - A])
+        high = max(high, offsets[3 * q + operand - A])
+    item = 8 if s[j + DOUBLE] else 4
+    base = s[j + operand]
+    return base + low, base + high + ((rows - 1) * ld + cols) * item
+
+
+@njit(inline="always")
+def _apart(s: Any, j: int, operand: int, other: int) -> bool:  # pragma: no cover
+    """Whether block j's C and operand `operand` of block `other` share no byte."""
+    c_low, c_high = _span(s, j, C)
+    low, high = _span(s, other, operand)
+    return c_high <= low or high <= c_low
+
+
+@njit(inline="always")
+def pair(
+    state: int, table: Any, functions: int, ptrs: int, p: int, q: int
+) -> bool:  # pragma: no cover - compiled
+    """The interpreter's GEMM rows at `table[p]` and `table[q]` run at once: this thread
+    takes the one with the longer sums (k) whole, whose bands would each read and pack
+    all of its other operand again (a weight gradient A.T @ g over a batch of 1024 rows
+    cost 1.3x the CPU time cut into 8 bands); the other is cut as `product` cuts it, the
+    worker taking its bands from the back and this thread the rest once its own product
+    is done. So a late worker costs at most one band. Each product keeps the bits it has
+    alone. False, and nothing done, where the worker is not serving, another thread is
+    cutting a product, either product may be a syrk, or the second reads or writes what
+    the first writes, or writes what it reads (bounds of the bytes each may touch)."""
+    s = carray(int64_pointer(state), (SIZE,))
+    if s[READY] == 0 or s[PAIRING] == 0 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
+        return False
+    first, second = JOB, JOB + BLOCK
+    _load_row(s, first, table, functions, ptrs, p)
+    _load_row(s, second, table, functions, ptrs, q)
+    ok = True
+    for j in (first, second):
+        offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
+        for u in range(s[j + COUNT]):  # a matrix times its transpose: the interpreter's syrk
+            if (
+                s[j + BETA] == 0 and s[j + M] == s[j + N] and s[j + TA] != s[j + TB]
+                and s[j + LDA] == s[j + LDB]
+                and s[j + A] + offsets[3 * u] == s[j + B] + offsets[3 * u + 1]
+            ):  # fmt: skip
+                ok = False
+    if ok:
+        for operand in (A, B, C):
+            ok = ok and _apart(s, first, operand, second)
+        for operand in (A, B):
+            ok = ok and _apart(s, second, operand, first)
+    if not ok:
+        _sem(s[POST], _semaphore(state, LOCK))
+        return False
+    if s[first + K] < s[second + K]:  # the one whose bands cost more runs whole
+        for e in range(BLOCK):
+            s[first + e], s[second + e] = s[second + e], s[first + e]
+    s[PAIRED] = 1
+    s[PAIRS] += 1
+    rest = _cut(s, second, MAX_PIECES - 1)
+    _bounds(s, second, rest)
+    _share(s, state, 1 + rest)
     return True
 
 
@@ -277,7 +433,7 @@ class _Worker:
         s[:] = 0
         s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in _CALLS)
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
-        s[WAIT_SPIN] = DEFAULT_WAIT_SPIN
+        s[WAIT_SPIN], s[PAIRING] = DEFAULT_WAIT_SPIN, 1
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 

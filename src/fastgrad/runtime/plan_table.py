@@ -372,6 +372,9 @@ def lower(
     if table.pending:
         return Waiting(table.pending)
     _exports(steps, owner, segments, outputs)
+    if table.cut:
+        for segment in segments:
+            _products_side_by_side(table, segment)
     functions = sorted(table.functions, key=table.functions.__getitem__)
     array, at = pack(
         table.code,
@@ -387,6 +390,33 @@ def lower(
     for segment, place in zip(segments, at, strict=True):
         segment.finish(array, place, one_thread)
     return out
+
+
+def _products_side_by_side(table: _Table, segment: Segment) -> None:
+    """Move the views between two products the interpreter may cut before the first, so
+    that it finds them side by side and runs them at once, each on one core
+    (runtime.gemm_split.pair: a backward pass's two products of a matmul, dA = g @ B.T
+    and dB = A.T @ g, come with transposes between). A view only sets an address, from
+    addresses set before the segment runs or by earlier views: it reads no data, so it
+    may run earlier. Each product pairs at most once, with the one before it."""
+    code, lo = table.code, segment.first
+    cut = [code[start] == GEMM and code[start + 3] >= 0 for start in table.starts]
+    order: list[int] = []  # step indices in their new order
+    held: list[int] = []  # views after a product that may pair with the next one
+    waiting = False  # the last index placed is a product not yet paired
+    for i in range(lo, lo + segment.count):
+        if waiting and code[table.starts[i]] == VIEW:
+            held.append(i)
+            continue
+        if waiting and cut[i]:
+            before = order.pop()
+            order += [*held, before, i]
+            held, waiting = [], False
+            continue
+        order += [*held, i]
+        held, waiting = [], cut[i]
+    order += held
+    table.starts[lo : lo + segment.count] = [table.starts[i] for i in order]
 
 
 def _exports(

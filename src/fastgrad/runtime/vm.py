@@ -14,7 +14,8 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
     times its own transpose (one address, found at run time) through cblas_?syrk and a
     copy of its upper triangle to the lower, as `np.matmul` does, for the same bits. With
     `split` (an index into the functions: the address of runtime.gemm_split's state; -1:
-    none) a product big enough to pay is cut across the cores by gemm_split
+    none) a product big enough to pay is cut across the cores by gemm_split; two such
+    rows side by side run as one job, one whole on the calling thread (gemm_split.pair)
   LOOP: a scan's iterations, each a call of one of two body segments (tables of their
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
   GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them: a
@@ -233,9 +234,13 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
     threads = table[THREADS]
     before = _set_threads(threads, 1) if threads != 0 else 0  # as blas.OneThread
     first = table[at]
-    for i in range(first, first + table[at + 1]):
+    end = first + table[at + 1]
+    paired = -1  # a GEMM row run already, beside the one before it (gemm_split.pair)
+    for i in range(first, end):
         p = table[starts + i]
         op = table[p]
+        if p == paired:
+            continue
         if op == KERNEL:
             _call_adapter(
                 table[functions + table[p + 1]],
@@ -257,6 +262,15 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
                 table[functions + table[p + 1]],
                 table[p + 3],
             )
+            if split >= 0 and i + 1 < end:  # the next row a product to cut too: both at once
+                q = table[starts + i + 1]
+                if (
+                    table[q] == GEMM
+                    and table[q + 3] >= 0
+                    and gemm_split.pair(table[functions + split], table, functions, ptrs, p, q)
+                ):
+                    paired = q
+                    continue
             if split >= 0 and gemm_split.product(
                 table[functions + split], table, p + 18, count, gemm_address, double, ta, tb,
                 m, n, k, lda, ldb, ldc, beta, a, b, c,

@@ -1,0 +1,180 @@
+"""Two products side by side run at once (runtime.gemm_split.pair): each keeps the bits
+it has alone; products that read or write what the other writes are never paired; the
+plan table puts a backward pass's two products of a matmul side by side (the views
+between them moved before), and a program's value and gradients keep the step runner's
+bits.
+
+Tolerance against a float64 product as in test_runtime_gemm_split."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.runtime import gemm_split, vm
+from fastgrad.runtime.blas import blas_address, threads_local_address
+from test_runtime_gemm_split import (  # noqa: F401 - a fixture
+    _check,
+    _layout,
+    _offsets,
+    _tiny_pieces,
+    _transposed,
+    pytestmark,
+    split,
+)
+from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
+
+Product = tuple[np.ndarray, np.ndarray, np.ndarray, int]  # c (+)= a @ b
+
+
+def _rows(products: list[Product], cut: bool) -> Any:
+    """An interpreter table of one GEMM row per product, in order, run as one segment:
+    operand slots 3i, 3i + 1, 3i + 2 are product i's a, b, c."""
+    code: list[int] = []
+    starts = []
+    for i, (a, b, c, beta) in enumerate(products):
+        (ta, lda), (tb, ldb) = _layout(a), _layout(b)
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        offsets = _offsets(a, b, c)
+        ldc = c.strides[-2] // c.itemsize
+        params = [int(c.dtype == np.float64), ta, tb, m, n, k, lda, ldb, ldc]
+        starts.append(len(code))
+        code += [vm.GEMM, 0, 1, 2 if cut else -1, *params, beta, 3 * i, 3 * i + 1, 3 * i + 2]
+        code += [len(offsets) // 3, *offsets]
+    dtype = products[0][2].dtype
+    state = gemm_split.state_address() if cut else 0
+    functions = [blas_address("gemm", dtype), blas_address("syrk", dtype), state]
+    count = 3 * len(products)
+    record = [0, len(products), count, *range(count)]
+    table, at = vm.pack(code, starts, functions, count, [], [record], threads_local_address())
+    arrays = tuple(x for a, b, c, _ in products for x in (a, b, c))
+    return lambda: vm.run_steps(table, at[0], arrays)
+
+
+def _draw_product(data: Any, dtype: Any, rng: np.random.Generator) -> Product:
+    m, k = data.draw(st.integers(1, 60)), data.draw(st.integers(1, 60))
+    n = data.draw(st.one_of(st.integers(1, 60), st.sampled_from([16, 32, 48])))
+    batch_a, batch_b = data.draw(st.sampled_from([((), ()), ((3,), (3,)), ((2,), ())]))
+    flip_a, flip_b, accumulate = (data.draw(st.booleans()) for _ in range(3))
+    a = _transposed(rng.standard_normal((*batch_a, m, k)).astype(dtype), flip_a)
+    b = _transposed(rng.standard_normal((*batch_b, k, n)).astype(dtype), flip_b)
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n)
+    c = rng.standard_normal(shape).astype(dtype) if accumulate else np.zeros(shape, dtype)
+    return a, b, c, int(accumulate)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_paired_products_keep_their_bits(split: np.ndarray, dtype: Any, data: Any) -> None:  # noqa: F811
+    """Two independent products of random shapes (transposed, batched, accumulating, the
+    second cut into tiny bands): run as a pair, each gives the bits of the same table
+    run without the cut (one gemm call per matrix, in order), within the k-term bound."""
+    _tiny_pieces(split)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    products = [_draw_product(data, dtype, rng) for _ in range(2)]
+    starts = [c.copy() for _, _, c, _ in products]
+    whole = [(a, b, c.copy(), beta) for a, b, c, beta in products]
+    _rows(whole, cut=False)()
+    pairs = split[gemm_split.PAIRS]
+    _rows(products, cut=True)()
+    assert split[gemm_split.PAIRS] == pairs + 1
+    for (a, b, c, _), (_, _, expected, _), start in zip(products, whole, starts, strict=True):
+        assert np.array_equal(c, expected)
+        _check(c, a, b, start)
+
+
+def test_dependent_products_are_not_paired(split: np.ndarray) -> None:  # noqa: F811
+    """The second product reads the first's output, writes the first's input, or
+    accumulates where the first writes: run in order, never at once (the same bits as
+    the table run without the cut). Two products writing apart halves of one array pair."""
+    _tiny_pieces(split)
+    rng = np.random.default_rng(3)
+    a, b, w = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(3))
+
+    def chained() -> list[Product]:  # reads c
+        c = np.empty((64, 64), np.float32)
+        return [(a, b, c, 0), (c, w, np.empty((64, 64), np.float32), 0)]
+
+    def overwrites() -> list[Product]:  # writes x, which the first reads
+        x = a.copy()
+        return [(x, b, np.empty((64, 64), np.float32), 0), (w, b, x, 0)]
+
+    def accumulates() -> list[Product]:  # both write c
+        c = np.ones((64, 64), np.float32)
+        return [(a, b, c, 1), (w, b, c, 1)]
+
+    def halves() -> list[Product]:  # rows 0-63 and 64-127 of one array
+        both = np.zeros((128, 64), np.float32)
+        return [(a, b, both[:64], 0), (w, b, both[64:], 0)]
+
+    for make, paired in [(chained, 0), (overwrites, 0), (accumulates, 0), (halves, 1)]:
+        expected, got = make(), make()
+        _rows(expected, cut=False)()
+        pairs = split[gemm_split.PAIRS]
+        _rows(got, cut=True)()
+        assert split[gemm_split.PAIRS] == pairs + paired, make.__name__
+        for e, g in zip(expected, got, strict=True):
+            assert all(np.array_equal(x, y) for x, y in zip(e[:3], g[:3], strict=True))
+
+
+@pytest.mark.usefixtures("sync")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_matmuls_backward_products_run_as_a_pair(split: np.ndarray, dtype: Any) -> None:  # noqa: F811
+    """x @ w's backward pass: g @ w.T and x.T @ g, with transposes between, are put side
+    by side and run at once; values and gradients keep the step runner's bits."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((512, 128)).astype(dtype)
+    w = (rng.standard_normal((128, 256)) * 0.1).astype(dtype)
+
+    def loss(x: Any, w: Any) -> Any:
+        return fnp.sum(fnp.tanh(x @ w) ** 2)
+
+    vg = fg.value_and_grad(loss, argnums=(0, 1))
+    expected = _jitted(vg, "steps")(x, w)
+    g = _jitted(vg, "vm")
+    g(x, w)
+    pairs = split[gemm_split.PAIRS]
+    got = g(x, w)
+    assert split[gemm_split.PAIRS] == pairs + 1
+    split[gemm_split.PAIRING] = 0  # turned off (tuning): cut one after the other
+    try:
+        alone = g(x, w)
+    finally:
+        split[gemm_split.PAIRING] = 1
+    assert split[gemm_split.PAIRS] == pairs + 1
+    for e, c, a in zip(
+        [expected[0], *expected[1]], [got[0], *got[1]], [alone[0], *alone[1]], strict=True
+    ):
+        assert np.array_equal(np.asarray(e), np.asarray(c))
+        assert np.array_equal(np.asarray(e), np.asarray(a))
+
+
+@pytest.mark.usefixtures("sync")
+def test_the_arena_keeps_what_the_first_product_reads_for_the_pair(split: np.ndarray) -> None:  # noqa: F811
+    """s = (x @ a) @ (x @ b): its backward's ds @ v.T and q.T @ ds are side by side, and v
+    dies at the first; the arena would give dv v's memory, and the pair could not run at
+    once. v lives until dv is written: every side-by-side pair of the plan runs as one,
+    with the step runner's bits."""
+    rng = np.random.default_rng(5)
+    x, a, b = (0.1 * rng.standard_normal((256, 256)) for _ in range(3))
+
+    def loss(x: Any, a: Any, b: Any) -> Any:
+        return fnp.sum(fnp.tanh((x @ a) @ (x @ b)))
+
+    vg = fg.value_and_grad(loss, argnums=(0, 1, 2))
+    expected = _jitted(vg, "steps")(x, a, b)
+    g = _jitted(vg, "vm")
+    g(x, a, b)
+    pairs = split[gemm_split.PAIRS]
+    got = g(x, a, b)
+    assert split[gemm_split.PAIRS] == pairs + 4  # (q, v), (dq, dv), (da, dx), (db, dx)
+    for e, c in zip([expected[0], *expected[1]], [got[0], *got[1]], strict=True):
+        assert np.array_equal(np.asarray(e), np.asarray(c))
