@@ -207,6 +207,53 @@ def test_a_stopped_worker_leaves_products_whole(split: np.ndarray) -> None:
     assert np.all(c == 64) and split[gemm_split.JOBS] == jobs + 1
 
 
+def test_stopping_the_worker_waits_for_a_product_under_way(split: np.ndarray) -> None:
+    """`stop` re-creates the state's semaphores: it takes the product lock first, else a
+    product cut in another thread at that moment hung (or ran from a zeroed job)."""
+    a, b = np.ones((512, 64)), np.ones((64, 256))
+    c = np.zeros((512, 256))
+    run, done, wrong = _table(a, b, c, 0, cut=True), threading.Event(), []
+
+    def work() -> None:
+        while not done.is_set():
+            c[:] = 0
+            run()
+            if not np.all(c == 64):
+                wrong.append(c.copy())
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    try:
+        for _ in range(30):
+            gemm_split.stop()
+            gemm_split.state_address()
+            _wait_ready(split)
+    finally:
+        done.set()
+        thread.join(60)
+    assert not thread.is_alive(), "a product hung across a stop"
+    assert not wrong
+
+
+@pytest.mark.usefixtures("sync")
+def test_plans_offer_the_worker_products_above_its_threshold_of_the_moment(
+    split: np.ndarray,
+) -> None:
+    """A plan lowered after tuning lowers MIN_WORK offers the worker its products above
+    that threshold, not above the default one (below which none was ever cut)."""
+    settings = split[gemm_split.MIN_WORK], split[gemm_split.PIECE_WORK]
+    split[gemm_split.MIN_WORK], split[gemm_split.PIECE_WORK] = 1 << 16, 1 << 15
+    try:
+        a, b = np.ones((256, 16)), np.ones((16, 256))  # 2^20 multiply-adds
+        f = _jitted(lambda a, b: (a @ b + 1.0,), "vm")
+        jobs = split[gemm_split.JOBS]
+        for _ in range(3):
+            assert np.array_equal(f(a, b)[0], a @ b + 1.0)
+        assert split[gemm_split.JOBS] > jobs
+    finally:
+        split[gemm_split.MIN_WORK], split[gemm_split.PIECE_WORK] = settings
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_cuts_products_after_restarting_the_worker(split: np.ndarray) -> None:
     a, b = np.ones((512, 64)), np.ones((64, 256))

@@ -462,9 +462,14 @@ class _Worker:
             thread, s = self.thread, self.state
             if thread is None or s is None:
                 return
+            # Take the product lock first: a product under way in another thread holds it
+            # and runs its pieces from this state, which `_reset` re-creates (its lock too).
+            call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+            while call(int(s[WAIT]))(_semaphore_at(s, LOCK)) != 0:  # (EINTR: again)
+                pass
             s[READY] = 0
             s[STOP] = 1
-            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(int(s[POST]))(_semaphore_at(s, WORK))
+            call(int(s[POST]))(_semaphore_at(s, WORK))
             thread.join()
             self.thread = None
             self._reset()

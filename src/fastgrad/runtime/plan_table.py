@@ -223,7 +223,9 @@ class Segment:
         functions = [self.table.function(gemm), self.table.function(syrk)]
         split = -1  # a big product cut across the cores (runtime.gemm_split)
         m, n, k = params[3:6]
-        if self.table.cut and m * n * k * offsets[0] >= gemm_split.DEFAULT_MIN_WORK:
+        state = gemm_split.state()  # (tuning may have moved the threshold)
+        least = gemm_split.DEFAULT_MIN_WORK if state is None else state[gemm_split.MIN_WORK]
+        if self.table.cut and m * n * k * offsets[0] >= least:
             state = gemm_split.state_address()  # the worker starts with the first one
             split = self.table.function(state) if state else -1
         return [GEMM, *functions, split, *params, *pointers, *offsets]
