@@ -165,3 +165,19 @@ def test_scipy_is_hidden_only_from_the_thread_importing_numba():
     other.start()
     other.join()
     assert found == [None]  # left to the finders after it
+
+
+def test_the_plan_interpreters_jobs_load_numba_paused_on_the_compile_thread(monkeypatch):
+    """An interpreter job may be the first to need Numba (a plan of products only): on the
+    compile thread its load pauses for first calls like a kernel job's; on a caller's
+    thread (an inline job) it never pauses, which would wait for its own first call."""
+    from fastgrad.runtime import adapters, background, numba_load
+
+    pauses = []
+    monkeypatch.setattr(numba_load, "load", lambda pause=None: pauses.append(pause))
+    job = adapters.CompileJob("a test's job", "no source", lambda: (None, 0))
+    background.submit(job)
+    background.wait_for(job)
+    assert job.done.is_set() and job.error is None
+    background.load_numba()
+    assert len(pauses) == 2 and pauses[0] is not None and pauses[1] is None

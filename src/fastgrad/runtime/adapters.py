@@ -18,7 +18,7 @@ import numpy as np
 
 from fastgrad.compiler.kernel_cache import kernel_key
 from fastgrad.core import compile_log
-from fastgrad.runtime import background, numba_load
+from fastgrad.runtime import background
 from fastgrad.runtime.kernel_entry import entry_address, source_tag
 from fastgrad.runtime.vm import compile_adapter, run_steps, table_function
 
@@ -52,7 +52,7 @@ class CompileJob:
                 return
             start = time.perf_counter()
             try:
-                numba_load.load()  # once, without SciPy's linalg package
+                background.load_numba()  # once, without SciPy's linalg package
                 self._built, self.address = self.build()
             except Exception as error:  # the plan keeps running its steps one by one
                 self.error = error

@@ -364,6 +364,15 @@ def _pause(timeout: float) -> bool:
     return paused is not None and paused(timeout)
 
 
+def load_numba() -> None:
+    """Numba's import and registry load (runtime.numba_load), paused for first calls when
+    made on the compile thread (another job than a kernel's may be the first to need it);
+    on another thread (an inline job, which needs Numba loaded already) never paused: it
+    would wait for the first call it is part of."""
+    on_thread = threading.current_thread() is getattr(_WORKER, "thread", None)
+    numba_load.load(_pause if on_thread else None)
+
+
 def submit(job: Any) -> None:
     """Hand the compile thread a job of another kind than a kernel's (a kernel's adapter
     for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
