@@ -1,6 +1,7 @@
 """Hypothesis profiles: CI runs a fixed, derandomized set of examples; `dev` explores more.
 And a Dask cluster for the modules that need one: two worker processes on the loopback
-interface, one per module, with a kernel cache of their own.
+interface, one per module, with a kernel cache of their own; and a plan cache of its own
+for the tests of plans on disk (test_plan_cache*.py).
 """
 
 import os
@@ -67,3 +68,21 @@ def compiled_first_call():
     fg.config.update("compile", "sync")
     yield
     fg.config.update("compile", before)
+
+
+@pytest.fixture
+def plans(tmp_path, monkeypatch):
+    """A plan cache of its own in tmp_path, plans of every size stored, its counters (and
+    the build tables') at zero. Kernels stay in the session's cache: they are not what is
+    tested, and compiling them again would only cost time."""
+    from fastgrad.compiler import plan_cache
+    from fastgrad.core.config import config
+    from fastgrad.runtime import build_tables
+
+    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
+    monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(build_tables, "COUNTERS", plan_cache.Counters())
+    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
+    config.update("plan_cache", True)
+    yield tmp_path

@@ -1,11 +1,14 @@
 """Shared checks for the NumPy/SciPy-named functions: the value on plain arrays, traced and
 fused, traced and run by the reference interpreter, against NumPy's or SciPy's value; and
-derivatives at orders 1 and 2, in both modes, against finite differences."""
+derivatives at orders 1 and 2, in both modes, against finite differences. And for the
+kernels' forms: compiled kernels against the reference interpreter, and the kernels'
+sources (which form a loop took)."""
 
 import numpy as np
 
 import fastgrad as fg
 from fastgrad.core.pytree import flatten
+from fastgrad.runtime.executable import _KernelStep
 from fastgrad.testing import check_grads
 
 TOLERANCE = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-10}
@@ -49,3 +52,22 @@ def check_float32_gradients(fun, args):
     for g, a in zip(vjp_fn(cts), args, strict=True):
         if np.asarray(a).dtype.kind == "f":
             assert np.asarray(g).dtype == np.float32 and np.shape(g) == np.shape(a)
+
+
+def fused_matches_reference(f, args, rtol, atol):
+    """jit(f)(*args) from compiled kernels and from the reference interpreter: every output
+    (any pytree) of the same dtype and shape, and values within rtol and atol. Returns the
+    compiled outputs, flattened."""
+    fused = flatten(fg.jit(f)(*args))[0]
+    reference = flatten(fg.jit(f, fuse=False)(*args))[0]
+    for u, r in zip(fused, reference, strict=True):
+        u, r = np.asarray(u), np.asarray(r)
+        assert u.dtype == r.dtype and u.shape == r.shape, (u.dtype, r.dtype, u.shape, r.shape)
+        np.testing.assert_allclose(u, r, rtol=rtol, atol=atol)
+    return fused
+
+
+def kernel_sources(f, *args):
+    """The sources of the kernels jit(f)'s plan runs for args."""
+    plan = fg.jit(f).lower(*args).executable.plan
+    return [s.source.source for s in plan if isinstance(s, _KernelStep)]

@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -36,18 +35,6 @@ from fastgrad.compiler.fusion import Call, Loop
 from fastgrad.core.config import config
 from fastgrad.core.ir import Graph, Node
 from fastgrad.testing import strategies as fst
-
-
-@pytest.fixture
-def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A plan cache of its own (kernels stay in the session's cache: they are not what is
-    tested, and compiling them again would only cost time)."""
-    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
-    monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
-    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
-    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
-    config.update("plan_cache", True)
-    yield tmp_path
 
 
 def _prepared(f: Any, *args: Any) -> Any:

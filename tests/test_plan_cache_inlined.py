@@ -12,7 +12,6 @@ Cost: ~5 s with the kernels on disk (~40 s cold).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from fastgrad.core.config import config
 from fastgrad.core.pytree import flatten
 from fastgrad.testing import strategies as fst
 from test_plan_cache import RNN_ARGS, _check, _rnn, _same_bits
-
-
-@pytest.fixture
-def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
-    monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
-    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
-    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
-    config.update("plan_cache", True)
-    yield tmp_path
 
 
 def _leaves(tree: Any) -> list[Any]:

@@ -11,7 +11,6 @@ the random programs' kernels.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +35,6 @@ from test_plan_cache import (  # the same damages, and the same small RNN
     _rnn,
     _truncate,
 )
-
-
-@pytest.fixture
-def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A plan cache of its own (kernels stay in the session's cache)."""
-    monkeypatch.setattr(plan_cache, "path_of", lambda key, kind="plan": tmp_path / f"{key}.{kind}")
-    monkeypatch.setattr(plan_cache, "COUNTERS", plan_cache.Counters())
-    monkeypatch.setattr(plan_cache, "GRAPH_COUNTERS", plan_cache.Counters())
-    monkeypatch.setattr(build_tables, "COUNTERS", plan_cache.Counters())
-    monkeypatch.setattr(plan_cache, "MIN_NODES", 0)  # the test programs are small
-    config.update("plan_cache", True)
-    yield tmp_path
 
 
 def _build_form(executable: Any) -> list[Any]:

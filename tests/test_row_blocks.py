@@ -8,12 +8,11 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime.executable import _KernelStep
+from oracle import fused_matches_reference, kernel_sources
 
 
 def _blocked(f, *args):
-    plan = fg.jit(f).lower(*args).executable.plan
-    return any("for rb in range" in s.source.source for s in plan if isinstance(s, _KernelStep))
+    return any("for rb in range" in source for source in kernel_sources(f, *args))
 
 
 def mixture_like(z, w):
@@ -43,12 +42,8 @@ def test_short_rows_match_reference(rows, width, dtype, special, seed):
         value, grads = fg.value_and_grad(lambda z, w: mixture_like(z, w)[0], argnums=(0, 1))(z, w)
         return value, grads, mixture_like(z, w)[1:]
 
-    fused = fg.pytree.flatten(fg.jit(f)(z, w))[0]
-    reference = fg.pytree.flatten(fg.jit(f, fuse=False)(z, w))[0]
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    for u, r in zip(fused, reference, strict=True):
-        assert u.dtype == r.dtype and u.shape == r.shape
-        np.testing.assert_allclose(u, r, rtol=tol, atol=tol * rows)
+    fused_matches_reference(f, (z, w), tol, tol * rows)
     assert _blocked(f, z, w)
 
 
@@ -59,8 +54,7 @@ def test_long_rows_keep_the_row_form():
 
 def _merged(f, *args):
     """Whether a kernel of the plan runs over merged axes (codegen.merge)."""
-    plan = fg.jit(f).lower(*args).executable.plan
-    return any(s.source.source.count("def kernel(s0") for s in plan if isinstance(s, _KernelStep))
+    return any("def kernel(s0" in source for source in kernel_sources(f, *args))
 
 
 def _lse_and_softmax(z, w):
@@ -106,12 +100,8 @@ def test_leading_axes_merge_match_reference(shape, bias, view, dtype, seed):
         grads = fg.grad(lambda z, w: g(z, w)[0], argnums=(0, 1))(z, w)
         return grads, g(z, w)
 
-    fused = fg.pytree.flatten(fg.jit(f)(z, w))[0]
-    reference = fg.pytree.flatten(fg.jit(f, fuse=False)(z, w))[0]
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    for u, r in zip(fused, reference, strict=True):
-        assert u.dtype == r.dtype and u.shape == r.shape
-        np.testing.assert_allclose(u, r, rtol=tol, atol=tol * max(1, z.size))
+    fused_matches_reference(f, (z, w), tol, tol * max(1, z.size))
 
 
 def test_mixture_shape_runs_merged_and_blocked():
@@ -161,11 +151,7 @@ def test_blocks_of_the_first_axis_match_reference(n, k, d, view, dtype, seed):
         return grads, _components(*args)
 
     assert n == 1 or _blocked(lambda *a: _components(*a)[1], *args)
-    fused = fg.pytree.flatten(fg.jit(f)(*args))[0]
-    reference = fg.pytree.flatten(fg.jit(f, fuse=False)(*args))[0]
     tol = 2e-5 if dtype == np.float32 else 1e-12
-    for u, r in zip(fused, reference, strict=True):
-        assert u.dtype == r.dtype and u.shape == r.shape
-        np.testing.assert_allclose(u, r, rtol=tol, atol=tol * n)
+    fused = fused_matches_reference(f, args, tol, tol * n)
     z = (x[:, None, :].astype(np.float64) - means) * scales
     np.testing.assert_allclose(fused[-2], (z * z).sum(-1) + weights, rtol=tol, atol=tol)
