@@ -2,6 +2,8 @@
 reference interpreter, forward and backward, with NaN and infinities, partial blocks, rows
 of one element and outputs of row values that keep their axis."""
 
+import re
+
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,18 @@ from oracle import fused_matches_reference, kernel_sources
 
 def _blocked(f, *args):
     return any("for rb in range" in source for source in kernel_sources(f, *args))
+
+
+_LENGTH = re.compile(r"^ *n\d+ = np\.uint64\(\d+\)$", re.MULTILINE)  # a length written in
+
+
+def _forms(f, *args):
+    """The form of each kernel of f's plan that reduces a short last axis: "blocks" (of
+    rows), "rows" (one at a time, the short lengths in the source) or "plain"."""
+    return [
+        "blocks" if "for rb in range" in s else "rows" if _LENGTH.search(s) else "plain"
+        for s in kernel_sources(f, *args)
+    ]
 
 
 def mixture_like(z, w):
@@ -44,7 +58,9 @@ def test_short_rows_match_reference(rows, width, dtype, special, seed):
 
     tol = 1e-5 if dtype == np.float32 else 1e-12
     fused_matches_reference(f, (z, w), tol, tol * rows)
-    assert _blocked(f, z, w)
+    # Float64's one-pass reductions run one row at a time (test_one_pass_short_rows).
+    forms = set(_forms(f, z, w))
+    assert "blocks" in forms if dtype == np.float32 else forms & {"blocks", "rows"}
 
 
 def test_long_rows_keep_the_row_form():
@@ -150,8 +166,69 @@ def test_blocks_of_the_first_axis_match_reference(n, k, d, view, dtype, seed):
         grads = fg.grad(lambda *a: _components(*a)[0], argnums=(0, 1, 2, 3))(*args)
         return grads, _components(*args)
 
-    assert n == 1 or _blocked(lambda *a: _components(*a)[1], *args)
+    one_pass = _forms(lambda *a: _components(*a)[1], *args)
+    assert n == 1 or one_pass == ["blocks" if dtype == np.float32 else "rows"]
     tol = 2e-5 if dtype == np.float32 else 1e-12
     fused = fused_matches_reference(f, args, tol, tol * n)
     z = (x[:, None, :].astype(np.float64) - means) * scales
     np.testing.assert_allclose(fused[-2], (z * z).sum(-1) + weights, rtol=tol, atol=tol)
+
+
+_ONE_PASS = {  # fastgrad's and NumPy's, on z of the loop's shape
+    "sum": (lambda z, k: fnp.sum(z, axis=-1, keepdims=k), lambda z, k: z.sum(-1, keepdims=k)),
+    "max": (lambda z, k: fnp.max(z, axis=-1, keepdims=k), lambda z, k: z.max(-1, keepdims=k)),
+    "min": (lambda z, k: fnp.min(z, axis=-1, keepdims=k), lambda z, k: z.min(-1, keepdims=k)),
+    "mean(z*z)": (
+        lambda z, k: fnp.mean(z * z, axis=-1, keepdims=k),
+        lambda z, k: (z * z).mean(-1, keepdims=k),
+    ),
+    "sum*2+1": (
+        lambda z, k: fnp.sum(z, axis=-1, keepdims=k) * 2.0 + 1.0,
+        lambda z, k: z.sum(-1, keepdims=k) * 2.0 + 1.0,
+    ),
+}
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    rows=st.sampled_from([0, 1, 63, 65]),
+    length=st.sampled_from([1, 2, 7, 8]),
+    kind=st.sampled_from(["2-D", "merged", "M4"]),
+    op=st.sampled_from(sorted(_ONE_PASS)),
+    keepdims=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    special=st.sampled_from([None, np.nan, np.inf, -np.inf]),
+    seed=st.integers(0, 2**32 - 1),
+)
+@example(rows=65, length=8, kind="2-D", op="sum", keepdims=False, dtype=np.float64,
+         special=None, seed=0)  # fmt: skip
+@example(rows=63, length=2, kind="M4", op="max", keepdims=True, dtype=np.float64,
+         special=np.nan, seed=1)  # fmt: skip
+@example(rows=65, length=7, kind="merged", op="mean(z*z)", keepdims=False, dtype=np.float32,
+         special=np.inf, seed=2)  # fmt: skip
+def test_one_pass_short_rows(rows, length, kind, op, keepdims, dtype, special, seed):
+    """One-pass reductions over a short last axis: float64's run one row at a time with
+    the short lengths written into the source (rowblocks.row_blocks), float32's in
+    blocks of rows. Values against NumPy, values and gradients against the reference
+    interpreter, over 2-D loops, 3-D ones that merge and M4's that do not (x[:, None, :]),
+    partial blocks, rows of one element, no rows, NaN and infinities."""
+    ours, theirs = _ONE_PASS[op]
+    draw = np.random.default_rng(seed)
+    x = draw.uniform(-3, 3, (rows, 3, length) if kind == "merged" else (rows, length))
+    w = draw.uniform(0.5, 1.5, (3, length) if kind == "M4" else length)
+    if special is not None and x.size:
+        x.flat[draw.integers(x.size)] = special
+    x, w = x.astype(dtype), w.astype(dtype)
+    lift = (lambda x: x[:, None, :]) if kind == "M4" else (lambda x: x)
+    f = lambda x, w: ours(lift(x) * w, keepdims)  # noqa: E731
+
+    def both(x, w):
+        return f(x, w), fg.grad(lambda x, w: fnp.sum(f(x, w)), argnums=(0, 1))(x, w)
+
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    fused = fused_matches_reference(both, (x, w), tol, tol * length)
+    wide = lift(x.astype(np.float64)) * w.astype(np.float64)
+    np.testing.assert_allclose(fused[0], theirs(wide, keepdims), rtol=tol, atol=tol * length)
+    if rows > 1 and length > 1:
+        forms = _forms(f, x, w)
+        assert forms.count("rows" if dtype == np.float64 else "blocks") == 1, forms

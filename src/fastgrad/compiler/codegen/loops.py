@@ -23,7 +23,7 @@ from fastgrad.compiler.codegen.merge import merge, relabel
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import op_cost
-from fastgrad.compiler.codegen.rowblocks import SHORT_ROW, block_run, blockable, column_blockable
+from fastgrad.compiler.codegen.rowblocks import SHORT_ROW, block_run, column_blockable, row_blocks
 from fastgrad.compiler.codegen.runs import close_runs, in_runs, open_outer, open_runs
 from fastgrad.compiler.codegen.schedule import schedule
 from fastgrad.compiler.codegen.source import (
@@ -393,7 +393,7 @@ class _Generator:
             return column_kernel(
                 self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions
             )
-        if blockable(self, nodes):
+        if row_blocks(self, w, nodes, sched):
             return block_run(self, w, args, nodes, level, outputs, sched)
         if column_blockable(self, nodes, sched):
             source = block_run(self, w, args, nodes, level, outputs, sched, transpose=False)

@@ -4,22 +4,24 @@ A loop reducing a short last axis (the 8 components of a mixture's logsumexp) ru
 row at a time in the ordinary form, each row's inner loop too short for vector
 instructions: it runs scalar, 4x slower than over rows of 64 (bench M4). Here the rows
 of the first axis are taken in blocks of `BLOCK`; each pass runs over the inner axis
-outside and the block's rows inside, so the vector lanes hold rows. Row values are arrays
-over the block; reductions accumulate per row, in the inner axis's order as the ordinary
-form does. Operands varying along the first axis and another are copied in (and out)
-transposed, a block at a time; further outer axes (M4's (N, 8, 2) loops, whose x[:, None,
-:] keeps their axes from merging) are loops around a block's passes. Chosen where the
-reduced axis is shorter than `SHORT_ROW`; the length of every axis that short is written
-into the source (a size class, like a rank: one kernel per length), so that LLVM unrolls
-the loops over it and vectorizes the transpositions (M4's logsumexp over (1e6, 8) took
-17 -> 11 ms of CPU with it). Several-pass reductions over the leading axis of a 2-D loop
-run in blocks of columns the same way, the block's columns in the lanes
-(column_blockable).
+outside and the block's rows inside, so the vector lanes hold rows. Row values are
+arrays over the block; reductions accumulate per row, in the inner axis's order as the
+ordinary form does. Operands varying along the first axis and another are copied in (and
+out) transposed, a block at a time; further outer axes (M4's (N, 8, 2) loops, whose x[:,
+None, :] keeps their axes from merging) are loops around a block's passes. Chosen where
+the reduced axis is shorter than `SHORT_ROW` (but float64's one-pass reductions run one
+row at a time: row_blocks); the length of every axis that short is written into the
+source (a size class, like a rank: one kernel per length), so that LLVM unrolls the
+loops over it and vectorizes the transpositions (M4's logsumexp over (1e6, 8) took 17 ->
+11 ms of CPU with it). Several-pass reductions over the leading axis of a 2-D loop run
+in blocks of columns the same way, the block's columns in the lanes (column_blockable).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from fastgrad.compiler.codegen.columns import fold_in
 from fastgrad.compiler.codegen.runs import COLUMN_RUN, in_runs
@@ -68,6 +70,34 @@ def blockable(g: _Generator, nodes: list[Node]) -> bool:
         and (len(shape) == 2 or shape[0] != 1 and drop != shape[len(shape) - len(drop) :])
         and not any(n.op.name in _UNBLOCKED or n.op.extra.get("positional") for n in nodes)
     )
+
+
+def row_blocks(g: _Generator, w: Writer, nodes: list[Node], sched: Schedule) -> bool:
+    """Whether the loop runs in blocks of rows (blockable), or else in the ordinary form,
+    one row at a time, with the short axes' lengths written into the source here, so that
+    LLVM unrolls each row's loop. That form is taken where every reduction is one pass
+    over float64 values: the block form's transposed copies of float64 operands go by
+    their own indices (copy_block) and cost more than the lanes gain. One-pass sum, max
+    and mean of squares over (1e6, 2 / 4 / 7 / 8) and (1e6, 4 / 8, 2) took 0.60-0.90x
+    the block form's CPU time (one tie, 1.03x), with AVX-512 code and with AVX2 code
+    (Numba's CPU set to haswell) alike, so no rule by vector width; M4's (N, 8, 2)
+    float64 sum 10.5 -> 8.1 ms. Float32's are mixed (0.73-1.41x) and several-pass ones
+    (logsumexp) 4.6-5.7x slower: blocks."""
+    if not blockable(g, nodes):
+        return False
+    reduced = [n.inputs[0].aval.dtype for n in nodes if id(n.out) in sched.reduce_phase]
+    if sched.n_phases > 1 or not reduced or any(d != np.float64 for d in reduced):
+        return True
+    short_lengths(g, w)
+    return False
+
+
+def short_lengths(g: _Generator, w: Writer) -> None:
+    """The lengths of the loop's short inner and non-first outer axes, as constants (a
+    size class, like a rank: one kernel per length)."""
+    for a in g.inner + g.outer[1:]:
+        if g.loop.shape[a] < SHORT_ROW:
+            w(f"n{a} = np.uint64({g.loop.shape[a]})")
 
 
 def _blocked(g: _Generator, v: Var) -> list[int] | None:
@@ -122,9 +152,7 @@ def block_run(
     scalar_index = sched.scalar_index
     rows = [n for n in nodes if level[id(n.out)] == "row"]
     if transpose:  # short axes' lengths as constants (the module's docstring)
-        for a in g.inner + g.outer[1:]:
-            if g.loop.shape[a] < SHORT_ROW:
-                w(f"n{a} = {u}({g.loop.shape[a]})")
+        short_lengths(g, w)
     names = {**g.in_name, **g.out_name}
     operands = [*g.arrays, *(v for v in g.loop.outputs if level[id(v)] != "scalar")]
     blocked = {id(v): (v, rest) for v in operands if transpose and (rest := _blocked(g, v))}
