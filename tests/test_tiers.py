@@ -198,7 +198,7 @@ def test_the_compile_thread_waits_for_first_calls_to_return():
     worker.stop()
 
 
-def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path):
+def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path, patient_watchdog):
     """Loading a kernel from disk costs less than a large loop on NumPy (the bounds are
     lowered here so that a small loop counts as large)."""
     monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
@@ -237,7 +237,9 @@ def test_which_warm_first_calls_wait_at_the_measured_bounds(monkeypatch):
     assert not waits(23, (4096, 1000), np.float64)
 
 
-def test_a_long_scan_whose_body_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path):
+def test_a_long_scan_whose_body_kernel_is_on_disk_waits_for_it(
+    monkeypatch, tmp_path, patient_watchdog
+):
     """A scan's body kernel is small, but runs once per step: a scan with enough steps
     waits on its first call for a kernel on disk, a shorter one runs NumPy meanwhile (the
     bounds are set here so that 40 steps count as many and 4 as few)."""
@@ -262,7 +264,7 @@ def test_a_long_scan_whose_body_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_
     assert background.wait_idle(timeout=120)
 
 
-def test_compile_and_warmup_wait_for_the_kernels(monkeypatch):
+def test_compile_and_warmup_wait_for_the_kernels(monkeypatch, patient_watchdog):
     monkeypatch.setattr(fg.config, "compile", "background")
     x = np.linspace(0, 1, 9)
     f = fg.jit(lambda x: fnp.sum(fnp.sin(x) ** 2)).compile(x)
