@@ -22,7 +22,11 @@ import fastgrad.numpy as fnp
 from fastgrad.core.config import config
 from fastgrad.runtime import loop_table, scan_call
 from fastgrad.runtime.control_flow import LoopStep
-from test_runtime_loop_table import _flat, runtime  # noqa: F401  (its fixture: sync compiles)
+from test_runtime_loop_table import (  # noqa: F401  (its fixture: sync compiles)
+    _flat,
+    _settled_steps,
+    runtime,
+)
 
 TOL = {np.float32: 2e-4, np.float64: 1e-11}
 
@@ -43,8 +47,7 @@ def _four_ways(f: Callable[..., Any], args: tuple[Any, ...], every: bool = True)
     and by the step runner, checked equal bit for bit; returns the first, and the scans
     that ran (those of a step or more). With `every`,
     every scan of a step or more must run as a LOOP (else those that do)."""
-    config.update("runtime", "steps")
-    steps = _flat(fg.jit(f)(*args))
+    steps = _settled_steps(f, args)
     config.update("runtime", "vm")
     jf = fg.jit(f)
     for _ in range(3):  # lowered, watched, then the LOOP built
