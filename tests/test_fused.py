@@ -302,6 +302,26 @@ def test_column_reductions(dtype):
     )
 
 
+def test_bool_results_are_zero_or_one_when_a_reduction_reads_them():
+    """NumPy's bool + bool is a logical or (True + True is True): the fused loop added 1 + 1
+    for a sum reading it in the same loop (58 for NumPy's 46)."""
+    a, b = rng.random(64) < 0.5, rng.random(64) < 0.5
+    for f in (lambda a, b: fnp.sum(a + b), lambda a, b: fnp.max((a + b) * np.int8(3))):
+        np.testing.assert_array_equal(fg.jit(f)(a, b), f(a, b))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_the_smallest_integer_floor_divided_by_minus_one(dtype):
+    """MIN // -1 wraps to MIN in NumPy; Numba's integer floor_divide gave 0."""
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.min + 1, -7, -1, 0, 5, info.max], dtype)
+    with np.errstate(all="ignore"):
+        for f in (lambda x: x // dtype(-1), lambda x: x // dtype(2) + x // dtype(-1)):
+            got = fg.jit(f)(x)
+            assert got.dtype == dtype
+            np.testing.assert_array_equal(got, f(x))
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16])
 def test_narrow_integer_results_wrap_before_a_reduction_reads_them(dtype):
     """NumPy wraps each narrow-integer result to its type (uint8 200 * 200 is 64); the

@@ -78,3 +78,28 @@ def test_the_gradient_of_a_gradient_through_w_t(left, dtype):
     want = _flat(fg.jit(fg.value_and_grad(unrolled, argnums=(0, 1)), fuse=False)(w, h0, xs))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_body_output_that_undoes_two_transposes(dtype):
+    """`y = w.T.T` kept as a body output folds to an identity transpose of `w`; a product
+    `(y @ h).T` read nowhere else then became `h.T @ w.T`'s mirror `h.T @ w` (the fold
+    took any transpose for a (1, 0) one): wrong by ~1 against the unrolled loop."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 4)).astype(dtype)  # not symmetric
+    h0 = rng.standard_normal((4, 1)).astype(dtype)
+    xs = rng.standard_normal((3, 4, 1)).astype(dtype)
+
+    def body(h: Any, x: Any, w: Any) -> tuple[Any, Any]:
+        y = w.T.T
+        return fnp.tanh(((y @ h).T).T + x), y
+
+    def loss(w: Any, h: Any, xs: Any) -> Any:
+        return fg.scan(lambda h, x: body(h, x, w), h, xs)
+
+    got, _ = _four_ways(loss, (w, h0, xs), every=False)
+    h = h0
+    for t in range(3):
+        h = np.tanh(w @ h + xs[t])
+    for a, b in zip(got, _flat((h, np.broadcast_to(w, (3, 4, 4)))), strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])

@@ -132,11 +132,13 @@ elementwise("fmod", np.fmod, _remainder_vjp, ("real", "nonzero"), jvp=_remainder
             special_points=_REMAINDER_POINTS + points((0.0, 3.0), (-0.0, 3.0)))
 # Numba's float floor_divide differs from NumPy's at infinities: the float loop follows
 # NumPy's own algorithm (the quotient of x - fmod(x, y), corrected by one where the signs
-# differ, then rounded), the integer loop is Numba's, which agrees.
+# differ, then rounded), the integer loop is Numba's, which agrees but for MIN // -1
+# (Numba 0, NumPy MIN: the negation wraps).
 _QUOTIENT = ("(({0} - np.fmod({0}, {1})) / {1} - ({T}(1) if np.fmod({0}, {1}) != 0 and "
              "(({1} < 0) != (np.fmod({0}, {1}) < 0)) else {T}(0)))")
 _FLOOR_DIVIDE = (
-    "np.floor_divide({0}, {1}) if {T}(0.5) == 0 else {T}({0} / {1} if {1} == 0 else "
+    "({T}(-{0}) if {1} == -1 else np.floor_divide({0}, {1})) if {T}(0.5) == 0 else "
+    "{T}({0} / {1} if {1} == 0 else "
     "((np.floor(Q) + ({T}(1) if Q - np.floor(Q) > 0.5 else {T}(0))) if Q != 0 else "
     "np.copysign({T}(0), {0} / {1})))"
 ).replace("Q", _QUOTIENT)

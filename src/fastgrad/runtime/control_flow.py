@@ -185,12 +185,16 @@ class LoopStep:
 
 def _contiguous_consts(arrays: list[Any], n_consts: int) -> list[Any]:
     """`arrays` with a scan's consts that are views of another layout (`w.T` closed over)
-    copied C-contiguous, once before the loop: read as they are, each iteration's kernel
-    or small product needed a copy of its own (a host step: the body never ran as a LOOP;
-    unbatched RNN reading `w.T`, H = 16, T = 200, value_and_grad 28x slower)."""
+    copied C-contiguous at each call, before the loop (the others, 0-d ones too, as they
+    are): read as they are, each iteration's kernel or small product needed a copy of its
+    own (a host step: the body never ran as a LOOP; unbatched RNN reading `w.T`, H = 16,
+    T = 200, value_and_grad 28x slower)."""
     if all(type(x) is not np.ndarray or x.flags.c_contiguous for x in arrays[:n_consts]):
         return arrays
-    consts = [np.ascontiguousarray(x) if type(x) is np.ndarray else x for x in arrays[:n_consts]]
+    consts = [
+        np.ascontiguousarray(x) if type(x) is np.ndarray and not x.flags.c_contiguous else x
+        for x in arrays[:n_consts]
+    ]
     return [*consts, *arrays[n_consts:]]
 
 

@@ -209,7 +209,8 @@ def fold_transposes(graph: Graph) -> Graph:
     """`graph` with each transpose of a transpose one transpose of the first one's input,
     or that input itself where the two undo each other, and each transpose of a 2-D
     product read nowhere else the product of the transposed operands, `(A @ B).T` as
-    `B.T @ A.T` (an output stays a node); `graph` itself when it has none. The VJP of
+    `B.T @ A.T` (an output stays a node: the identity transpose of the first one's input
+    where the two undo each other); `graph` itself when it has none. The VJP of
     `h @ w.T` reads `g @ w.T.T` and adds `(h.T @ g).T` to `w`'s gradient: folded, its
     product reads the const `w` itself and its kernel a product's own array `g.T @ h`, not
     transposed views (which each iteration copied: a host step, and no LOOP), and the
@@ -223,7 +224,9 @@ def fold_transposes(graph: Graph) -> Graph:
 
     def transposed(v: Var) -> Var:
         inner = made.get(id(v))
-        if inner is not None and inner.op.name == "transpose":  # 2-D: axes (1, 0)
+        # not the identity transpose left where two that undo each other make an output
+        swaps = inner is not None and tuple(inner.params.get("axes", ())) == (1, 0)
+        if swaps and inner.op.name == "transpose":
             return inner.inputs[0]
         out = Var(Aval(v.aval.shape[::-1], v.aval.dtype))
         nodes.append(Node(REGISTRY["transpose"], [v], {"axes": (1, 0)}, out))

@@ -29,7 +29,10 @@ def scalar_type(dtype: np.dtype) -> str:
 def wrapped(expression: str, dtype: np.dtype) -> str:
     """`expression` (of `dtype`) as NumPy computes it: Numba computes narrow integers in 64
     bits, NumPy wraps each result to its type (uint8 200 * 200 is 64), which a store does
-    but a sum reading the value in the same loop would not."""
+    but a sum reading the value in the same loop would not; NumPy's bool results are 0 or 1
+    (True + True is True, where Numba adds to 2)."""
+    if dtype.kind == "b":
+        return f"(({expression}) != 0)"
     if dtype.kind in "iu" and dtype.itemsize < 8:
         return f"{scalar_type(dtype)}({expression})"
     return expression
