@@ -196,9 +196,9 @@ def _second_bands(state: np.ndarray) -> int:
 
 def test_a_pairs_second_product_runs_whole_unless_bigger(split: np.ndarray) -> None:  # noqa: F811
     """A pair of products of as many multiply-adds (a matmul's backward pass): the second
-    is cut into DEFAULT_PAIR_PIECES bands (whole with 1), not 7 each packing its operand
-    again; one with more is cut into 7, for the balance; each keeps the uncut bits."""
-    split[gemm_split.PAIR_PIECES] = gemm_split.DEFAULT_PAIR_PIECES
+    is cut into PAIR_PIECES bands at most (whole with 1); one with more into 7 whatever
+    PAIR_PIECES says, for the balance; each keeps the uncut bits."""
+    split[gemm_split.PAIR_PIECES] = 2
     rng = np.random.default_rng(6)
 
     def products(rows: int) -> list[Product]:
@@ -206,8 +206,7 @@ def test_a_pairs_second_product_runs_whole_unless_bigger(split: np.ndarray) -> N
         b = rng.standard_normal((256, 256)).astype(np.float32)
         return [(a, b, np.empty_like(a), 0), (x, b, np.empty_like(x), 0)]
 
-    fewer = gemm_split.DEFAULT_PAIR_PIECES
-    for rows, bands in [(256, fewer), (512, gemm_split.MAX_PIECES - 1)]:
+    for rows, bands in [(256, 2), (512, gemm_split.MAX_PIECES - 1)]:
         got = products(rows)
         expected = [(a, b, c.copy(), beta) for a, b, c, beta in got]
         _rows(expected, cut=False)()
@@ -216,7 +215,7 @@ def test_a_pairs_second_product_runs_whole_unless_bigger(split: np.ndarray) -> N
         assert split[gemm_split.PAIRS] == pairs + 1
         assert _second_bands(split) == bands, rows
         assert all(np.array_equal(e[2], g[2]) for e, g in zip(expected, got, strict=True))
-    for pieces in (1, gemm_split.MAX_PIECES - 1):  # whole; 7 bands, as before
+    for pieces in (1, gemm_split.MAX_PIECES - 1):  # whole; 7 bands, the default
         split[gemm_split.PAIR_PIECES] = pieces
         try:
             _rows(products(256), cut=True)()
@@ -257,6 +256,7 @@ def test_the_timeline_shows_each_threads_pieces(split: np.ndarray) -> None:  # n
     """With a timeline kept (gemm_split.trace), a pair's job is one POSTED event of its
     pieces; the pieces each thread STARTED and FINISHED, in order of its cycle counter,
     add up to them, and WAITED names the worker's. Nothing is written once it stops."""
+    split[gemm_split.PAIR_PIECES] = gemm_split.DEFAULT_PAIR_PIECES
     rng = np.random.default_rng(8)
     a, b, x = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(3))
     table = _rows([(a, b, np.empty_like(a), 0), (x, b, np.empty_like(a), 0)], cut=True)

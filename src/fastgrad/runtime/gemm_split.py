@@ -25,8 +25,7 @@ both dtypes and transposes, tests/test_runtime_gemm_split.py).
 Two such products side by side in the plan whose operands are apart (the backward pass
 of a matmul: g @ B.T and A.T @ g, which the plan table puts side by side) run as one job
 (`pair`): the calling thread takes the one with the longer sums whole, the other is cut
-into bands, the worker's from the back: into two at most where it has no more
-multiply-adds than the first (a matmul's two backward products have as many).
+into bands, the worker's from the back.
 A band re-reads and packs all of the other operand, which costs most where the sums are
 long: bench M2's weight gradients (k = 1024) cost 1.15-1.3x their CPU time cut into bands
 of 16-64 rows; paired, they are not cut, and the plan has 14 jobs a call instead of 24
@@ -91,12 +90,12 @@ DEFAULT_SPIN = 2000
 DEFAULT_PIECE_WORK = 1 << 20  # > 100^3: OpenBLAS's small-matrix path takes none
 DEFAULT_MIN_WORK = 1 << 21
 DEFAULT_WAIT_SPIN = 200
-# A pair's second product, when no bigger than the first, is cut into 2 bands at most:
-# each band packs the other operand again (7 bands cost bench M2's 10 pairs, each a
-# matmul's two backward products of equal multiply-adds, ~3% of its CPU time per call in
-# float32), and the calling thread can still take the second band of a late worker
-# (docs/architecture.md, "Matrix products across the cores").
-DEFAULT_PAIR_PIECES = 2
+# Into how many bands at most a pair's second product is cut when it is no bigger than
+# the first. Fewer bands pack its operand fewer times, but balance the two threads less:
+# bench M2 (a matmul's two backward products have equal multiply-adds) with 2 bands was
+# 3-5% faster at load 8-10 and 4-8% slower at load 5 (docs/architecture.md, "Matrix
+# products across the cores"): 7, as many as a product alone.
+DEFAULT_PAIR_PIECES = MAX_PIECES - 1
 # The timeline (`trace`): events of (cycle counter, kind, piece) per thread, after a count.
 TRACE_SIZE = 1 << 14
 POSTED, STARTED, FINISHED, WAITED, WOKEN = range(1, 6)
@@ -358,9 +357,9 @@ def pair(
     """The interpreter's GEMM rows at `table[p]` and `table[q]` run at once: this thread
     takes the one with the longer sums (k) whole, whose bands would each read and pack
     all of its other operand again (a weight gradient A.T @ g over a batch of 1024 rows
-    cost 1.3x the CPU time cut into 8 bands); the other is cut into PAIR_PIECES bands at
-    most where it has no more multiply-adds (a matmul's two backward products have as
-    many), else as `product` cuts it, the worker taking its bands from the back.
+    cost 1.3x the CPU time cut into 8 bands); the other is cut as `product` cuts it (into
+    PAIR_PIECES bands at most where it has no more multiply-adds), the worker taking its
+    bands from the back.
     This thread takes what the worker has not claimed once its own product is done: a
     late worker costs at most what it holds. Each product keeps the bits it has alone.
     False, and nothing done, where the worker is not serving, another thread is cutting a
@@ -398,7 +397,7 @@ def pair(
     work = s[first + M] * s[first + N] * s[first + K] * s[first + COUNT]
     most = MAX_PIECES - 1
     if s[second + M] * s[second + N] * s[second + K] * s[second + COUNT] <= work:
-        most = s[PAIR_PIECES]  # each band packs an operand again: few
+        most = s[PAIR_PIECES]  # (tuning: each band packs an operand again)
     rest = _cut(s, second, most)
     _bounds(s, second, rest)
     _share(s, state, 1 + rest)
