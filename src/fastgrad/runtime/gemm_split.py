@@ -25,12 +25,11 @@ both dtypes and transposes, tests/test_runtime_gemm_split.py).
 Two such products side by side in the plan whose operands are apart (the backward pass
 of a matmul: g @ B.T and A.T @ g, which the plan table puts side by side) run as one job
 (`pair`): the calling thread takes the one with the longer sums whole, the other is cut
-into bands, the worker's from the back.
-A band re-reads and packs all of the other operand, which costs most where the sums are
-long: bench M2's weight gradients (k = 1024) cost 1.15-1.3x their CPU time cut into bands
-of 16-64 rows; paired, they are not cut, and the plan has 14 jobs a call instead of 24
-(10 pairs; the arena keeps what the first reads alive until the second is written,
-runtime.executable._pair_spans).
+into bands, the worker's from the back. A band re-reads and packs all of the other
+operand, which costs most where the sums are long: bench M2's weight gradients (k =
+1024) cost 1.15-1.3x their CPU time cut into bands of 16-64 rows; paired, they are not
+cut, and the plan has 14 jobs a call instead of 24 (10 pairs; the arena keeps what the
+first reads alive until the second is written, runtime.executable._pair_spans).
 
 `trace` records when each thread posts, starts and ends pieces and waits (the processor's
 cycle counter), for tools/gemm_timeline.py.
@@ -359,12 +358,11 @@ def pair(
     all of its other operand again (a weight gradient A.T @ g over a batch of 1024 rows
     cost 1.3x the CPU time cut into 8 bands); the other is cut as `product` cuts it (into
     PAIR_PIECES bands at most where it has no more multiply-adds), the worker taking its
-    bands from the back.
-    This thread takes what the worker has not claimed once its own product is done: a
-    late worker costs at most what it holds. Each product keeps the bits it has alone.
-    False, and nothing done, where the worker is not serving, another thread is cutting a
-    product, either product may be a syrk, or the second reads or writes what the first
-    writes, or writes what it reads (bounds of the bytes each may touch)."""
+    bands from the back and this thread the rest once its own product is done. So a late
+    worker costs at most one band. Each product keeps the bits it has alone. False, and
+    nothing done, where the worker is not serving, another thread is cutting a product,
+    either product may be a syrk, or the second reads or writes what the first writes, or
+    writes what it reads (bounds of the bytes each may touch)."""
     s = carray(int64_pointer(state), (SIZE,))
     if s[READY] == 0 or s[PAIRING] == 0 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
