@@ -194,7 +194,7 @@ def _second_bands(state: np.ndarray) -> int:
     return int(state[gemm_split.JOB + gemm_split.BLOCK + gemm_split.BANDS])
 
 
-def test_a_pairs_second_product_runs_whole_unless_bigger(split: np.ndarray) -> None:  # noqa: F811
+def test_a_pairs_second_product_takes_pair_pieces_bands_unless_bigger(split: np.ndarray) -> None:  # noqa: F811
     """A pair of products of as many multiply-adds (a matmul's backward pass): the second
     is cut into PAIR_PIECES bands at most (whole with 1); one with more into 7 whatever
     PAIR_PIECES says, for the balance; each keeps the uncut bits."""
