@@ -50,6 +50,7 @@ def split() -> Iterator[np.ndarray]:
     yield s
     for entry in (gemm_split.SPIN, gemm_split.PIECE_WORK, gemm_split.MIN_WORK):
         s[entry] = before[entry]
+    s[gemm_split.PAIR_PIECES] = before[gemm_split.PAIR_PIECES]
 
 
 def _wait_ready(s: np.ndarray) -> None:

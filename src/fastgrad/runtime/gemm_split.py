@@ -31,6 +31,9 @@ operand, which costs most where the sums are long: bench M2's weight gradients (
 cut, and the plan has 14 jobs a call instead of 24 (10 pairs; the arena keeps what the
 first reads alive until the second is written, runtime.executable._pair_spans).
 
+`trace` records when each thread posts, starts and ends pieces and waits (the processor's
+cycle counter), for tools/gemm_timeline.py.
+
 The state is one int64 array (its layout below) holding the semaphores too; compiled code
 reaches it by its address, which the plan table keeps among its function addresses. Where
 there are no unnamed POSIX semaphores (not Linux) or NumPy's OpenBLAS is not found,
@@ -50,6 +53,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 from numba import carray, njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import cached_njit, source_tag
@@ -62,14 +66,16 @@ MAX_PIECES = 8
 # least multiply-adds of a piece and of a product that is cut; counters (tests, tuning);
 # the caller's bounded spin before it sleeps until the worker's pieces are done; whether
 # the job is a pair of products (PAIRED) and the pairs run; whether products side by side
-# are paired (PAIRING, 1 unless a test or tuning turns it off).
+# are paired (PAIRING, 1 unless a test or tuning turns it off); how many pieces at most the
+# second product of a pair is cut into where it is no bigger than the first (PAIR_PIECES);
+# where the caller and the worker write their timelines (TRACE, TRACE + 1; 0: not kept).
 (WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN, PAIRED,
- PAIRS, PAIRING) = range(14)  # fmt: skip
+ PAIRS, PAIRING, PAIR_PIECES, TRACE) = range(16)  # fmt: skip
 # The job: one product per block (a pair: two), each BLAS's gemm and its arguments, the
 # matrices' base addresses, where their byte offsets are (count triples of int64s), and
 # the cut: bands per matrix, along which axis (0: C's rows), of how many rows or columns
 # (the last band: the rest). Block b's entries are at JOB + BLOCK * b + the names below.
-JOB, BLOCK = 16, 20
+JOB, BLOCK = 18, 20
 (GEMM, DOUBLE, TA, TB, M, N, K, LDA, LDB, LDC, BETA, A, B, C) = range(14)
 OFFSETS, COUNT, BANDS, AXIS, STEP = range(14, 19)
 BOUNDS = JOB + 2 * BLOCK  # the pieces' first units (unit u: band u % bands of matrix u // bands)
@@ -83,6 +89,15 @@ DEFAULT_SPIN = 2000
 DEFAULT_PIECE_WORK = 1 << 20  # > 100^3: OpenBLAS's small-matrix path takes none
 DEFAULT_MIN_WORK = 1 << 21
 DEFAULT_WAIT_SPIN = 200
+# Into how many bands at most a pair's second product is cut when it is no bigger than
+# the first. Fewer bands pack its operand fewer times, but balance the two threads less:
+# bench M2 (a matmul's two backward products have equal multiply-adds) with 2 bands was
+# 3-5% faster at load 8-10 and 4-8% slower at load 5 (docs/architecture.md, "Matrix
+# products across the cores"): 7, as many as a product alone.
+DEFAULT_PAIR_PIECES = MAX_PIECES - 1
+# The timeline (`trace`): events of (cycle counter, kind, piece) per thread, after a count.
+TRACE_SIZE = 1 << 14
+POSTED, STARTED, FINISHED, WAITED, WOKEN = range(1, 6)
 
 
 def _sem_typing(typingctx: Any, address: Any, sem: Any) -> Any:
@@ -110,9 +125,33 @@ def _address_typing(typingctx: Any, array: Any, index: Any) -> Any:
     return signature, codegen
 
 
+def _cycles_typing(typingctx: Any) -> Any:
+    """The processor's cycle counter (`llvm.readcyclecounter`), for the timeline."""
+    signature = types.int64()
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        fnty = ir.FunctionType(ir.IntType(64), [])
+        counter = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+        return builder.call(counter, [])
+
+    return signature, codegen
+
+
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's.
 _sem: Any = intrinsic(_sem_typing)
 _address: Any = intrinsic(_address_typing)
+cycles: Any = intrinsic(_cycles_typing)
+
+
+@njit(inline="always")
+def _event(s: Any, thread: int, kind: int, piece: int) -> None:  # pragma: no cover
+    """Add (cycles, kind, piece) to `thread`'s timeline (0: the caller), if one is kept."""
+    if s[TRACE + thread] != 0:
+        events = carray(int64_pointer(s[TRACE + thread]), (TRACE_SIZE,))
+        n = events[0]
+        if 3 * n + 3 < TRACE_SIZE:
+            events[1 + 3 * n], events[2 + 3 * n], events[3 + 3 * n] = cycles(), kind, piece
+            events[0] = n + 1
 
 
 @njit(inline="always")
@@ -177,16 +216,20 @@ def _share(s: Any, state: int, pieces: int) -> None:  # pragma: no cover - compi
     """Run the job written into the state (its lock held) as `pieces` pieces: arm them,
     wake the worker, claim pieces from the front, wait for those the worker took from
     the back, then free the lock."""
+    _event(s, 0, POSTED, pieces)
     for i in range(pieces):  # arm the claims: each post publishes the job written above
         _sem(s[POST], _semaphore(state, PIECE + i))
     _sem(s[POST], _semaphore(state, WORK))
     mine = 0
     for i in range(pieces):
         if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
+            _event(s, 0, STARTED, i)
             _run_piece(s, i)
+            _event(s, 0, FINISHED, i)
             mine += 1
     for _ in range(pieces - mine):  # the worker's pieces: it posts DONE after each
         _acquire(s, state, DONE, s[WAIT_SPIN])
+    _event(s, 0, WAITED, pieces - mine)
     s[JOBS] += 1
     s[TAKEN] += pieces - mine
     _sem(s[POST], _semaphore(state, LOCK))
@@ -313,12 +356,13 @@ def pair(
     """The interpreter's GEMM rows at `table[p]` and `table[q]` run at once: this thread
     takes the one with the longer sums (k) whole, whose bands would each read and pack
     all of its other operand again (a weight gradient A.T @ g over a batch of 1024 rows
-    cost 1.3x the CPU time cut into 8 bands); the other is cut as `product` cuts it, the
-    worker taking its bands from the back and this thread the rest once its own product
-    is done. So a late worker costs at most one band. Each product keeps the bits it has
-    alone. False, and nothing done, where the worker is not serving, another thread is
-    cutting a product, either product may be a syrk, or the second reads or writes what
-    the first writes, or writes what it reads (bounds of the bytes each may touch)."""
+    cost 1.3x the CPU time cut into 8 bands); the other is cut as `product` cuts it (into
+    PAIR_PIECES bands at most where it has no more multiply-adds), the worker taking its
+    bands from the back and this thread the rest once its own product is done. So a late
+    worker costs at most one band. Each product keeps the bits it has alone. False, and
+    nothing done, where the worker is not serving, another thread is cutting a product,
+    either product may be a syrk, or the second reads or writes what the first writes, or
+    writes what it reads (bounds of the bytes each may touch)."""
     s = carray(int64_pointer(state), (SIZE,))
     if s[READY] == 0 or s[PAIRING] == 0 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
@@ -348,7 +392,11 @@ def pair(
             s[first + e], s[second + e] = s[second + e], s[first + e]
     s[PAIRED] = 1
     s[PAIRS] += 1
-    rest = _cut(s, second, MAX_PIECES - 1)
+    work = s[first + M] * s[first + N] * s[first + K] * s[first + COUNT]
+    most = MAX_PIECES - 1
+    if s[second + M] * s[second + N] * s[second + K] * s[second + COUNT] <= work:
+        most = s[PAIR_PIECES]  # (tuning: each band packs an operand again)
+    rest = _cut(s, second, most)
     _bounds(s, second, rest)
     _share(s, state, 1 + rest)
     return True
@@ -374,9 +422,12 @@ def _serve(state: int) -> None:  # pragma: no cover - compiled
         _acquire(s, state, WORK, s[SPIN])
         if s[STOP]:
             return
+        _event(s, 1, WOKEN, 0)
         for i in range(MAX_PIECES - 1, -1, -1):
             if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
+                _event(s, 1, STARTED, i)
                 _run_piece(s, i)
+                _event(s, 1, FINISHED, i)
                 _sem(s[POST], _semaphore(state, DONE))
 
 
@@ -433,7 +484,7 @@ class _Worker:
         s[:] = 0
         s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in _CALLS)
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
-        s[WAIT_SPIN], s[PAIRING] = DEFAULT_WAIT_SPIN, 1
+        s[WAIT_SPIN], s[PAIRING], s[PAIR_PIECES] = DEFAULT_WAIT_SPIN, 1, DEFAULT_PAIR_PIECES
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 
@@ -507,3 +558,17 @@ def state() -> np.ndarray | None:
 def stop() -> None:
     """Stop the worker thread: products are not cut until `state_address` is called."""
     _WORKER.stop()
+
+
+def trace(caller: np.ndarray | None, worker: np.ndarray | None) -> None:
+    """Keep the timelines of the jobs from now on in `caller` and `worker` (int64 arrays
+    of TRACE_SIZE: a count, then (cycles, kind, piece) per event: POSTED with the pieces,
+    STARTED and FINISHED with the piece, WAITED with the pieces the worker ran, WOKEN);
+    None, None: stop. The arrays must live until then."""
+    s = _WORKER.state
+    if s is None:
+        raise RuntimeError("no worker yet: trace after the first plan that cuts a product")
+    for thread, events in enumerate((caller, worker)):
+        if events is not None and (events.dtype != np.int64 or events.size < TRACE_SIZE):
+            raise ValueError(f"trace: {('caller', 'worker')[thread]} needs {TRACE_SIZE} int64s")
+        s[TRACE + thread] = 0 if events is None else events.ctypes.data
