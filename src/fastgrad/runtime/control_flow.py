@@ -22,7 +22,9 @@ import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.compiler.loop_products import fuse_small_products
+from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph, Node
+from fastgrad.runtime import loop_table
 from fastgrad.runtime.background import loading_beats_numpy
 from fastgrad.runtime.blas import OneThread, has_local_threads
 from fastgrad.runtime.loop_hoisting import HoistedScan, hoist
@@ -59,6 +61,9 @@ SMALL_MATMUL = 1 << 23
 # kernel of 3-4 ops over 4096 elements and a matmul each) in ~0.2 s of CPU, ~100 us a
 # step, where the kernels' element-ops alone would take 15-50 us.
 STEP_WORK = 1 << 14
+# Runs a plan waits for a scan's LOOP to be built before it lowers its steps without it
+# (the LOOP needs the body's segments, one watched run and the interpreter's compile).
+HOLDS = 20
 
 
 class LoopStep:
@@ -89,6 +94,13 @@ class LoopStep:
         self.thin: ThinScan | None = None  # its call once the LOOP is built (scan_call)
         self.hoisted: HoistedScan | None = None  # a scan's work outside its loop
         self.first = True  # no run yet: a long scan may wait for its bodies' kernels
+        # A scan whose LOOP may be built holds its plan's lowering for a few runs, so that
+        # the LOOP becomes rows of that plan's table (runtime.loop_row); arrays the rows
+        # write that the step keeps, per arena (by id of its env).
+        self.holds = HOLDS
+        # In a loop body's arena (whose outputs the loop copies): rows write no fresh arrays
+        self.in_body = False
+        self.owned: dict[int, dict[Any, np.ndarray]] = {}
         if isinstance(call, ScanCall):
             self.carried = call.n_carry
             hoisted = hoist(call)  # sums after the loop, products before it
@@ -106,6 +118,9 @@ class LoopStep:
             self._branch = partial(branch_index, call)
         else:
             raise TypeError(f"no compiled execution for {call!r}")
+        if not isinstance(call, SwitchCall):  # (the bodies' own arenas: not their copies)
+            for step in _nested_loops(self.bodies):
+                step.in_body = True
         # A loop (not a switch, whose branch runs once) limits BLAS for all it runs, loops
         # nested in it included, so these need not limit it again at each step.
         self.largest_matmul = _largest_matmul(self.bodies)
@@ -118,6 +133,25 @@ class LoopStep:
         if self.small_matmuls:
             for step in _nested_loops(self.bodies):
                 step.small_matmuls = False
+
+    def prepare(self, env: list[Any], static: Any) -> Callable[[], None] | None:
+        """The step's call in an arena, or None while its LOOP may yet be built: the
+        arena then waits to lower its steps (runtime.plan_table), which makes a built
+        LOOP rows of its table (runtime.loop_row)."""
+        looped = self.looped
+        if (
+            self.holds > 0
+            and looped is not None
+            and looped.program is None
+            and not looped.failed
+            and self.call.length > 0
+            and loop_table.ENABLED
+            and config.runtime == "vm"
+            and (self.hoisted is None or not (self.hoisted.sums or self.hoisted.transposed))
+        ):
+            self.holds -= 1
+            return None
+        return partial(self.run, env)
 
     def run(self, env: list[Any]) -> None:
         if self.first:
@@ -137,14 +171,9 @@ class LoopStep:
         if not self.iterating.acquire(blocking=False):
             return self._loop(arrays, *(b.run for b in self.bodies))
         try:
-            if self.looped is not None and self.looped.program is not None:
-                if self.thin is None:
-                    self.thin = ThinScan(
-                        self.call, self.hoisted, self.looped, self.stacks.empty, self.private
-                    )
-                    if self.one_thread:  # the bodies need not set it at each iteration
-                        self.looped.program.threads_set_around()
-                outs = self.thin(arrays)  # its final carries are fresh
+            thin = self.thin_call()
+            if thin is not None:
+                outs = thin(arrays)  # its final carries are fresh
                 if outs is not None:
                     return outs
             stacks: dict[str, Any] = {}
@@ -162,6 +191,16 @@ class LoopStep:
             return carry + outs[self.carried :]
         finally:
             self.iterating.release()
+
+    def thin_call(self) -> ThinScan | None:
+        """The scan's call once its LOOP is built (runtime.scan_call), else None."""
+        if self.thin is None and self.looped is not None and self.looped.program is not None:
+            self.thin = ThinScan(
+                self.call, self.hoisted, self.looped, self.stacks.empty, self.private
+            )
+            if self.one_thread:  # the bodies need not set it at each iteration
+                self.looped.program.threads_set_around()
+        return self.thin
 
     @property
     def returnable(self) -> list[int]:
