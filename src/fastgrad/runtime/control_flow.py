@@ -62,7 +62,8 @@ SMALL_MATMUL = 1 << 23
 # step, where the kernels' element-ops alone would take 15-50 us.
 STEP_WORK = 1 << 14
 # Runs a plan waits for a scan's LOOP to be built before it lowers its steps without it
-# (the LOOP needs the body's segments, one watched run and the interpreter's compile).
+# (the LOOP needs the body's segments and one watched run; the runs while the
+# interpreter compiles for it, bounded by the compile watchdog, are not counted).
 HOLDS = 20
 
 
@@ -149,7 +150,8 @@ class LoopStep:
             and config.runtime == "vm"
             and (self.hoisted is None or not (self.hoisted.sums or self.hoisted.transposed))
         ):
-            self.holds -= 1
+            if looped.job[0] is None:  # (not while the interpreter compiles for it)
+                self.holds -= 1
             return None
         return partial(self.run, env)
 
