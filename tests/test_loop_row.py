@@ -23,7 +23,7 @@ from test_runtime_loop_table import (  # noqa: F401  (its fixture: sync compiles
     _settled_steps,
     runtime,
 )
-from test_scan_call import _scans
+from test_scan_call import _along, _four_ways, _model, _scans
 
 TOL = {np.float32: 2e-4, np.float64: 1e-11}
 
@@ -194,5 +194,28 @@ def test_a_scan_nested_in_a_scan_runs_from_the_outer_loop(dtype):
     outer, inner = _scans(jf.lower(w, h0, xs).executable.plan)
     assert outer.looped.program is not None and inner.in_body
     want = _flat(fg.jit(_nested(False), fuse=False)(w, h0, xs))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", ["batched", "stacked"])
+def test_a_gradient_of_a_gradient_runs_every_scan_as_a_loop(kind):
+    """Its VJP stacks a stacked input transposed (`x_t.T`), each iteration's output a view
+    of another layout, which kept that scan a Python loop: stacked untransposed, then
+    transposed after the loop (loop_hoisting's `relaid`), it is a LOOP like the others."""
+    rng = np.random.default_rng(4)
+    dtype = np.float64
+    args = (
+        rng.standard_normal((4, 4)) * 0.4,
+        rng.standard_normal((3, 4)) * 0.4,
+        rng.standard_normal((2, 4)),
+        rng.standard_normal((5, 2, 3)),
+    )
+    v = rng.standard_normal((4, 4))
+    f = fg.value_and_grad(_along(_model(kind, False, True), v), argnums=(0, 1))
+    got, scans = _four_ways(f, args)  # every scan a LOOP
+    assert len(scans) >= 5 and any(s.hoisted is not None and s.hoisted.relaid for s in scans)
+    unrolled = fg.value_and_grad(_along(_model(kind, False, False), v), argnums=(0, 1))
+    want = _flat(fg.jit(unrolled, fuse=False)(*args))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])

@@ -148,7 +148,7 @@ class LoopStep:
             and self.call.length > 0
             and loop_table.ENABLED
             and config.runtime == "vm"
-            and (self.hoisted is None or not (self.hoisted.sums or self.hoisted.transposed))
+            and (self.hoisted is None or not self.hoisted.around_loop)
         ):
             if looped.job[0] is None:  # (not while the interpreter compiles for it)
                 self.holds -= 1

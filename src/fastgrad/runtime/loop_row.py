@@ -17,8 +17,8 @@ body's two arenas each have theirs. It gives ThinScan's bits (the same BLAS call
 NumPy's rules, the same LOOP).
 
 Only a scan ThinScan runs without a step of its own before or after the loop: no sums
-after it (a weight's gradient), no consts copied transposed, no stacked output that is
-a carry shifted by a step (which shares a stack with it).
+after it (a weight's gradient), no consts copied transposed, no stacks transposed after
+it, no stacked output that is a carry shifted by a step (which shares a stack with it).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def embeddable(step: Any) -> bool:
     thin, hoisted = step.thin_call(), step.hoisted
     if thin is None or thin.pairs:
         return False
-    return hoisted is None or not (hoisted.sums or hoisted.transposed)
+    return hoisted is None or not hoisted.around_loop
 
 
 def rows(segment: Any, step: Any) -> list[list[int]] | None:
