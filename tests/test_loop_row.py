@@ -8,6 +8,7 @@ kernels on disk."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -219,3 +220,38 @@ def test_a_gradient_of_a_gradient_runs_every_scan_as_a_loop(kind):
     want = _flat(fg.jit(unrolled, fuse=False)(*args))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_two_threads_share_a_plan_whose_loops_are_rows():
+    """A LOOP's tables (and those of the loops nested in it) are run by one thread at a
+    time: a call meeting another one's segment or thin call runs its steps one by one
+    (or on fresh arenas), with the same results, flat and nested."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((3, 3)) * 0.4
+    cases = []
+    for f, shape in ((_nested(True), (20, 10, 2, 3)), (_rnn(False, True, "stacks"), None)):
+        if shape is None:
+            calls = [_args(300, np.float64, seed) for seed in (1, 2)]
+        else:
+            h0 = rng.standard_normal((2, 3))
+            calls = [(w, h0 + k, rng.standard_normal(shape)) for k in range(2)]
+        jf = fg.jit(f)
+        for _ in range(6):
+            jf(*calls[0])
+        assert _one_segment(jf, calls[0])
+        cases.append((jf, calls, [_flat(jf(*a)) for a in calls]))
+    failures = []
+
+    def hammer(k: int) -> None:
+        for _ in range(60):
+            for jf, calls, want in cases:
+                got = _flat(jf(*calls[k]))
+                if not all(np.array_equal(a, b) for a, b in zip(got, want[k], strict=True)):
+                    failures.append(k)
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

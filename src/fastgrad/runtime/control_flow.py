@@ -85,7 +85,7 @@ class LoopStep:
         # A loop's bodies write their outputs into preallocated buffers (`iterations`),
         # which one loop at a time uses (`iterating`); a loop that finds them in use
         # (another thread) runs with fresh outputs per iteration.
-        self.iterating = threading.Lock()
+        self.nest = Nest()  # `iterating`, shared with the loops nested in its bodies
         self.carried = 0  # how many of the outputs are the final carry, copied out
         # A scan's stacked outputs that nothing but this plan's steps reads (`publish`).
         self.private: frozenset[int] = frozenset()
@@ -122,6 +122,8 @@ class LoopStep:
         if not isinstance(call, SwitchCall):  # (the bodies' own arenas: not their copies)
             for step in _nested_loops(self.bodies):
                 step.in_body = True
+        for step in _all_nested(self.bodies):
+            step.nest.lock = self.nest.lock
         # A loop (not a switch, whose branch runs once) limits BLAS for all it runs, loops
         # nested in it included, so these need not limit it again at each step.
         self.largest_matmul = _largest_matmul(self.bodies)
@@ -205,6 +207,13 @@ class LoopStep:
         return self.thin
 
     @property
+    def iterating(self) -> Any:
+        """Held while the loop uses its bodies' preallocated arenas or its LOOP's tables:
+        by one thread at a time (re-entrant: the loops nested in its bodies share it,
+        since a LOOP's rows may run theirs, runtime.loop_row)."""
+        return self.nest.lock
+
+    @property
     def returnable(self) -> list[int]:
         """The input slots whose arrays the loop may return (a scan of no steps returns its
         initial carry): all but a scan's stacked inputs."""
@@ -233,6 +242,20 @@ def _contiguous_consts(arrays: list[Any], n_consts: int) -> list[Any]:
         return arrays
     consts = [np.ascontiguousarray(x) if type(x) is np.ndarray else x for x in arrays[:n_consts]]
     return [*consts, *arrays[n_consts:]]
+
+
+class Nest:
+    """The lock of a loop and of the loops nested in its bodies (and of their copies,
+    which share this object): whoever runs one of their LOOPs' tables holds it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+
+
+def _all_nested(bodies: list[Body]) -> list[LoopStep]:
+    """The loops in `bodies` and in theirs, all the way down."""
+    found = _nested_loops(bodies)
+    return found + [s for step in found for s in _all_nested(step.bodies)]
 
 
 class StackPool:

@@ -121,6 +121,10 @@ def rows(segment: Any, step: Any) -> list[list[int]] | None:
             outer.append([_fixed(segment, array, slot) for slot in slots.get(k, [None])][0])
     for h, (shape, dtype) in enumerate(program.pairs):
         outer.append(_fixed(segment, _own(owned, ("pair", h), shape, dtype)))
+    # Its LOOP's tables (and those of the loops nested in it) run by one thread at a time:
+    # the segment holds the step's lock for a run (else runs its steps one by one).
+    if all(lock is not step.iterating for lock in segment.locks):
+        segment.locks.append(step.iterating)
     return [*product_rows, _renamed(program, outer)]
 
 

@@ -30,7 +30,7 @@ from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
 from fastgrad.runtime.loop_row import rows as loop_rows
 from fastgrad.runtime.plan_rows import gemm_row, vector_row, view_offset
-from fastgrad.runtime.small_call import entry_point
+from fastgrad.runtime.small_call import drop, entry_point, take
 from fastgrad.runtime.thread_budget import cuts_products
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
 from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
@@ -104,8 +104,10 @@ class Segment:
         self.exports: list[Callable[[], None]] = []
         # Kernels' index checks, on arrays read from outside: made before the run.
         self.checks: list[Callable[[list[Any]], None]] = []
-        # Arrays a LOOP row writes that its step keeps (runtime.loop_row): (slot, array)
+        # Arrays a LOOP row writes that its step keeps (runtime.loop_row): (slot, array),
+        # and the locks of the loops whose tables its LOOP rows run (taken for a run)
         self.kept: list[tuple[int, np.ndarray]] = []
+        self.locks: list[Any] = []
 
     def operand(self, slot: int) -> int:
         """The pointer index of an array a step reads: fixed (a buffer, a constant),
@@ -319,24 +321,31 @@ class Segment:
                 and value.shape == shape
                 and value.dtype == dtype
             ):
-                # Under the step runner's settings (Executable.__call__ skips them for a
-                # plan run by the interpreter alone).
-                with np.errstate(all="ignore"), OneThread() if self.one_thread else nullcontext():
-                    for call in self.host:
-                        call()
-                return
+                return self._steps()
             arrays.append(value)
-        for check in self.checks:
-            check(env)
-        for shape, dtype, k, view, slot, small in self.fresh:
-            buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
-            env[slot] = buffer if view is None else buffer.reshape(view)
-            arrays.append(buffer)
-        self.run(self.array, self.at, tuple(arrays) or self.scratch)
+        if not take(self.locks):  # another thread runs a loop of its LOOP rows
+            return self._steps()
+        try:
+            for check in self.checks:
+                check(env)
+            for shape, dtype, k, view, slot, small in self.fresh:
+                buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
+                env[slot] = buffer if view is None else buffer.reshape(view)
+                arrays.append(buffer)
+            self.run(self.array, self.at, tuple(arrays) or self.scratch)
+        finally:
+            drop(self.locks)
         for slot, array in self.kept:
             env[slot] = array
         for call in self.exports:
             call()
+
+    def _steps(self) -> None:
+        """Its steps one by one, under the step runner's settings (Executable.__call__
+        skips them for a plan run by the interpreter alone)."""
+        with np.errstate(all="ignore"), OneThread() if self.one_thread else nullcontext():
+            for call in self.host:
+                call()
 
 
 def lower(
