@@ -255,3 +255,20 @@ def test_two_threads_share_a_plan_whose_loops_are_rows():
     for t in threads:
         t.join()
     assert not failures
+
+
+def test_the_plan_waits_for_a_loop_whose_kernels_compile():
+    """Runs while the body's kernels (or the interpreter) compile do not count against
+    the holds: in background mode a cold nested scan used them all up before its LOOP
+    could be built, and its plan lowered without the rows for good."""
+    args = _args(5, np.float64, seed=9)
+    jf = fg.jit(_rnn(False, True, "loss"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop_table.ScanLoop, "waiting", lambda self: True)
+        for _ in range(30):
+            jf(*args)
+        (step,) = _scans(jf.lower(*args).executable.plan)
+        assert step.holds == 20
+    for _ in range(6):
+        jf(*args)
+    assert _one_segment(jf, args)

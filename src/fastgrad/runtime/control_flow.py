@@ -62,8 +62,9 @@ SMALL_MATMUL = 1 << 23
 # step, where the kernels' element-ops alone would take 15-50 us.
 STEP_WORK = 1 << 14
 # Runs a plan waits for a scan's LOOP to be built before it lowers its steps without it
-# (the LOOP needs the body's segments and one watched run; the runs while the
-# interpreter compiles for it, bounded by the compile watchdog, are not counted).
+# (the LOOP needs the body's segments and one watched run; the runs while the body's
+# kernels or the interpreter compile for it, bounded by the compile watchdog, are not
+# counted: in background mode a cold nested scan used them all up before).
 HOLDS = 20
 
 
@@ -152,7 +153,7 @@ class LoopStep:
             and config.runtime == "vm"
             and (self.hoisted is None or not self.hoisted.around_loop)
         ):
-            if looped.job[0] is None:  # (not while the interpreter compiles for it)
+            if not looped.waiting():  # (kernels or the interpreter compiling: not counted)
                 self.holds -= 1
             return None
         return partial(self.run, env)
