@@ -4,8 +4,9 @@ one plan step runs the loop, calling the body's plan per iteration with prealloc
 stacked outputs and views of the stacked inputs; nothing is traced again.
 
 A scan whose body the plan interpreter runs as one segment runs all its iterations in
-one call into it (runtime.loop_table: the LOOP opcode); other loops run in Python, a few
-microseconds per iteration.
+one call into it (runtime.loop_table: the LOOP opcode), once built as rows of the
+enclosing plan's table (runtime.loop_row: a plan of scans and kernels, nested scans too,
+is then one call); other loops run in Python, a few microseconds per iteration.
 A loop whose bodies' matmuls are all small runs with BLAS on one thread (see SMALL_MATMUL).
 """
 
