@@ -4,8 +4,9 @@ one plan step runs the loop, calling the body's plan per iteration with prealloc
 stacked outputs and views of the stacked inputs; nothing is traced again.
 
 A scan whose body the plan interpreter runs as one segment runs all its iterations in
-one call into it (runtime.loop_table: the LOOP opcode); other loops run in Python, a few
-microseconds per iteration.
+one call into it (runtime.loop_table: the LOOP opcode), once built as rows of the
+enclosing plan's table (runtime.loop_row: a plan of scans and kernels, nested scans too,
+is then one call); other loops run in Python, a few microseconds per iteration.
 A loop whose bodies' matmuls are all small runs with BLAS on one thread (see SMALL_MATMUL).
 """
 
@@ -22,7 +23,9 @@ import numpy as np
 
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.compiler.loop_products import fuse_small_products
+from fastgrad.core.config import config
 from fastgrad.core.ir import Aval, Graph, Node
+from fastgrad.runtime import loop_table
 from fastgrad.runtime.background import loading_beats_numpy
 from fastgrad.runtime.blas import OneThread, has_local_threads
 from fastgrad.runtime.loop_hoisting import HoistedScan, hoist
@@ -59,6 +62,11 @@ SMALL_MATMUL = 1 << 23
 # kernel of 3-4 ops over 4096 elements and a matmul each) in ~0.2 s of CPU, ~100 us a
 # step, where the kernels' element-ops alone would take 15-50 us.
 STEP_WORK = 1 << 14
+# Runs a plan waits for a scan's LOOP to be built before it lowers its steps without it
+# (the LOOP needs the body's segments and one watched run; the runs while the body's
+# kernels or the interpreter compile for it, bounded by the compile watchdog, are not
+# counted: in background mode a cold nested scan used them all up before).
+HOLDS = 20
 
 
 class LoopStep:
@@ -79,7 +87,7 @@ class LoopStep:
         # A loop's bodies write their outputs into preallocated buffers (`iterations`),
         # which one loop at a time uses (`iterating`); a loop that finds them in use
         # (another thread) runs with fresh outputs per iteration.
-        self.iterating = threading.Lock()
+        self.nest = Nest()  # `iterating`, shared with the loops nested in its bodies
         self.carried = 0  # how many of the outputs are the final carry, copied out
         # A scan's stacked outputs that nothing but this plan's steps reads (`publish`).
         self.private: frozenset[int] = frozenset()
@@ -89,6 +97,13 @@ class LoopStep:
         self.thin: ThinScan | None = None  # its call once the LOOP is built (scan_call)
         self.hoisted: HoistedScan | None = None  # a scan's work outside its loop
         self.first = True  # no run yet: a long scan may wait for its bodies' kernels
+        # A scan whose LOOP may be built holds its plan's lowering for a few runs, so that
+        # the LOOP becomes rows of that plan's table (runtime.loop_row); arrays the rows
+        # write that the step keeps, per arena (by id of its env).
+        self.holds = HOLDS
+        # In a loop body's arena (whose outputs the loop copies): rows write no fresh arrays
+        self.in_body = False
+        self.owned: dict[int, dict[Any, np.ndarray]] = {}
         if isinstance(call, ScanCall):
             self.carried = call.n_carry
             hoisted = hoist(call)  # sums after the loop, products before it
@@ -106,6 +121,11 @@ class LoopStep:
             self._branch = partial(branch_index, call)
         else:
             raise TypeError(f"no compiled execution for {call!r}")
+        if not isinstance(call, SwitchCall):  # (the bodies' own arenas: not their copies)
+            for step in _nested_loops(self.bodies):
+                step.in_body = True
+        for step in _all_nested(self.bodies):
+            step.nest.lock = self.nest.lock
         # A loop (not a switch, whose branch runs once) limits BLAS for all it runs, loops
         # nested in it included, so these need not limit it again at each step.
         self.largest_matmul = _largest_matmul(self.bodies)
@@ -118,6 +138,26 @@ class LoopStep:
         if self.small_matmuls:
             for step in _nested_loops(self.bodies):
                 step.small_matmuls = False
+
+    def prepare(self, env: list[Any], static: Any) -> Callable[[], None] | None:
+        """The step's call in an arena, or None while its LOOP may yet be built: the
+        arena then waits to lower its steps (runtime.plan_table), which makes a built
+        LOOP rows of its table (runtime.loop_row)."""
+        looped = self.looped
+        if (
+            self.holds > 0
+            and looped is not None
+            and looped.program is None
+            and not looped.failed
+            and self.call.length > 0
+            and loop_table.ENABLED
+            and config.runtime == "vm"
+            and (self.hoisted is None or not self.hoisted.around_loop)
+        ):
+            if not looped.waiting():  # (kernels or the interpreter compiling: not counted)
+                self.holds -= 1
+            return None
+        return partial(self.run, env)
 
     def run(self, env: list[Any]) -> None:
         if self.first:
@@ -137,14 +177,9 @@ class LoopStep:
         if not self.iterating.acquire(blocking=False):
             return self._loop(arrays, *(b.run for b in self.bodies))
         try:
-            if self.looped is not None and self.looped.program is not None:
-                if self.thin is None:
-                    self.thin = ThinScan(
-                        self.call, self.hoisted, self.looped, self.stacks.empty, self.private
-                    )
-                    if self.one_thread:  # the bodies need not set it at each iteration
-                        self.looped.program.threads_set_around()
-                outs = self.thin(arrays)  # its final carries are fresh
+            thin = self.thin_call()
+            if thin is not None:
+                outs = thin(arrays)  # its final carries are fresh
                 if outs is not None:
                     return outs
             stacks: dict[str, Any] = {}
@@ -162,6 +197,23 @@ class LoopStep:
             return carry + outs[self.carried :]
         finally:
             self.iterating.release()
+
+    def thin_call(self) -> ThinScan | None:
+        """The scan's call once its LOOP is built (runtime.scan_call), else None."""
+        if self.thin is None and self.looped is not None and self.looped.program is not None:
+            self.thin = ThinScan(
+                self.call, self.hoisted, self.looped, self.stacks.empty, self.private
+            )
+            if self.one_thread:  # the bodies need not set it at each iteration
+                self.looped.program.threads_set_around()
+        return self.thin
+
+    @property
+    def iterating(self) -> Any:
+        """Held while the loop uses its bodies' preallocated arenas or its LOOP's tables:
+        by one thread at a time (re-entrant: the loops nested in its bodies share it,
+        since a LOOP's rows may run theirs, runtime.loop_row)."""
+        return self.nest.lock
 
     @property
     def returnable(self) -> list[int]:
@@ -196,6 +248,20 @@ def _contiguous_consts(arrays: list[Any], n_consts: int) -> list[Any]:
         for x in arrays[:n_consts]
     ]
     return [*consts, *arrays[n_consts:]]
+
+
+class Nest:
+    """The lock of a loop and of the loops nested in its bodies (and of their copies,
+    which share this object): whoever runs one of their LOOPs' tables holds it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+
+
+def _all_nested(bodies: list[Body]) -> list[LoopStep]:
+    """The loops in `bodies` and in theirs, all the way down."""
+    found = _nested_loops(bodies)
+    return found + [s for step in found for s in _all_nested(step.bodies)]
 
 
 class StackPool:

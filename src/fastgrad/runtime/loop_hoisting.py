@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -103,6 +103,22 @@ class HoistedScan:
     xs_read: list[int]
     products: list[Product]
     transposed: list[tuple[int, tuple[int, ...]]]  # (const, axes): consts after the consts
+    # (stacked output, axes): stacked by the loop untransposed, transposed after it
+    relaid: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+
+    @property
+    def around_loop(self) -> bool:
+        """Whether it has NumPy work before or after the loop besides the products (which
+        a LOOP as rows of a plan's table runs as GEMM rows: runtime.loop_row)."""
+        return bool(self.sums or self.transposed or self.relaid)
+
+    def relay(self, ys: Sequence[Any]) -> list[Any]:
+        """The scan's stacked outputs from the inner scan's: those `relaid` transposed
+        (C-contiguous, as a stack of the transposed rows would be)."""
+        ys = list(ys)
+        for j, axes in self.relaid:
+            ys[j] = np.ascontiguousarray(ys[j].transpose(0, *(a + 1 for a in axes)))
+        return ys
 
     def run(
         self,
@@ -129,7 +145,7 @@ class HoistedScan:
             carries[k] = c
         for s in self.sums:
             carries[s.carry] = s.add_total(arrays[nc + s.carry], xs, added)
-        return [*carries, *outs[len(kept) : len(outs) - self.n_added]]
+        return [*carries, *self.relay(outs[len(kept) : len(outs) - self.n_added])]
 
 
 def hoist(call: ScanCall) -> HoistedScan | None:
@@ -171,6 +187,20 @@ def hoist(call: ScanCall) -> HoistedScan | None:
     summed = {s.carry for s in sums}
     outputs = [v for k, v in enumerate(body.outputs[:ncar]) if k not in summed]
     outputs += [*body.outputs[ncar:], *added]
+    # A stacked output that is a stacked input transposed (`x_t.T`, in a gradient of a
+    # gradient): the loop stacks the input's rows as they are (each iteration's output
+    # a view of another layout, which the LOOP does not copy: its Python loop ran), and
+    # the stack is transposed once after it.
+    relaid: list[tuple[int, tuple[int, ...]]] = []
+    for j, v in enumerate(body.outputs[ncar:]):
+        node = made.get(id(v))
+        if (
+            node is not None
+            and node.op.name == "transpose"
+            and at.get(id(node.inputs[0]), 0) >= nc + ncar
+        ):
+            outputs[ncar - len(summed) + j] = node.inputs[0]
+            relaid.append((j, tuple(node.params["axes"])))
     products, hoisted = [], set()
     transposed: list[Node] = []
     multiplied = {id(v) for n in body.nodes if n.op.name == "matmul" for v in n.inputs}
@@ -187,7 +217,7 @@ def hoist(call: ScanCall) -> HoistedScan | None:
         ):  # BLAS takes a contiguous operand ~2x faster: copied once, before the loop
             transposed.append(node)
             hoisted.add(id(node.out))
-    if not sums and not products and not transposed and body is call.body:
+    if not sums and not products and not transposed and not relaid and body is call.body:
         return None
     nodes = live_nodes([n for n in body.nodes if id(n.out) not in hoisted], outputs)
     read = {id(v) for n in nodes for v in n.inputs} | {id(v) for v in outputs}
@@ -202,7 +232,7 @@ def hoist(call: ScanCall) -> HoistedScan | None:
     graph = Graph(inputs, nodes, outputs).verify()
     inner = ScanCall(graph, nc + len(transposed), ncar - len(sums), call.length, call.reverse)
     fixed = [(at[id(n.inputs[0])], tuple(n.params["axes"])) for n in transposed]
-    return HoistedScan(call, inner, sums, len(added), xs_read, products, fixed)
+    return HoistedScan(call, inner, sums, len(added), xs_read, products, fixed, relaid)
 
 
 def fold_transposes(graph: Graph) -> Graph:

@@ -119,6 +119,14 @@ class ScanLoop:
             )
         return self._handed
 
+    def waiting(self) -> bool:
+        """Whether the LOOP waits for something that takes its time: its body's arenas to
+        be lowered (their kernels compiled) or the interpreter's compile for it."""
+        if self.job[0] is not None:
+            return True
+        arenas = [self.body._alternating[parity] for parity in self.parities]
+        return not all(a.settled and not a.lowering and a.env is not None for a in arenas)
+
     def _segments(self) -> list[Any] | None:
         """The body's segments, one per arena used, once each arena is lowered to one."""
         found = []

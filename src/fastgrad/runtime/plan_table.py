@@ -28,8 +28,9 @@ from fastgrad.runtime import adapters, gemm_split
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
+from fastgrad.runtime.loop_row import rows as loop_rows
 from fastgrad.runtime.plan_rows import gemm_row, vector_row, view_offset
-from fastgrad.runtime.small_call import entry_point
+from fastgrad.runtime.small_call import drop, entry_point, take
 from fastgrad.runtime.thread_budget import cuts_products
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
 from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
@@ -50,9 +51,12 @@ class Waiting:
 class _Table:
     """The step table under construction, shared by a plan's segments."""
 
-    def __init__(self, env: list[Any], static: AbstractSet[int], wait: bool, cut: bool):
+    def __init__(
+        self, env: list[Any], static: AbstractSet[int], wait: bool, one_thread: bool
+    ) -> None:
         self.env, self.static, self.wait = env, static, wait
-        self.cut = cut  # BLAS on one thread, and big products cut across the cores
+        self.one_thread = one_thread  # BLAS on one thread (a loop's bodies need it so)
+        self.cut = one_thread and cuts_products()  # big products cut across the cores
         self.code: list[int] = []
         self.starts: list[int] = []
         self.floats: list[float] = []
@@ -100,6 +104,10 @@ class Segment:
         self.exports: list[Callable[[], None]] = []
         # Kernels' index checks, on arrays read from outside: made before the run.
         self.checks: list[Callable[[list[Any]], None]] = []
+        # Arrays a LOOP row writes that its step keeps (runtime.loop_row): (slot, array),
+        # and the locks of the loops whose tables its LOOP rows run (taken for a run)
+        self.kept: list[tuple[int, np.ndarray]] = []
+        self.locks: list[Any] = []
 
     def operand(self, slot: int) -> int:
         """The pointer index of an array a step reads: fixed (a buffer, a constant),
@@ -133,6 +141,8 @@ class Segment:
     def add(self, step: Any, call: Callable[[], None]) -> bool:
         """Append a step; False (nothing added) if it cannot run in the interpreter."""
         kind = type(step).__name__
+        if kind == "LoopStep":  # a scan whose LOOP is built: its rows
+            return self._rows(loop_rows(self, step), call)
         row = (
             self._kernel(step)
             if kind == "_KernelStep"
@@ -142,11 +152,15 @@ class Segment:
             if kind == "_ViewStep"
             else None
         )
-        if row is None:
+        return self._rows(None if row is None else [row], call)
+
+    def _rows(self, rows: list[list[int]] | None, call: Callable[[], None]) -> bool:
+        if rows is None:
             return False
-        self.table.append(row)
+        for row in rows:
+            self.table.append(row)
         self.host.append(call)
-        self.count += 1
+        self.count += len(rows)
         return True
 
     def _arrays(self, slots: Sequence[int]) -> list[np.ndarray] | None:
@@ -307,22 +321,31 @@ class Segment:
                 and value.shape == shape
                 and value.dtype == dtype
             ):
-                # Under the step runner's settings (Executable.__call__ skips them for a
-                # plan run by the interpreter alone).
-                with np.errstate(all="ignore"), OneThread() if self.one_thread else nullcontext():
-                    for call in self.host:
-                        call()
-                return
+                return self._steps()
             arrays.append(value)
-        for check in self.checks:
-            check(env)
-        for shape, dtype, k, view, slot, small in self.fresh:
-            buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
-            env[slot] = buffer if view is None else buffer.reshape(view)
-            arrays.append(buffer)
-        self.run(self.array, self.at, tuple(arrays) or self.scratch)
+        if not take(self.locks):  # another thread runs a loop of its LOOP rows
+            return self._steps()
+        try:
+            for check in self.checks:
+                check(env)
+            for shape, dtype, k, view, slot, small in self.fresh:
+                buffer = np.empty(shape, dtype) if small else staggered_empty(shape, dtype, k)
+                env[slot] = buffer if view is None else buffer.reshape(view)
+                arrays.append(buffer)
+            self.run(self.array, self.at, tuple(arrays) or self.scratch)
+        finally:
+            drop(self.locks)
+        for slot, array in self.kept:
+            env[slot] = array
         for call in self.exports:
             call()
+
+    def _steps(self) -> None:
+        """Its steps one by one, under the step runner's settings (Executable.__call__
+        skips them for a plan run by the interpreter alone)."""
+        with np.errstate(all="ignore"), OneThread() if self.one_thread else nullcontext():
+            for call in self.host:
+                call()
 
 
 def lower(
@@ -340,7 +363,7 @@ def lower(
     background (unless `wait` or sync mode), what to wait for before trying again. With
     `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread and
     big products are cut across the cores (runtime.gemm_split)."""
-    table = _Table(env, static, wait or config.compile == "sync", one_thread and cuts_products())
+    table = _Table(env, static, wait or config.compile == "sync", one_thread)
     out: list[Callable[[], None]] = []
     owner: list[Segment | None] = []  # the segment of each step
     segments: list[Segment] = []
@@ -349,7 +372,7 @@ def lower(
         if segment is None:
             segment = Segment(table, len(table.starts))
         if segment.add(step, call):
-            if segment.count == 1:
+            if not segments or segments[-1] is not segment:  # its first step
                 segments.append(segment)
                 out.append(segment)
             owner.append(segment)

@@ -119,4 +119,4 @@ class ThinScan:
         added = ys[len(ys) - hoisted.n_added :]
         for s in hoisted.sums:
             carries[s.carry] = s.add_total(arrays[nc + s.carry], xs, added)
-        return [*carries, *ys[: self.n_ys]]
+        return [*carries, *hoisted.relay(ys[: self.n_ys])]

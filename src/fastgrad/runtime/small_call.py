@@ -108,12 +108,17 @@ def build(
     # another Numba type, for which the dispatcher would compile the interpreter inside
     # this call; the match above keeps shapes, dtypes and strides.
     namespace["entry"] = segment.run
+    namespace.update(take=take, drop=drop, locks=segment.locks)  # its LOOP rows' loops'
     body += [
         "    if not acquire(False):",
+        "        return MISS",
+        "    if not take(locks):",
+        "        release()",
         "        return MISS",
         "    try:",
         f"        entry(table, at, ({', '.join(arrays)},))",
         "    finally:",
+        "        drop(locks)",
         "        release()",
     ]
     views = segment.view_steps.items()  # in the order they run
@@ -165,6 +170,20 @@ def function(plan: Plan | bool, key: Sequence[Any], tree: TreeDef) -> SmallCall 
     ]
     exec(compile("\n".join(lines), "<fastgrad small call>", "exec"), namespace)  # noqa: S102
     return namespace["small_call"]  # type: ignore[no-any-return]
+
+
+def take(locks: Sequence[Any]) -> bool:
+    """Whether all of `locks` were free and are now held (else none is held)."""
+    for k, lock in enumerate(locks):
+        if not lock.acquire(False):
+            drop(locks[:k])
+            return False
+    return True
+
+
+def drop(locks: Sequence[Any]) -> None:
+    for lock in locks:
+        lock.release()
 
 
 def entry_point(arrays: tuple[np.ndarray, ...]) -> Callable[..., None]:

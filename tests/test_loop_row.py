@@ -1,0 +1,274 @@
+"""A scan whose LOOP is built runs as rows of the enclosing plan's table
+(runtime.loop_row): the plan lowers to one segment (so a call is one call into the
+interpreter, the small call's), a scan nested in a scan's body runs from the outer LOOP,
+and the results are the other runners' bits: the scan's Python loop, the thin call's
+LOOP in a table of its own, the step runner; an unrolled Python loop within rounding.
+Trip counts 0, 1, 2 and 5, reversed, both dtypes, value and value_and_grad. ~3 s with
+kernels on disk."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.core.config import config
+from fastgrad.runtime import loop_table
+from test_runtime_loop_table import (  # noqa: F401  (its fixture: sync compiles)
+    _flat,
+    _settled_steps,
+    runtime,
+)
+from test_scan_call import _along, _four_ways, _model, _scans
+
+TOL = {np.float32: 2e-4, np.float64: 1e-11}
+
+
+def _rnn(reverse: bool, scan: bool, returns: str) -> Callable[..., Any]:
+    """An unbatched RNN over `xs` (`w @ h`, `u @ x_t` hoisted before the loop): "loss"
+    returns a sum of the stacked states, "stacks" the final state and the stacks
+    themselves (arrays the caller sees), "twice" a loss reading the stack twice, "new"
+    a loss of the states after each step (the others stack those before it)."""
+
+    def step(h, x, w, u):
+        new = fnp.tanh(w @ h + u @ x)
+        return new, new if returns == "new" else h
+
+    def loss(w, u, h, xs):
+        if scan:
+            h, hs = fg.scan(lambda h, x: step(h, x, w, u), h, xs, reverse=reverse)
+        else:
+            order = range(xs.shape[0] - 1, -1, -1) if reverse else range(xs.shape[0])
+            stacked = []
+            for t in order:
+                h, y = step(h, xs[t], w, u)
+                stacked.append(y)
+            stacked = stacked[::-1] if reverse else stacked
+            hs = fnp.stack(stacked) if stacked else fnp.zeros((0, *h.shape), h.dtype)
+        if returns == "stacks":
+            return h, hs * 2.0
+        if returns == "twice":
+            return fnp.sum(hs * hs) + fnp.sum(fnp.exp(hs))
+        return fnp.sum(hs * hs) + fnp.sum(h)
+
+    return loss
+
+
+def _nested(scan: bool) -> Callable[..., Any]:
+    """A batched RNN over chunks, each chunk's steps a scan (bench S5's shape)."""
+
+    def loss(w, h, xs):
+        def chunk(h, x):
+            if scan:
+                h, hs = fg.scan(lambda h, x: (fnp.tanh(h @ w + x), h), h, x)
+                return h * 0.9, fnp.sum(hs * hs)
+            total = 0.0
+            for t in range(x.shape[0]):
+                total = total + fnp.sum(h * h)
+                h = fnp.tanh(h @ w + x[t])
+            return h * 0.9, total
+
+        if scan:
+            h, sums = fg.scan(chunk, h, xs)
+            return fnp.sum(h * h) + fnp.sum(sums)
+        total = 0.0
+        for t in range(xs.shape[0]):
+            h, s = chunk(h, xs[t])
+            total = total + s
+        return fnp.sum(h * h) + total
+
+    return loss
+
+
+def _runners(f: Callable[..., Any], args: tuple[Any, ...]) -> tuple[list[np.ndarray], Any]:
+    """f's results from the plan lowered with its LOOPs as rows, checked bit for bit
+    against its scans' Python loops, their LOOPs in tables of their own (rows off) and
+    the step runner; and the jitted f."""
+    steps = _settled_steps(f, args)
+    config.update("runtime", "vm")
+    jf = fg.jit(f)
+    for _ in range(4):  # lowered, watched, a LOOP built, then rows of the plan
+        jf(*args)
+    rows = _flat(jf(*args))
+    loop_table.ENABLED = False
+    try:
+        python = _flat(jf(*args))
+    finally:
+        loop_table.ENABLED = True
+    with pytest.MonkeyPatch.context() as patch:  # a plan lowered anew, LOOPs not as rows
+        patch.setattr("fastgrad.runtime.control_flow.HOLDS", 0)
+        patch.setattr("fastgrad.runtime.plan_table.loop_rows", lambda segment, step: None)
+        alone = fg.jit(f)
+        for _ in range(4):
+            alone(*args)
+        own_tables = _flat(alone(*args))
+    for a, *others in zip(rows, python, own_tables, steps, strict=True):
+        for b in others:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert np.array_equal(a, b, equal_nan=True)
+    return rows, jf
+
+
+def _one_segment(jf: Any, args: tuple[Any, ...]) -> bool:
+    arena = jf.lower(*args).executable.arena
+    return arena.bare and len(arena.calls) == 1
+
+
+def _args(steps: int, dtype: Any, seed: int = 0) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    return (
+        (rng.standard_normal((4, 4)) * 0.4).astype(dtype),
+        (rng.standard_normal((4, 3)) * 0.4).astype(dtype),
+        rng.standard_normal(4).astype(dtype),
+        rng.standard_normal((steps, 3)).astype(dtype),
+    )
+
+
+@pytest.mark.parametrize(
+    "steps, reverse, dtype, returns",
+    [
+        (1, False, np.float32, "loss"),
+        (5, False, np.float64, "loss"),
+        (5, True, np.float32, "loss"),
+        (2, False, np.float64, "stacks"),
+        (5, True, np.float32, "twice"),
+    ],
+)
+def test_a_scan_runs_from_the_enclosing_table(steps, reverse, dtype, returns):
+    args = _args(steps, dtype)
+    got, jf = _runners(_rnn(reverse, True, returns), args)
+    assert _one_segment(jf, args)
+    want = _flat(fg.jit(_rnn(reverse, False, returns), fuse=False)(*args))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_no_steps_and_returned_stacks_stay_the_callers():
+    """A scan of no steps never builds a LOOP: its plan lowers all the same (without
+    it). Stacks the caller receives are fresh at each call: a later call leaves them."""
+    args = _args(0, np.float64)
+    got, jf = _runners(_rnn(False, True, "stacks"), args)
+    assert jf.lower(*args).executable.arena.settled
+    np.testing.assert_array_equal(got[0], args[2])
+    args = _args(3, np.float64)
+    jf = fg.jit(_rnn(False, True, "stacks"))
+    for _ in range(5):
+        first = jf(*args)
+    assert _one_segment(jf, args)
+    kept = [np.array(x, copy=True) for x in first]
+    jf(args[0], args[1], args[2] + 1.0, args[3])
+    for a, b in zip(first, kept, strict=True):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_value_and_grad_runs_its_forward_scan_from_the_table(dtype):
+    """The forward scan of the VJP (no sums after it) is rows of the plan; the backward
+    one (weight gradients summed after the loop) stays a host step. (A forward scan
+    stacking the states before each step for the VJP as well shares one array between
+    two stacks, not done as rows: it stays a host step too.)"""
+    args = _args(5, dtype, seed=3)
+    f = fg.value_and_grad(_rnn(False, True, "new"), argnums=(0, 1))
+    got, jf = _runners(f, args)
+    calls = jf.lower(*args).executable.arena.calls
+    assert type(calls[0]).__name__ == "Segment" and len(calls) == 2
+    want = _flat(fg.value_and_grad(_rnn(False, False, "new"), argnums=(0, 1))(*args))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_scan_nested_in_a_scan_runs_from_the_outer_loop(dtype):
+    """The inner scan is rows of the outer body's table, so that body is one segment and
+    the outer scan a LOOP: the whole plan one call into the interpreter."""
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((3, 3)) * 0.4).astype(dtype)
+    h0 = rng.standard_normal((2, 3)).astype(dtype)
+    xs = rng.standard_normal((3, 4, 2, 3)).astype(dtype)
+    got, jf = _runners(_nested(True), (w, h0, xs))
+    assert _one_segment(jf, (w, h0, xs))
+    outer, inner = _scans(jf.lower(w, h0, xs).executable.plan)
+    assert outer.looped.program is not None and inner.in_body
+    want = _flat(fg.jit(_nested(False), fuse=False)(w, h0, xs))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", ["batched", "stacked"])
+def test_a_gradient_of_a_gradient_runs_every_scan_as_a_loop(kind):
+    """Its VJP stacks a stacked input transposed (`x_t.T`), each iteration's output a view
+    of another layout, which kept that scan a Python loop: stacked untransposed, then
+    transposed after the loop (loop_hoisting's `relaid`), it is a LOOP like the others."""
+    rng = np.random.default_rng(4)
+    dtype = np.float64
+    args = (
+        rng.standard_normal((4, 4)) * 0.4,
+        rng.standard_normal((3, 4)) * 0.4,
+        rng.standard_normal((2, 4)),
+        rng.standard_normal((5, 2, 3)),
+    )
+    v = rng.standard_normal((4, 4))
+    f = fg.value_and_grad(_along(_model(kind, False, True), v), argnums=(0, 1))
+    got, scans = _four_ways(f, args)  # every scan a LOOP
+    assert len(scans) >= 5 and any(s.hoisted is not None and s.hoisted.relaid for s in scans)
+    unrolled = fg.value_and_grad(_along(_model(kind, False, False), v), argnums=(0, 1))
+    want = _flat(fg.jit(unrolled, fuse=False)(*args))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_two_threads_share_a_plan_whose_loops_are_rows():
+    """A LOOP's tables (and those of the loops nested in it) are run by one thread at a
+    time: a call meeting another one's segment or thin call runs its steps one by one
+    (or on fresh arenas), with the same results, flat and nested."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((3, 3)) * 0.4
+    cases = []
+    for f, shape in ((_nested(True), (20, 10, 2, 3)), (_rnn(False, True, "stacks"), None)):
+        if shape is None:
+            calls = [_args(300, np.float64, seed) for seed in (1, 2)]
+        else:
+            h0 = rng.standard_normal((2, 3))
+            calls = [(w, h0 + k, rng.standard_normal(shape)) for k in range(2)]
+        jf = fg.jit(f)
+        for _ in range(6):
+            jf(*calls[0])
+        assert _one_segment(jf, calls[0])
+        cases.append((jf, calls, [_flat(jf(*a)) for a in calls]))
+    failures = []
+
+    def hammer(k: int) -> None:
+        for _ in range(60):
+            for jf, calls, want in cases:
+                got = _flat(jf(*calls[k]))
+                if not all(np.array_equal(a, b) for a, b in zip(got, want[k], strict=True)):
+                    failures.append(k)
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_the_plan_waits_for_a_loop_whose_kernels_compile():
+    """Runs while the body's kernels (or the interpreter) compile do not count against
+    the holds: in background mode a cold nested scan used them all up before its LOOP
+    could be built, and its plan lowered without the rows for good."""
+    args = _args(5, np.float64, seed=9)
+    jf = fg.jit(_rnn(False, True, "loss"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop_table.ScanLoop, "waiting", lambda self: True)
+        for _ in range(30):
+            jf(*args)
+        (step,) = _scans(jf.lower(*args).executable.plan)
+        assert step.holds == 20
+    for _ in range(6):
+        jf(*args)
+    assert _one_segment(jf, args)
