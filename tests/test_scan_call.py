@@ -24,7 +24,7 @@ from fastgrad.runtime import loop_table, scan_call
 from fastgrad.runtime.control_flow import LoopStep
 from test_runtime_loop_table import (  # noqa: F401  (its fixture: sync compiles)
     _flat,
-    _settled_steps,
+    _step_runner,
     runtime,
 )
 
@@ -47,7 +47,7 @@ def _four_ways(f: Callable[..., Any], args: tuple[Any, ...], every: bool = True)
     and by the step runner, checked equal bit for bit; returns the first, and the scans
     that ran (those of a step or more). With `every`,
     every scan of a step or more must run as a LOOP (else those that do)."""
-    steps = _settled_steps(f, args)
+    steps = _step_runner(f, args)
     config.update("runtime", "vm")
     jf = fg.jit(f)
     for _ in range(3):  # lowered, watched, then the LOOP built
