@@ -182,13 +182,20 @@ def test_fori_loop_with_static_bounds():
     _close(got, want, np.float64)
 
 
+def _nested_data(seed: int, hidden: int, inner: int) -> tuple[np.ndarray, ...]:
+    """For scans nested two deep: a weight (hidden, hidden), a batch of two hidden states,
+    and the inputs of 3 outer steps of `inner` inner steps."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((hidden, hidden)) * 0.4
+    h0 = rng.standard_normal((2, hidden))
+    xs = rng.standard_normal((3, inner, 2, hidden))
+    return w, h0, xs
+
+
 def test_nested_scans_run_the_inner_one_in_the_interpreter():
     """The outer body holds a scan (a host step): the outer loop stays Python's, the inner
     one is a LOOP at each outer iteration."""
-    rng = np.random.default_rng(3)
-    w = rng.standard_normal((4, 4)) * 0.4
-    h0 = rng.standard_normal((2, 4))
-    xs = rng.standard_normal((3, 5, 2, 4))
+    w, h0, xs = _nested_data(seed=3, hidden=4, inner=5)
 
     def f(w, h, xs):
         def inner(h, x):
