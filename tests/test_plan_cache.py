@@ -67,7 +67,17 @@ def _same_bits(a: Any, b: Any) -> None:
         assert np.array_equal(x, y, equal_nan=True), (x, y)
 
 
+def _random_program(data: Any, dtype: Any) -> tuple[Any, tuple[np.ndarray, ...]]:
+    """A random program of a few steps (fastgrad.testing.strategies) and its inputs."""
+    program = data.draw(fst.programs(max_steps=4))
+    xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
+    return program, xs
+
+
 def _value_and_grads(program: Any) -> Any:
+    """A function returning `program`'s outputs, the value of their sum and its gradient
+    in every argument."""
+
     def f(*args: Any) -> Any:
         argnums = tuple(range(len(args)))
         value, grads = fg.value_and_grad(lambda *a: fnp.sum(program(*a)), argnums)(*args)
@@ -82,8 +92,7 @@ def _value_and_grads(program: Any) -> Any:
 )
 @given(data=st.data())
 def test_a_loaded_plan_is_the_fresh_plan(plans: Path, dtype: Any, data: Any) -> None:
-    program = data.draw(fst.programs(max_steps=4))
-    xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
+    program, xs = _random_program(data, dtype)
     f = _value_and_grads(program)
     fresh, saved, loaded = _three_ways(plans, f, xs)
     assert plan_cache.GRAPH_COUNTERS.loaded >= 1  # the reverse-mode graph, read back
@@ -256,18 +265,36 @@ def _empty(blob: bytes) -> bytes:
     return b""
 
 
-@pytest.mark.parametrize("damage", [_corrupt_payload, _truncate, _other_format, _empty])
-def test_a_damaged_plan_is_rebuilt_not_trusted(plans: Path, damage: Any) -> None:
+def _check_damage_rebuilt(plans: Path, kind: str, counters: Any, damage: Any) -> None:
+    """The RNN's file of `kind` ("plan", "tables"), damaged, is dropped (`counters` say so),
+    rebuilt and stored again as it was, then read by the next new function."""
     _check(_run_new())
-    path = _one_plan(plans)
+    (path,) = plans.glob(f"*.{kind}")
     whole = path.read_bytes()
     path.write_bytes(damage(whole))
     _check(_run_new())
-    counters = plan_cache.COUNTERS
     assert (counters.dropped, counters.loaded, counters.saved) == (1, 0, 2)
     assert path.read_bytes() == whole  # rebuilt and stored again
     _check(_run_new())
     assert counters.loaded == 1
+
+
+def _check_other_version_unused(
+    plans: Path, kind: str, counters: Any, version: tuple[Any, str], monkeypatch: Any
+) -> None:
+    """The RNN's file of `kind`, written by another version (`version`: the module and the
+    name of the function saying which), is neither read nor replaced: a file of its own."""
+    _check(_run_new())
+    (old,) = plans.glob(f"*.{kind}")
+    monkeypatch.setattr(*version, lambda: "another version")
+    _check(_run_new())
+    assert (counters.loaded, counters.saved) == (0, 2)
+    assert len(list(plans.glob(f"*.{kind}"))) == 2 and old.exists()
+
+
+@pytest.mark.parametrize("damage", [_corrupt_payload, _truncate, _other_format, _empty])
+def test_a_damaged_plan_is_rebuilt_not_trusted(plans: Path, damage: Any) -> None:
+    _check_damage_rebuilt(plans, "plan", plan_cache.COUNTERS, damage)
 
 
 @pytest.mark.parametrize("damage", [_corrupt_payload, _truncate])
@@ -329,13 +356,8 @@ def test_a_plan_moved_under_another_key_is_not_trusted(plans: Path) -> None:
 def test_a_plan_of_another_version_is_not_used(
     plans: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _check(_run_new())
-    old = _one_plan(plans)
-    monkeypatch.setattr(plan_cache, "source_version", lambda: "another fastgrad")
-    _check(_run_new())
-    counters = plan_cache.COUNTERS
-    assert (counters.loaded, counters.saved) == (0, 2)
-    assert len(list(plans.glob("*.plan"))) == 2 and old.exists()
+    version = (plan_cache, "source_version")
+    _check_other_version_unused(plans, "plan", plan_cache.COUNTERS, version, monkeypatch)
 
 
 def test_the_switch_keeps_plans_off_the_disk(plans: Path) -> None:

@@ -25,8 +25,7 @@ import fastgrad.numpy as fnp
 from fastgrad.compiler import plan_cache
 from fastgrad.core.config import config
 from fastgrad.core.pytree import flatten
-from fastgrad.testing import strategies as fst
-from test_plan_cache import RNN_ARGS, _check, _rnn, _same_bits
+from test_plan_cache import RNN_ARGS, _check, _random_program, _rnn, _same_bits
 
 
 def _leaves(tree: Any) -> list[Any]:
@@ -121,8 +120,7 @@ def test_the_key_holds_names_types_and_op_records(
 )
 @given(data=st.data())
 def test_random_gradients_read_back_give_the_fresh_bits(plans: Path, dtype: Any, data: Any) -> None:
-    program = data.draw(fst.programs(max_steps=4))
-    xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
+    program, xs = _random_program(data, dtype)
     argnums = tuple(range(len(xs)))
     f = fg.value_and_grad(lambda *a: fnp.sum(program(*a)), argnums)
     for path in plans.iterdir():

@@ -26,14 +26,19 @@ from fastgrad.core.config import config
 from fastgrad.runtime import build_tables
 from fastgrad.runtime.executable import Executable, _KernelStep, _MatmulStep
 from fastgrad.testing import strategies as fst
-from test_plan_cache import (  # the same damages, and the same small RNN
+from test_plan_cache import (  # the same damages, the same small RNN, the same checks
     RNN_ARGS,
     _check,
+    _check_damage_rebuilt,
+    _check_other_version_unused,
     _corrupt_payload,
     _empty,
     _other_format,
-    _rnn,
+    _random_program,
+    _run_new,
+    _same_bits,
     _truncate,
+    _value_and_grads,
 )
 
 
@@ -59,13 +64,6 @@ def _build_form(executable: Any) -> list[Any]:
     views = [(s.ins, s.out) for s in arena.static_views]
     form += [buffers, arena.layout(), sorted(arena.static), arena.copied, views]
     return form
-
-
-def _same_bits(a: Any, b: Any) -> None:
-    for x, y in zip(a, b, strict=True):
-        x, y = np.asarray(x), np.asarray(y)
-        assert x.dtype == y.dtype and x.shape == y.shape
-        assert np.array_equal(x, y, equal_nan=True), (x, y)
 
 
 def _fresh_saved_loaded(plans: Path, f: Any, xs: Any) -> tuple[Any, Any, Any]:
@@ -133,20 +131,8 @@ def test_an_executable_from_stored_tables_is_the_fresh_one(plans: Path, case: An
 )
 @given(data=st.data())
 def test_stored_tables_of_random_programs(plans: Path, dtype: Any, data: Any) -> None:
-    program = data.draw(fst.programs(max_steps=4))
-    xs = data.draw(st.tuples(*(fst.arrays(s, dtype, "real") for s in program.shapes)))
-
-    def f(*args: Any) -> Any:
-        value, grads = fg.value_and_grad(lambda *a: fnp.sum(program(*a)), tuple(range(len(args))))(
-            *args
-        )
-        return (program(*args), value, *grads)
-
-    _check_three(plans, f, xs)
-
-
-def _run_new() -> Any:
-    return fg.jit(fg.value_and_grad(_rnn))(*RNN_ARGS)
+    program, xs = _random_program(data, dtype)
+    _check_three(plans, _value_and_grads(program), xs)
 
 
 def _one_table(plans: Path) -> Path:
@@ -156,28 +142,14 @@ def _one_table(plans: Path) -> Path:
 
 @pytest.mark.parametrize("damage", [_corrupt_payload, _truncate, _other_format, _empty])
 def test_damaged_tables_are_rebuilt_not_trusted(plans: Path, damage: Any) -> None:
-    _check(_run_new())
-    path = _one_table(plans)
-    whole = path.read_bytes()
-    path.write_bytes(damage(whole))
-    _check(_run_new())
-    counters = build_tables.COUNTERS
-    assert (counters.dropped, counters.loaded, counters.saved) == (1, 0, 2)
-    assert path.read_bytes() == whole  # rebuilt and stored again
-    _check(_run_new())
-    assert counters.loaded == 1
+    _check_damage_rebuilt(plans, "tables", build_tables.COUNTERS, damage)
 
 
 def test_tables_of_another_runtime_are_not_used(
     plans: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _check(_run_new())
-    old = _one_table(plans)
-    monkeypatch.setattr(build_tables, "runtime_version", lambda: "another runtime")
-    _check(_run_new())
-    counters = build_tables.COUNTERS
-    assert (counters.loaded, counters.saved) == (0, 2)
-    assert len(list(plans.glob("*.tables"))) == 2 and old.exists()
+    version = (build_tables, "runtime_version")
+    _check_other_version_unused(plans, "tables", build_tables.COUNTERS, version, monkeypatch)
 
 
 def _shifted_slots(tables: Any) -> Any:

@@ -52,26 +52,26 @@ def _python_loop(jf: Any, args: tuple[Any, ...]) -> list[np.ndarray]:
         loop_table.ENABLED = True
 
 
-def _settled_steps(f: Callable[..., Any], args: tuple[Any, ...]) -> list[np.ndarray]:
-    """f's results by the step runner once its first call is behind it. Its first call
-    differed from the next by 1 ulp (float32) once in a loaded CI run, then not on the
-    retry, with every compile waited for; cause not found: the first call is held to
-    a few ulp here, the bit-for-bit comparisons use the second."""
+def _step_runner(f: Callable[..., Any], args: tuple[Any, ...]) -> list[np.ndarray]:
+    """f's results by the step runner's first call, which its second call gives again bit
+    for bit: fresh arrays (outputs, a scan's first stacks) sit wherever the allocator puts
+    them, and a kernel's bits do not depend on where its arrays sit (codegen.support.
+    NoAlias; before it, a float32 loss came out 2 ulp off the LOOP's in a loaded CI run: a
+    sum over 20 elements added in another order when an output of its kernel started
+    within 256 bytes past the kernel's input)."""
     config.update("runtime", "steps")
     jf = fg.jit(f)
     first = _flat(jf(*args))
-    steps = _flat(jf(*args))
-    for a, b in zip(first, steps, strict=True):
-        tol = 4 * np.finfo(b.dtype).eps if b.dtype.kind == "f" else 0
-        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
-    return steps
+    for a, b in zip(first, _flat(jf(*args)), strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
+    return first
 
 
 def _three_ways(f: Callable[..., Any], args: tuple[Any, ...], looped: bool | None = True) -> Any:
     """f's results by the LOOP (checked to run it, unless not `looped`; None: not checked),
     by the same plan's Python loop, and by the step runner: the same bits. Returns the
     LOOP's."""
-    steps = _settled_steps(f, args)
+    steps = _step_runner(f, args)
     config.update("runtime", "vm")
     jf = fg.jit(f)
     for _ in range(3):  # lowered at the first, watched at the second, a LOOP from the third
@@ -182,14 +182,21 @@ def test_fori_loop_with_static_bounds():
     _close(got, want, np.float64)
 
 
+def _nested_data(seed: int, hidden: int, inner: int) -> tuple[np.ndarray, ...]:
+    """For scans nested two deep: a weight (hidden, hidden), a batch of two hidden states,
+    and the inputs of 3 outer steps of `inner` inner steps."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((hidden, hidden)) * 0.4
+    h0 = rng.standard_normal((2, hidden))
+    xs = rng.standard_normal((3, inner, 2, hidden))
+    return w, h0, xs
+
+
 def test_nested_scans_run_the_inner_one_in_the_interpreter():
     """The outer body holds a scan: once the inner one's LOOP is built it is rows of the
     outer body's table (runtime.loop_row), so that body is one segment and the outer
     loop a LOOP too (before: a host step, the outer loop Python's)."""
-    rng = np.random.default_rng(3)
-    w = rng.standard_normal((4, 4)) * 0.4
-    h0 = rng.standard_normal((2, 4))
-    xs = rng.standard_normal((3, 5, 2, 4))
+    w, h0, xs = _nested_data(seed=3, hidden=4, inner=5)
 
     def f(w, h, xs):
         def inner(h, x):

@@ -24,7 +24,9 @@ from fastgrad.runtime import loop_table, scan_call
 from fastgrad.runtime.control_flow import LoopStep
 from test_runtime_loop_table import (  # noqa: F401  (its fixture: sync compiles)
     _flat,
-    _settled_steps,
+    _nested_data,
+    _python_loop,
+    _step_runner,
     runtime,
 )
 
@@ -47,7 +49,7 @@ def _four_ways(f: Callable[..., Any], args: tuple[Any, ...], every: bool = True)
     and by the step runner, checked equal bit for bit; returns the first, and the scans
     that ran (those of a step or more). With `every`,
     every scan of a step or more must run as a LOOP (else those that do)."""
-    steps = _settled_steps(f, args)
+    steps = _step_runner(f, args)
     config.update("runtime", "vm")
     jf = fg.jit(f)
     for _ in range(3):  # lowered, watched, then the LOOP built
@@ -62,11 +64,7 @@ def _four_ways(f: Callable[..., Any], args: tuple[Any, ...], every: bool = True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(scan_call.ThinScan, "__call__", lambda self, arrays: None)
         general = _flat(jf(*args))
-    loop_table.ENABLED = False
-    try:
-        python = _flat(jf(*args))
-    finally:
-        loop_table.ENABLED = True
+    python = _python_loop(jf, args)
     for a, *others in zip(thin, general, python, steps, strict=True):
         for b in others:
             assert a.dtype == b.dtype and a.shape == b.shape
@@ -139,10 +137,7 @@ def test_the_thin_call_gives_the_general_paths_bits(kind, steps, reverse, dtype,
 def test_nested_scans_take_the_thin_call_inside_the_outer_loop():
     """The outer loop stays Python's (its body holds a scan); the inner scans, of the
     forward and of the backward outer scan, take their thin calls."""
-    rng = np.random.default_rng(2)
-    w = rng.standard_normal((3, 3)) * 0.4
-    h0 = rng.standard_normal((2, 3))
-    xs = rng.standard_normal((3, 4, 2, 3))
+    w, h0, xs = _nested_data(seed=2, hidden=3, inner=4)
 
     def loss(w, h, xs):
         def chunk(h, x):
@@ -153,19 +148,14 @@ def test_nested_scans_take_the_thin_call_inside_the_outer_loop():
         return fnp.sum(h * h) + fnp.sum(sums)
 
     jf = fg.value_and_grad(loss)
-    config.update("runtime", "steps")
-    steps = _flat(fg.jit(jf)(w, h0, xs))
+    steps = _step_runner(jf, (w, h0, xs))
     config.update("runtime", "vm")
     jitted = fg.jit(jf)
     for _ in range(4):
         got = _flat(jitted(w, h0, xs))
     inner = [s for s in _scans(jitted.lower(w, h0, xs).executable.plan) if s.thin is not None]
     assert len(inner) >= 2
-    loop_table.ENABLED = False
-    try:
-        python = _flat(jitted(w, h0, xs))
-    finally:
-        loop_table.ENABLED = True
+    python = _python_loop(jitted, (w, h0, xs))
     for a, b, c in zip(got, steps, python, strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
 

@@ -126,12 +126,8 @@ def plan_key(graph: Graph, *extra: Any) -> str | None:
     """The file name part for `graph`'s plan (or, with `extra` saying which, for another
     product of preparing it), or None if the graph cannot be cached or is too small to
     gain from it."""
-    if len(graph.nodes) < MIN_NODES:
-        return None
-    try:
-        structure = graph_digest(graph)
-    except Uncacheable:
-        COUNTERS.uncacheable += 1
+    structure = _facts(graph_digest, graph)
+    if structure is None:
         return None
     parts = [FORMAT.decode(), source_version(), environment_tag(), np.__version__, structure]
     parts.append(repr(extra))
@@ -143,15 +139,23 @@ def inlined_key(graph: Graph, parts: tuple[Any, ...]) -> str | None:
     `_inlined` parts: that graph's key, where its inputs come from, `graph`'s inputs and
     sizes), with no digest of its nodes, which follow from those parts; what planning
     reads of its ops' records is read still (one changed at run time is another key)."""
-    if len(graph.nodes) < MIN_NODES:
-        return None
-    try:
-        facts = op_facts(graph)
-    except Uncacheable:
-        COUNTERS.uncacheable += 1
+    facts = _facts(op_facts, graph)
+    if facts is None:
         return None
     text = repr(("inlined", FORMAT.decode(), *parts, facts))
     return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+
+
+def _facts(read: Callable[[Graph], T], graph: Graph) -> T | None:
+    """`read(graph)`, what a key is made of; None where the graph is too small to gain
+    from a stored plan, or `read` finds something uncacheable in it (counted)."""
+    if len(graph.nodes) < MIN_NODES:
+        return None
+    try:
+        return read(graph)
+    except Uncacheable:
+        COUNTERS.uncacheable += 1
+        return None
 
 
 def path_of(key: str, kind: str = "plan") -> Path:

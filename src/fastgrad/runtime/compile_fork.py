@@ -67,11 +67,16 @@ def holds_stale_lock() -> bool:
     """In a forked child: whether Numba's compiler lock, or runtime.numba_load's, is held
     by a thread the child does not have (the fork did not wait for it: a compile found
     overdue, or a compile or Numba's import that outran the wait)."""
-    if numba_load.held_elsewhere():
+    return _held(numba_load.LOCK) or _held(_compiler_lock())
+
+
+def _held(lock: Any) -> bool:
+    """Whether `lock` (None: Numba is not imported) is held: one no thread holds is
+    taken and given back at once."""
+    if lock is None:
+        return False
+    if not lock.acquire(blocking=False):
         return True
-    lock = _compiler_lock()
-    if lock is None or not lock.acquire(blocking=False):
-        return lock is not None
     lock.release()
     return False
 

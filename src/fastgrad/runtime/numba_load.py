@@ -38,7 +38,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-_LOCK = threading.Lock()
+# Held while a thread imports and loads Numba (and by a fork, `before_fork`): a forked
+# child finds it held by a thread it does not have if the fork's wait timed out, and its
+# own load would wait for ever (runtime.compile_fork.holds_stale_lock).
+LOCK = threading.Lock()
 _done = False
 _forking = threading.Event()  # set while a fork waits for the load under way
 # `pause(timeout)`: wait, at most `timeout` seconds, while a first call runs; whether it
@@ -85,7 +88,7 @@ def load(pause: Pause | None = None) -> None:
     global _done
     if _done:
         return
-    with _LOCK:
+    with LOCK:
         if _done:
             return
         finder = _Pausing(pause) if pause is not None else None
@@ -267,21 +270,11 @@ def before_fork(timeout: float) -> bool:
     True if the fork now holds the load's lock (`after_fork` gives it back)."""
     _forking.set()
     try:
-        return _LOCK.acquire(timeout=timeout)
+        return LOCK.acquire(timeout=timeout)
     finally:
         _forking.clear()
 
 
 def after_fork() -> None:
     """In the parent and in the child, after `before_fork` took the lock."""
-    _LOCK.release()
-
-
-def held_elsewhere() -> bool:
-    """In a forked child, after `after_fork`: whether the load's lock is held by a thread
-    the child does not have (the fork's wait for a load under way timed out). The child's
-    own load would then wait for ever."""
-    if not _LOCK.acquire(blocking=False):
-        return True
-    _LOCK.release()
-    return False
+    LOCK.release()

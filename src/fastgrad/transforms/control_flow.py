@@ -10,7 +10,7 @@ pass recomputes its values from its inputs (checkpoint); compiled code inlines i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -225,6 +225,23 @@ def branch_index(call: SwitchCall, index: Any) -> int:
     return int(np.clip(int(index), 0, len(call.branches) - 1))
 
 
+def _derived(
+    call: SwitchCall, key: tuple[Any, ...], derive: Callable[[Graph], Graph]
+) -> SwitchCall:
+    """The switch whose branches are `derive(branch)` of `call`'s (a jvp or vjp graph: the
+    branch's outputs, then what it adds), with the added outputs only; made once per `key`
+    and kept in `call.derived`."""
+    derived = call.derived.get(key)
+    if derived is None:
+        n_out = len(call.branches[0].outputs)
+        branches = []
+        for b in call.branches:
+            g = derive(b)
+            branches.append(reorder(g, range(len(g.inputs)), range(n_out, len(g.outputs))))
+        derived = call.derived[key] = SwitchCall(branches)
+    return derived
+
+
 def _switch_jvp(ts: tuple[Any, ...], *ins: Any, call: SwitchCall) -> list[Any]:
     inputs = call.branches[0].inputs
     has_t = _float_with(ts[1:], inputs)
@@ -232,16 +249,7 @@ def _switch_jvp(ts: tuple[Any, ...], *ins: Any, call: SwitchCall) -> list[Any]:
     outs = [k for k, v in enumerate(call.branches[0].outputs) if v.aval.is_float]
     if not wrt or not outs:
         return [None] * len(outs)
-    key = ("jvp", tuple(wrt))
-    jcall = call.derived.get(key)
-    if jcall is None:
-        n_out = len(call.branches[0].outputs)
-        branches = []
-        for b in call.branches:
-            g = jvp_graph(b, wrt, outs)
-            branches.append(reorder(g, range(len(g.inputs)), range(n_out, len(g.outputs))))
-        jcall = SwitchCall(branches)
-        call.derived[key] = jcall
+    jcall = _derived(call, ("jvp", tuple(wrt)), lambda b: jvp_graph(b, wrt, outs))
     t_out = bind_outputs(SWITCH, jcall, [*ins, *(ts[1 + i] for i in wrt)], range(len(outs)))
     tangents: list[Any] = [None] * len(call.branches[0].outputs)
     for k, t in zip(outs, t_out, strict=True):
@@ -257,16 +265,7 @@ def _switch_vjp(
     seeds = sorted(k for k in gs if call.branches[0].outputs[k].aval.is_float)
     if not wrt or not seeds:
         return (None,) * len(ins)
-    key = ("vjp", tuple(wrt), tuple(seeds))
-    vcall = call.derived.get(key)
-    if vcall is None:
-        n_out = len(call.branches[0].outputs)
-        branches = []
-        for b in call.branches:
-            g = vjp_graph(b, wrt, seeds)
-            branches.append(reorder(g, range(len(g.inputs)), range(n_out, len(g.outputs))))
-        vcall = SwitchCall(branches)
-        call.derived[key] = vcall
+    vcall = _derived(call, ("vjp", tuple(wrt), tuple(seeds)), lambda b: vjp_graph(b, wrt, seeds))
     cts = bind_outputs(SWITCH, vcall, [*ins, *(gs[k] for k in seeds)], range(len(wrt)))
     out: list[Any] = [None] * len(ins)
     for i, ct in zip(wrt, cts, strict=True):

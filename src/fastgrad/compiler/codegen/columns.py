@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fastgrad.compiler.codegen.runs import COLUMN_RUN, in_runs
+from fastgrad.compiler.codegen.schedule import KernelState
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
@@ -40,25 +41,18 @@ if TYPE_CHECKING:
     from fastgrad.compiler.codegen.loops import _Generator
 
 
-def column_run(
-    g: _Generator,
-    w: Writer,
-    args: list[str],
-    nodes: list[Node],
-    level: dict[int, str],
-    outputs: set[int],
-    reduce_phase: dict[int, int],
-    scalar_reductions: list[Node],
-) -> KernelSource:
+def column_run(state: KernelState) -> KernelSource:
     """The loop nest with the reduced (leading) axes outside the kept ones."""
+    g, w, nodes, level, outputs = state.g, state.w, state.nodes, state.level, state.outputs
+    reduce_phase, scalar_reductions = state.sched.reduce_phase, state.sched.scalar_reductions
     if _flattenable(g, nodes):
-        return _flat_run(g, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
+        return _flat_run(state)
     o, rest = g.outer[0], g.outer[1:]
     kept = ", ".join(f"n{a}" for a in g.outer)
     position = ", ".join(f"i{a}" for a in g.outer)
     local = ", ".join(["hi - lo", *(f"n{a}" for a in rest)])
     local_position = ", ".join([f"i{o} - lo", *(f"i{a}" for a in rest)])
-    scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
+    scalar_index = state.sched.scalar_index
     for k, n in enumerate(scalar_reductions):
         w(f"q{k} = np.empty(({kept},), {accumulator_type(n)})")
         if tracks_nan(n):
@@ -86,7 +80,7 @@ def column_run(
         w.indent()
     _kept_loops(g, w, o, rest)
     sums = [n for n in scalar_reductions if g._elem_input(n, level)]
-    _element_values(g, w, nodes, level, outputs, rows + sums)
+    _element_values(state, rows + sums)
     for n in rows + sums:
         if id(n.out) in reduce_phase:
             k = g.index[id(n.out)]
@@ -122,19 +116,13 @@ def column_run(
         w(f"    {acc} = {combine(n.op.name, acc, settle(n, f'qf{k}[j]', f'qf{k}n[j]'))}")
         if narrow(n, acc) != acc:
             w(f"{acc} = {narrow(n, acc)}")
-    return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
+    return g.tail(state, column=True)
 
 
-def _element_values(
-    g: _Generator,
-    w: Writer,
-    nodes: list[Node],
-    level: dict[int, str],
-    outputs: set[int],
-    reducers: list[Node],
-) -> None:
+def _element_values(state: KernelState, reducers: list[Node]) -> None:
     """The elem values the loop's elementwise outputs and `reducers` need, at the current
     element; the outputs stored."""
+    g, w, nodes, level, outputs = state.g, state.w, state.nodes, state.level, state.outputs
     elem_outputs = [n for n in nodes if level[id(n.out)] == "elem" and id(n.out) in outputs]
     needed = closure(elem_outputs + reducers, nodes, level)
     for n in nodes:
@@ -202,18 +190,11 @@ def _flattenable(g: _Generator, nodes: list[Node]) -> bool:
     return all(_operand_kind(v.aval.shape, g.loop.shape, len(g.inner)) for v in operands)
 
 
-def _flat_run(
-    g: _Generator,
-    w: Writer,
-    args: list[str],
-    nodes: list[Node],
-    level: dict[int, str],
-    outputs: set[int],
-    reduce_phase: dict[int, int],
-    scalar_reductions: list[Node],
-) -> KernelSource:
+def _flat_run(state: KernelState) -> KernelSource:
     """The raveled column loop: blocks of rows x tiles of positions in parallel, then the
     partials folded and the row values computed per kept position."""
+    g, w, nodes, level = state.g, state.w, state.nodes, state.level
+    reduce_phase, scalar_reductions = state.sched.reduce_phase, state.sched.scalar_reductions
     shape, n_red = g.loop.shape, len(g.inner)
     kinds = {id(v): _operand_kind(v.aval.shape, shape, n_red) for v in [*g.arrays, *g.loop.outputs]}
     names = {**g.in_name, **g.out_name}
@@ -303,7 +284,7 @@ def _flat_run(
     w("for p in range(plo, min(phi, NK - base)):")
     w.indent()
     w("e = base + p")
-    _element_values(g, w, nodes, level, outputs, rows + elem_sums)
+    _element_values(state, rows + elem_sums)
     for name, n in partials:
         # Each position has an accumulator of its own, so nothing is carried from one
         # iteration to the next: a NaN-propagating maximum vectorizes as it is, without
@@ -324,7 +305,6 @@ def _flat_run(
     w.dedent()
     # Per kept position: fold its partials (blocks, then the m rows of a row of L), then
     # the row values. Full reductions of row values accumulate here, in order.
-    scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
     for k, n in enumerate(scalar_reductions):
         if n not in elem_sums:
             w(f"s{k} = {accumulator_init(n)}")
@@ -334,7 +314,7 @@ def _flat_run(
     for n in rows:
         k = g.index[id(n.out)]
         _fold(w, n, f"r{k}", f"{g.index[id(n.out)]}", "for t in range(m):", "t * K + j")
-    row_values(g, w, nodes, level, outputs, reduce_phase, scalar_index)
+    row_values(state)
     w.dedent()
     for k, n in enumerate(scalar_reductions):
         acc = f"v{g.index[id(n.out)]}"
@@ -344,26 +324,20 @@ def _flat_run(
         else:
             w(f"{acc} = {narrow(n, f's{k}')}")
     g.flat_columns = None
-    return g.tail(w, args, nodes, level, outputs, scalar_reductions, column=True)
+    return g.tail(state, column=True)
 
 
-def row_values(
-    g: _Generator,
-    w: Writer,
-    nodes: list[Node],
-    level: dict[int, str],
-    outputs: set[int],
-    reduce_phase: dict[int, int],
-    scalar_index: dict[int, int],
-) -> None:
+def row_values(state: KernelState) -> None:
     """At a kept position j whose reductions are folded (`f{k}`): the row values."""
-    for n in nodes:
+    g, w, level, reduce_phase = state.g, state.w, state.level, state.sched.reduce_phase
+    scalar_index = state.sched.scalar_index
+    for n in state.nodes:
         if level[id(n.out)] != "row":
             continue
         k = g.index[id(n.out)]
         expr = narrow(n, f"f{k}") if id(n.out) in reduce_phase else g.expression(n, "row")
         g.assign(w, f"v{k}", expr)
-        g.after_value(w, n, "row", outputs, scalar_index)
+        g.after_value(w, n, "row", state.outputs, scalar_index)
 
 
 def _padded(shape: tuple[int, ...], loop_shape: tuple[int, ...]) -> tuple[int, ...]:

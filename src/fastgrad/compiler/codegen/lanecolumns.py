@@ -33,9 +33,9 @@ from fastgrad.compiler.codegen.columns import (
 )
 from fastgrad.compiler.codegen.rowblocks import BLOCK, SHORT_ROW, copy_block, full_blocks
 from fastgrad.compiler.codegen.runs import in_runs
+from fastgrad.compiler.codegen.schedule import KernelState
 from fastgrad.compiler.codegen.source import (
     KernelSource,
-    Writer,
     accumulator_init,
     accumulator_type,
     reduction_init,
@@ -72,33 +72,17 @@ def lane_columnable(g: _Generator, nodes: list[Node], scalar_reductions: list[No
     return all(kinds) and "table" in kinds
 
 
-def column_kernel(
-    g: _Generator,
-    w: Writer,
-    args: list[str],
-    nodes: list[Node],
-    level: dict[int, str],
-    outputs: set[int],
-    reduce_phase: dict[int, int],
-    scalar_reductions: list[Node],
-) -> KernelSource:
+def column_kernel(state: KernelState) -> KernelSource:
     """A loop whose reduced axes lead: in this module's form where it applies, else in
     codegen.columns'."""
-    if lane_columnable(g, nodes, scalar_reductions):
-        return lane_run(g, w, args, nodes, level, outputs, reduce_phase)
-    return column_run(g, w, args, nodes, level, outputs, reduce_phase, scalar_reductions)
+    if lane_columnable(state.g, state.nodes, state.sched.scalar_reductions):
+        return lane_run(state)
+    return column_run(state)
 
 
-def lane_run(
-    g: _Generator,
-    w: Writer,
-    args: list[str],
-    nodes: list[Node],
-    level: dict[int, str],
-    outputs: set[int],
-    reduce_phase: dict[int, int],
-) -> KernelSource:
+def lane_run(state: KernelState) -> KernelSource:
     """The loop in blocks of rows in the lanes (see the module's docstring)."""
+    g, w, nodes = state.g, state.w, state.nodes
     u = "np.uint64"
     shape, outer = g.loop.shape, g.outer
     operands = [*g.arrays, *g.loop.outputs]
@@ -140,7 +124,7 @@ def lane_run(
         return f"{name}t[j]"
 
     g.flat_columns = address
-    reducers = [n for n in nodes if id(n.out) in reduce_phase]
+    reducers = [n for n in nodes if id(n.out) in state.sched.reduce_phase]
     tiled = [n for n in reducers if in_runs(n)]
     w(f"nb = max({u}(1), min({u}({_PARTS}), {u}(n0) // {u}({_PART_ROWS})))")
     for n in reducers:
@@ -173,7 +157,7 @@ def lane_run(
     w(f"j = {flat(outer)}")
     w("for r in range(nr):")
     w.indent()
-    _element_values(g, w, nodes, level, outputs, reducers)
+    _element_values(state, reducers)
     for n in reducers:
         k = g.index[id(n.out)]
         acc = f"t{k}[j * {u}({BLOCK}) + r]" if n in tiled else f"p{k}[c, j * {u}({BLOCK}) + r]"
@@ -201,7 +185,7 @@ def lane_run(
     for n in reducers:
         k = g.index[id(n.out)]
         _fold(w, n, f"p{k}", f"{k}", f"for t in range({u}({BLOCK})):", f"j * {u}({BLOCK}) + t")
-    row_values(g, w, nodes, level, outputs, reduce_phase, {})
+    row_values(state)
     w.dedent()
     g.flat_columns = None
-    return g.tail(w, args, nodes, level, outputs, [], column=True)
+    return g.tail(state, column=True)

@@ -25,7 +25,7 @@ from fastgrad.compiler.codegen.powers import known_values, power_expression, red
 from fastgrad.compiler.codegen.recompute import op_cost
 from fastgrad.compiler.codegen.rowblocks import SHORT_ROW, block_run, column_blockable, row_blocks
 from fastgrad.compiler.codegen.runs import close_runs, in_runs, open_outer, open_runs
-from fastgrad.compiler.codegen.schedule import schedule
+from fastgrad.compiler.codegen.schedule import KernelState, schedule
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
@@ -389,14 +389,13 @@ class _Generator:
                 for v in n.inputs
             )
         )
+        state = KernelState(self, w, args, nodes, level, outputs, sched)
         if column:
-            return column_kernel(
-                self, w, args, nodes, level, outputs, reduce_phase, scalar_reductions
-            )
+            return column_kernel(state)
         if row_blocks(self, w, nodes, sched):
-            return block_run(self, w, args, nodes, level, outputs, sched)
+            return block_run(state)
         if column_blockable(self, nodes, sched):
-            source = block_run(self, w, args, nodes, level, outputs, sched, transpose=False)
+            source = block_run(state, transpose=False)
             source.column = True  # each column's result is the same whatever the chunks
             return source
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
@@ -503,18 +502,11 @@ class _Generator:
             w.dedent(len(self.outer))
         self.body = (body_begin, len(w.lines))
         self.in_chunk = False
-        return self._finish(w, args, nodes, level, outputs, scalar_reductions)
+        return self._finish(state)
 
-    def _finish(
-        self,
-        w: Writer,
-        args: list[str],
-        nodes: list[Node],
-        level: dict[int, str],
-        outputs: set[int],
-        scalar_reductions: list[Node],
-    ) -> KernelSource:
+    def _finish(self, state: KernelState) -> KernelSource:
         """Close the chunk loop: combine the partials, then the scalar-level work."""
+        w, scalar_reductions = state.w, state.sched.scalar_reductions
         for k, n in enumerate(scalar_reductions):
             w(f"p{k}[c] = {settle(n, f's{k}')}")
         w.dedent()
@@ -525,21 +517,12 @@ class _Generator:
             w(f"    {acc} = {combine(n.op.name, acc, f'p{k}[c]')}")
             if narrow(n, acc) != acc:
                 w(f"{acc} = {narrow(n, acc)}")
-        return self.tail(w, args, nodes, level, outputs, scalar_reductions)
+        return self.tail(state)
 
-    def tail(
-        self,
-        w: Writer,
-        args: list[str],
-        nodes: list[Node],
-        level: dict[int, str],
-        outputs: set[int],
-        scalar_reductions: list[Node],
-        column: bool = False,
-    ) -> KernelSource:
+    def tail(self, state: KernelState, column: bool = False) -> KernelSource:
         """After the chunk loop and the full reductions: the scalar-level work."""
-        loop = self.loop
-        scalar_index = {id(n.out): k for k, n in enumerate(scalar_reductions)}
+        loop, w, nodes, level, outputs = self.loop, state.w, state.nodes, state.level, state.outputs
+        scalar_index = state.sched.scalar_index
         for n in nodes:
             if level[id(n.out)] == "scalar" and id(n.out) not in scalar_index:
                 w(f"v{self.index[id(n.out)]} = {self.expression(n, 'scalar')}")
@@ -558,7 +541,7 @@ class _Generator:
             self.body = (self.body[0] + len(self.preloads), self.body[1] + len(self.preloads))
         name = "kernel"
         self.lines = w.lines
-        self.signature = f"def {name}({', '.join(args)}):"
+        self.signature = f"def {name}({', '.join(state.args)}):"
         return KernelSource(
             name=name,
             source=module_text(

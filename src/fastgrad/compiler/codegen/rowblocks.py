@@ -25,7 +25,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.columns import fold_in
 from fastgrad.compiler.codegen.runs import COLUMN_RUN, in_runs
-from fastgrad.compiler.codegen.schedule import Schedule
+from fastgrad.compiler.codegen.schedule import KernelState, Schedule
 from fastgrad.compiler.codegen.source import (
     KernelSource,
     Writer,
@@ -135,18 +135,11 @@ def column_blockable(g: _Generator, nodes: list[Node], sched: Schedule) -> bool:
     )
 
 
-def block_run(
-    g: _Generator,
-    w: Writer,
-    args: list[str],
-    nodes: list[Node],
-    level: dict[int, str],
-    outputs: set[int],
-    sched: Schedule,
-    transpose: bool = True,
-) -> KernelSource:
+def block_run(state: KernelState, transpose: bool = True) -> KernelSource:
     """Blocks of BLOCK rows (or, `transpose` False, columns: column_blockable), the
     block's rows in the innermost loops."""
+    g, w, nodes, level, outputs = state.g, state.w, state.nodes, state.level, state.outputs
+    sched = state.sched
     u = "np.uint64"
     inner = g.inner[0]
     scalar_index = sched.scalar_index
@@ -343,7 +336,7 @@ def block_run(
         full_blocks(w, start)
     w.dedent()
     g.body = (0, 0)
-    return g._finish(w, args, nodes, level, outputs, sched.scalar_reductions)
+    return g._finish(state)
 
 
 def copy_block(w: Writer, v: Var, name: str, rest: list[int], here: str, inward: bool) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastgrad.compiler.codegen.recompute import choose_stored
-from fastgrad.compiler.codegen.source import closure
+from fastgrad.compiler.codegen.source import Writer, closure
 from fastgrad.compiler.fusion import REDUCTIONS
 from fastgrad.core.ir import Node
 
@@ -33,6 +33,22 @@ class Schedule:
     @property
     def scalar_index(self) -> dict[int, int]:
         return {id(n.out): k for k, n in enumerate(self.scalar_reductions)}
+
+
+@dataclass
+class KernelState:
+    """One kernel being written, as each kernel form takes it (codegen.loops' row form,
+    codegen.rowblocks, codegen.columns, codegen.lanecolumns): the generator, the writer,
+    the kernel's argument names, the loop's nodes, their levels, the ids of the loop's
+    outputs and the schedule."""
+
+    g: _Generator
+    w: Writer
+    args: list[str]
+    nodes: list[Node]
+    level: dict[int, str]
+    outputs: set[int]
+    sched: Schedule
 
 
 def schedule(g: _Generator, nodes: list[Node], level: dict[int, str]) -> Schedule:

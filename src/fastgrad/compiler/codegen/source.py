@@ -213,7 +213,7 @@ def module_text(signature: str, lines: list[str], imports: set[str], parallel: b
         "import numpy as np",
         "from numba import njit, prange",
         "from fastgrad.compiler.codegen.support import "
-        "f32, f64, maximum, minimum, radd, rmax, rmin",
+        "NoAlias, f32, f64, maximum, minimum, radd, rmax, rmin",
     ]
     if imports:
         header.append(f"from fastgrad.compiler.codegen.vecmath import {', '.join(sorted(imports))}")
@@ -222,7 +222,7 @@ def module_text(signature: str, lines: list[str], imports: set[str], parallel: b
         # The source is the kernel's cache key: the imported module's hash in it means a
         # change there compiles the kernel again rather than loading a stale one.
         header.append(f"from {module} import {', '.join(names)}  # {_module_hash(module)}")
-    flags = f"parallel={parallel}, error_model='numpy', nogil=True"
+    flags = f"parallel={parallel}, error_model='numpy', nogil=True, pipeline_class=NoAlias"
     return "\n".join([*header, "", "", f"@njit({flags})", signature, *lines]) + "\n"
 
 
