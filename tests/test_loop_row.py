@@ -21,7 +21,7 @@ from fastgrad.core.config import config
 from fastgrad.runtime import loop_table
 from test_runtime_loop_table import (  # noqa: F401  (its fixture: sync compiles)
     _flat,
-    _settled_steps,
+    _step_runner,
     runtime,
 )
 from test_scan_call import _along, _four_ways, _model, _scans
@@ -89,7 +89,7 @@ def _runners(f: Callable[..., Any], args: tuple[Any, ...]) -> tuple[list[np.ndar
     """f's results from the plan lowered with its LOOPs as rows, checked bit for bit
     against its scans' Python loops, their LOOPs in tables of their own (rows off) and
     the step runner; and the jitted f."""
-    steps = _settled_steps(f, args)
+    steps = _step_runner(f, args)
     config.update("runtime", "vm")
     jf = fg.jit(f)
     for _ in range(4):  # lowered, watched, a LOOP built, then rows of the plan
