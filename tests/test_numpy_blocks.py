@@ -238,3 +238,29 @@ def test_short_trailing_reductions_by_slices(name, axis, dtype):
         (np.add, np.ones((2000, 4), np.int64), (1,)),  # integers (their sum's own dtype)
     ]:
         assert numpy_reductions._short(ufunc, value, axes, False) is None
+
+
+def test_blocks_on_two_threads_give_the_bits_of_one(monkeypatch):
+    """Half the blocks run on a second thread where the process may use two; each block
+    is computed as alone and partial sums are combined in block order: the same bits."""
+    import threading
+
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(301), rng.standard_normal(301)
+    monkeypatch.setattr(numpy_blocks, "numba_threads", lambda: 2)
+    threads = set()
+    block_op = numpy_blocks.BlockedLoop._block_op
+
+    def spied(self, *args):
+        threads.add(threading.get_ident())
+        return block_op(self, *args)
+
+    monkeypatch.setattr(numpy_blocks.BlockedLoop, "_block_op", spied)
+    two, blocked, _ = first_call(fg.value_and_grad(w1, argnums=(0, 1)), (x, y), 8)
+    assert blocked and len(threads) == 2
+    monkeypatch.setattr(numpy_blocks, "TWO_THREADS", 1 << 40)
+    threads.clear()
+    one, _, _ = first_call(fg.value_and_grad(w1, argnums=(0, 1)), (x, y), 8)
+    assert len(threads) == 1
+    for a, b in zip(fg.pytree.flatten(two)[0], fg.pytree.flatten(one)[0], strict=True):
+        np.testing.assert_array_equal(a, b)

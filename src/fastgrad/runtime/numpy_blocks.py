@@ -20,6 +20,7 @@ whole. Values made only of such reductions (and whole values) are made after the
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +28,16 @@ import numpy as np
 
 from fastgrad.compiler.fusion import REDUCTIONS, Loop, row_drop
 from fastgrad.runtime.numpy_reductions import tier_impl
+from fastgrad.runtime.thread_budget import numba_threads
 
 # Elements per block: 2^15 float64 values are 256 KB, so the few live at once stay in L2.
 # W1's loop (10^7 float64, 39 ops) in a fresh process, CPU time of its one run: 2.5-2.7 s
 # whole; blocks of 2^14 0.50-0.56 s, 2^15 0.48-0.52 s, 2^16 0.57-0.78 s (2 runs each).
 BLOCK = 1 << 15
+# Blocks of a loop, at least, for half of them to run on a second thread: bench M3's
+# first call (one loop of 93 ops over 10^6 float32, 31 blocks) spent 150 ms of CPU there,
+# JAX's whole first call ~140 ms of wall time.
+TWO_THREADS = 8
 
 # Kinds of value: read whole (INVARIANT), one block at a time (BLOCKED), a reduction
 # over the first axis made of one partial result per block (PARTIAL), or made whole after
@@ -113,8 +119,8 @@ class BlockedLoop:
         first, rows = self.shape[0], self.rows
         size = len(self.ops)
         values: list[Any] = [None] * size
-        partials: list[list[Any]] = [[] for _ in range(size)]
-        pool: dict[int, np.ndarray] = {}
+        starts = range(0, first, rows)
+        partials: list[list[Any]] = [[None] * len(starts) for _ in range(size)]
         full: dict[int, np.ndarray] = {
             k: np.empty(self.out_shapes[k], self.dtypes[k])
             for k, _ in self.outputs
@@ -125,20 +131,43 @@ class BlockedLoop:
                 if kind == INVARIANT:
                     args = [env[k] if is_slot else values[k] for is_slot, k, _ in ins]
                     values[i] = np.asarray(impl(*args, **params), dtype=self.dtypes[i])
-            for lo in range(0, first, rows):
-                hi = min(first, lo + rows)
-                for i, (_, _, ins, kind, _) in enumerate(self.ops):
-                    if kind in (INVARIANT, AFTER):
-                        continue
-                    args = [
-                        (env[k] if is_slot else values[k])[lo:hi]
-                        if blocked and is_slot
-                        else (env[k] if is_slot else values[k])
-                        for is_slot, k, blocked in ins
-                    ]
-                    values[i] = self._block_op(i, args, (lo, hi), full, pool)
-                    if kind == PARTIAL:
-                        partials[i].append(values[i])
+
+        def blocks(which: range, errors: list[BaseException]) -> None:
+            """Blocks `which` in order, with buffers and block values of their own."""
+            mine, pool = list(values), {}  # (the invariant values shared, read only)
+            try:
+                with np.errstate(all="ignore"):
+                    for b in which:
+                        lo = starts[b]
+                        hi = min(first, lo + rows)
+                        for i, (_, _, ins, kind, _) in enumerate(self.ops):
+                            if kind in (INVARIANT, AFTER):
+                                continue
+                            args = [
+                                (env[k] if is_slot else mine[k])[lo:hi]
+                                if blocked and is_slot
+                                else (env[k] if is_slot else mine[k])
+                                for is_slot, k, blocked in ins
+                            ]
+                            mine[i] = self._block_op(i, args, (lo, hi), full, pool)
+                            if kind == PARTIAL:
+                                partials[i][b] = mine[i]
+            except BaseException as error:  # raised again on the calling thread
+                errors.append(error)
+
+        # Half the blocks on a second thread where the process may use two (NumPy's
+        # loops let go of the GIL): each block is computed as alone and the partials are
+        # combined in block order, so the bits do not depend on it.
+        errors: list[BaseException] = []
+        half = len(starts) // 2 if len(starts) >= TWO_THREADS and numba_threads() > 1 else 0
+        helper = threading.Thread(target=blocks, args=(range(half, len(starts)), errors))
+        if half:
+            helper.start()
+        blocks(range(half) if half else range(len(starts)), errors)
+        if half:
+            helper.join()
+        if errors:
+            raise errors[0]
         with np.errstate(all="ignore"):
             for i, (impl, params, ins, kind, name) in enumerate(self.ops):
                 if kind == PARTIAL:
