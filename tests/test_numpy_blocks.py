@@ -187,3 +187,80 @@ def test_a_whole_loop_writes_into_a_value_a_reduction_has_read():
     (loop,) = [s.tier.numpy_loop for s in traced.executable.plan if getattr(s, "tier", None)]
     names = [getattr(impl, "__name__", "") for impl, *_ in loop.ops]
     assert loop.ops[names.index("divide")][4] == names.index("exp"), names
+
+
+def test_values_made_of_reductions_over_the_first_axis_come_after_the_blocks():
+    """A parameter's gradient, a sum over the rows times constants (bench M4's means):
+    made after the blocks from their partial sums, so the loop runs blocked (it ran
+    whole). A value that mixes such a sum with blocked values still runs whole (above)."""
+    rng = np.random.default_rng(5)
+    x, mu = rng.standard_normal((37, 1, 2)), rng.standard_normal((3, 2))
+
+    def loss(mu, x):
+        d = x - mu
+        return fnp.sum(d * d * 0.5)
+
+    d = x - mu
+    expected = [np.sum(d * d * 0.5), -np.sum(d, axis=0)]
+    assert_tiers_agree(fg.value_and_grad(loss), (mu, x), expected, block=8)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("axis", [(2,), (1, 2), (-1,)])
+def test_short_trailing_reductions_by_slices(name, axis, dtype):
+    """The tier's reductions over a few trailing elements (runtime.numpy_reductions) by
+    ufunc calls over slices, against NumPy's reduce: nan and infinities propagate alike,
+    sums within rounding; leading axes, long rows, few rows and integers keep the reduce."""
+    from fastgrad.runtime import numpy_reductions
+
+    x = np.random.default_rng(6).standard_normal((1500, 3, 4)).astype(dtype)
+    x[0, 1, 2], x[1, 0, 0], x[2, 2, 3], x[3, 1, 1] = np.nan, np.inf, -np.inf, 0.0
+    fast = numpy_reductions._short(numpy_reductions._UFUNCS[name], x, axis, True)
+    assert fast is not None
+    impl = numpy_reductions.tier_impl(name, getattr(np, name))
+    out = impl(x, axis=axis, keepdims=False)
+    expected = getattr(np, name)(x, axis=axis)
+    assert out.dtype == expected.dtype and fast.shape == np.expand_dims(expected, axis).shape
+    if name in ("max", "min"):
+        np.testing.assert_array_equal(out, expected)
+    else:  # n terms: within n eps of the sum (product) of magnitudes
+        scale = getattr(np, name)(np.abs(x).astype(np.float64), axis=axis)
+        bound = 12 * np.finfo(dtype).eps * np.where(np.isfinite(scale), scale, 0)
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
+        np.testing.assert_array_equal(out[np.isinf(expected)], expected[np.isinf(expected)])
+        finite = np.isfinite(expected)
+        assert np.all(np.abs(out[finite] - expected[finite]) <= bound[finite])
+    for ufunc, value, axes in [
+        (np.add, x, (0,)),  # a leading axis
+        (np.add, np.ones((2000, 32)), (1,)),  # rows longer than SHORT
+        (np.add, np.ones((10, 4)), (1,)),  # fewer outputs than MANY
+        (np.add, np.ones((2000, 4), np.int64), (1,)),  # integers (their sum's own dtype)
+    ]:
+        assert numpy_reductions._short(ufunc, value, axes, False) is None
+
+
+def test_blocks_on_two_threads_give_the_bits_of_one(monkeypatch):
+    """Half the blocks run on a second thread where the process may use two; each block
+    is computed as alone and partial sums are combined in block order: the same bits."""
+    import threading
+
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(301), rng.standard_normal(301)
+    monkeypatch.setattr(numpy_blocks, "numba_threads", lambda: 2)
+    threads = set()
+    block_op = numpy_blocks.BlockedLoop._block_op
+
+    def spied(self, *args):
+        threads.add(threading.get_ident())
+        return block_op(self, *args)
+
+    monkeypatch.setattr(numpy_blocks.BlockedLoop, "_block_op", spied)
+    two, blocked, _ = first_call(fg.value_and_grad(w1, argnums=(0, 1)), (x, y), 8)
+    assert blocked and len(threads) == 2
+    monkeypatch.setattr(numpy_blocks, "TWO_THREADS", 1 << 40)
+    threads.clear()
+    one, _, _ = first_call(fg.value_and_grad(w1, argnums=(0, 1)), (x, y), 8)
+    assert len(threads) == 1
+    for a, b in zip(fg.pytree.flatten(two)[0], fg.pytree.flatten(one)[0], strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -198,6 +198,31 @@ def test_the_compile_thread_waits_for_first_calls_to_return():
     worker.stop()
 
 
+def test_parallel_variants_compile_after_every_serial_one(held, monkeypatch):
+    """Two large loops: both serial variants compile before either parallel one, so that
+    every loop runs compiled as soon as can be."""
+    monkeypatch.setattr(background, "needs_build", lambda source: True)  # none on disk
+    x = np.linspace(-1, 1, PARALLEL_THRESHOLD)
+    f = fg.jit(lambda x: (fnp.sum(fnp.exp(x) * x), fnp.sum(fnp.sin(x), keepdims=True) * x))
+    f(x)
+    if not all(step.parallel for step in kernel_steps(f)):
+        pytest.skip("one thread: no parallel variant")
+    assert [(j.label.split()[0], j.later) for j in held.jobs] == [
+        ("serial", False),
+        ("parallel", True),
+    ] * (len(held.jobs) // 2)
+    worker, ran = background._Worker(), []
+    jobs = [Marker() for _ in range(4)]
+    for k, job in enumerate(jobs):
+        job.later, job.run = k % 2 == 1, lambda k=k, run=job.run: (ran.append(k), run())
+    worker.hold(1)  # (a first call under way: nothing runs before all are queued)
+    for job in jobs:
+        worker.submit(job)
+    worker.hold(-1)
+    assert worker.wait_idle(30) and ran == [0, 2, 1, 3]
+    worker.stop()
+
+
 def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path, patient_watchdog):
     """Loading a kernel from disk costs less than a large loop on NumPy (the bounds are
     lowered here so that a small loop counts as large)."""

@@ -456,5 +456,46 @@ def cached_njit(tag: str, **options: Any) -> Callable[[Callable[..., Any]], Any]
     return decorate
 
 
+def cached_cfunc(fn: Callable[..., Any], signature: Any, tag: str) -> Any:
+    """`fn` compiled as a C function (Numba's CFunc, without the GIL) of Numba signature
+    `signature`, its machine code kept in fastgrad's cache under `tag` (as `cached_njit`)."""
+    from numba.core.ccallback import CFunc
+
+    options = {"nogil": True}
+    function = CFunc(fn, (signature.args, signature.return_type), locals={}, options=options)
+    function._cache = MachineCodeCache(fn, tag, folder="adapters")  # read before it compiles
+    function.compile()
+    return function
+
+
+def helper_njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """`numba.njit(**options)` for a helper that compiled code calls, compiled once per
+    kind of arguments rather than once per constant passed. Numba types a constant
+    argument as a literal (`Literal[int](16)`) and compiles a callee again for each
+    constant it is called with: runtime.gemm_split's helpers were compiled 25 times
+    where 13 do. The helper's arguments are typed as their plain types instead (this
+    reaches into Numba's `_compiler.fold_argument_types`: check it on Numba upgrades).
+
+    >>> twice = helper_njit()(lambda x: 2 * x)
+    >>> twice(4)
+    8
+    """
+    import numba
+    from numba.core import types
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        dispatcher = numba.njit(**options)(fn)
+        fold = dispatcher._compiler.fold_argument_types
+
+        def folded(args: Any, kws: Any) -> Any:
+            signature, folded_args = fold(args, kws)
+            return signature, tuple(types.unliteral(a) for a in folded_args)
+
+        dispatcher._compiler.fold_argument_types = folded
+        return dispatcher
+
+    return decorate
+
+
 # Helpers that ops build for kernels to call (gamma's sampler) are cached like kernels.
 jit_hook.install(cached_njit)

@@ -52,11 +52,11 @@ from typing import Any
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit, types
+from numba import carray, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import cached_njit, source_tag
+from fastgrad.compiler.machine_code import cached_cfunc, cached_njit, helper_njit, source_tag
 from fastgrad.runtime.blas import BAND_ALIGN, TRANS
 from fastgrad.runtime.blas_calls import gemm, int64_pointer
 
@@ -68,9 +68,12 @@ MAX_PIECES = 8
 # the job is a pair of products (PAIRED) and the pairs run; whether products side by side
 # are paired (PAIRING, 1 unless a test or tuning turns it off); how many pieces at most the
 # second product of a pair is cut into where it is no bigger than the first (PAIR_PIECES);
-# where the caller and the worker write their timelines (TRACE, TRACE + 1; 0: not kept).
+# where the caller and the worker write their timelines (TRACE, TRACE + 1; 0: not kept);
+# the address of the C function the plan interpreter calls to cut its products (CUT,
+# `rows_function`; set before READY, kept across a reset).
 (WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN, PAIRED,
  PAIRS, PAIRING, PAIR_PIECES, TRACE) = range(16)  # fmt: skip
+CUT = TRACE + 2
 # The job: one product per block (a pair: two), each BLAS's gemm and its arguments, the
 # matrices' base addresses, where their byte offsets are (count triples of int64s), and
 # the cut: bands per matrix, along which axis (0: C's rows), of how many rows or columns
@@ -141,9 +144,13 @@ def _cycles_typing(typingctx: Any) -> Any:
 _sem: Any = intrinsic(_sem_typing)
 _address: Any = intrinsic(_address_typing)
 cycles: Any = intrinsic(_cycles_typing)
+# The helpers below are compiled functions of their own, called (not inlined into their
+# callers' Numba IR: inlined, the plan interpreter that called `pair` and `product` took
+# 15 s of CPU to compile, cold), and typed once per kind of arguments (helper_njit).
+_helper: Any = helper_njit()
 
 
-@njit(inline="always")
+@_helper
 def _event(s: Any, thread: int, kind: int, piece: int) -> None:  # pragma: no cover
     """Add (cycles, kind, piece) to `thread`'s timeline (0: the caller), if one is kept."""
     if s[TRACE + thread] != 0:
@@ -154,12 +161,12 @@ def _event(s: Any, thread: int, kind: int, piece: int) -> None:  # pragma: no co
             events[0] = n + 1
 
 
-@njit(inline="always")
+@_helper
 def _semaphore(state: int, which: int) -> int:  # pragma: no cover - compiled
     return state + 8 * (SEMS + SEM_STRIDE * which)
 
 
-@njit(inline="always")
+@_helper
 def _acquire(s: Any, state: int, which: int, spin: int) -> None:  # pragma: no cover
     """Take semaphore `which`: up to `spin` trywait rounds, then asleep."""
     sem = _semaphore(state, which)
@@ -170,7 +177,7 @@ def _acquire(s: Any, state: int, which: int, spin: int) -> None:  # pragma: no c
         pass
 
 
-@njit(inline="always")
+@_helper
 def _run_units(s: Any, j: int, first: int, last: int) -> None:  # pragma: no cover
     """The gemm calls of units `first` .. `last - 1` of the product in block `j` (its
     entries at s[j + GEMM] ...)."""
@@ -198,7 +205,7 @@ def _run_units(s: Any, j: int, first: int, last: int) -> None:  # pragma: no cov
         )  # fmt: skip
 
 
-@njit(inline="always")
+@_helper
 def _run_piece(s: Any, piece: int) -> None:  # pragma: no cover - compiled
     """Piece `piece` of the job: the units s[BOUNDS + piece] .. s[BOUNDS + piece + 1] - 1
     of the one product; of a pair, piece 0 is the first product whole and piece i > 0
@@ -211,7 +218,7 @@ def _run_piece(s: Any, piece: int) -> None:  # pragma: no cover - compiled
         _run_units(s, JOB + BLOCK, s[BOUNDS + piece - 1], s[BOUNDS + piece])
 
 
-@njit(inline="always")
+@_helper
 def _share(s: Any, state: int, pieces: int) -> None:  # pragma: no cover - compiled
     """Run the job written into the state (its lock held) as `pieces` pieces: arm them,
     wake the worker, claim pieces from the front, wait for those the worker took from
@@ -235,7 +242,7 @@ def _share(s: Any, state: int, pieces: int) -> None:  # pragma: no cover - compi
     _sem(s[POST], _semaphore(state, LOCK))
 
 
-@njit(inline="always")
+@_helper
 def _cut(s: Any, j: int, most: int) -> int:  # pragma: no cover - compiled
     """Into how many pieces (at most `most`; 1: whole) the product in block `j` is cut,
     its bands set: a batch's matrices in groups; a single matrix (C a multiple of
@@ -259,7 +266,7 @@ def _cut(s: Any, j: int, most: int) -> int:  # pragma: no cover - compiled
     return bands
 
 
-@njit(inline="always")
+@_helper
 def _bounds(s: Any, j: int, pieces: int) -> None:  # pragma: no cover - compiled
     """The pieces' first units: block j's units (its matrices times their bands) in
     `pieces` runs of about equal length."""
@@ -268,7 +275,7 @@ def _bounds(s: Any, j: int, pieces: int) -> None:  # pragma: no cover - compiled
         s[BOUNDS + i] = units * i // pieces
 
 
-@njit(inline="always")
+@_helper
 def product(
     state: int, table: Any, at: int, count: int, address: int, double: int, ta: int, tb: int,
     m: int, n: int, k: int, lda: int, ldb: int, ldc: int, beta: int, a: int, b: int, c: int,
@@ -305,7 +312,7 @@ def product(
     return True
 
 
-@njit(inline="always")
+@_helper
 def _load_row(
     s: Any, j: int, table: Any, functions: int, ptrs: int, p: int
 ) -> None:  # pragma: no cover - compiled
@@ -321,7 +328,7 @@ def _load_row(
     s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
 
 
-@njit(inline="always")
+@_helper
 def _span(s: Any, j: int, operand: int) -> tuple[int, int]:  # pragma: no cover - compiled
     """The bytes [low, high) that operand A, B or C of block `j` may touch."""
     m, n, k = s[j + M], s[j + N], s[j + K]
@@ -341,7 +348,7 @@ def _span(s: Any, j: int, operand: int) -> tuple[int, int]:  # pragma: no cover 
     return base + low, base + high + ((rows - 1) * ld + cols) * item
 
 
-@njit(inline="always")
+@_helper
 def _apart(s: Any, j: int, operand: int, other: int) -> bool:  # pragma: no cover
     """Whether block j's C and operand `operand` of block `other` share no byte."""
     c_low, c_high = _span(s, j, C)
@@ -349,7 +356,7 @@ def _apart(s: Any, j: int, operand: int, other: int) -> bool:  # pragma: no cove
     return c_high <= low or high <= c_low
 
 
-@njit(inline="always")
+@_helper
 def pair(
     state: int, table: Any, functions: int, ptrs: int, p: int, q: int
 ) -> bool:  # pragma: no cover - compiled
@@ -402,6 +409,36 @@ def pair(
     return True
 
 
+#: `int64 rows(int64* table, int64 p, int64 q)`: the interpreter's GEMM row at table[p]
+#: (runtime.vm's layout: [GEMM, gemm, syrk, split, float64?, trans a, trans b, m, n, k,
+#: lda, ldb, ldc, beta, pointers a, b, c, count, offsets]) cut across the cores, with the
+#: GEMM row at table[q] whose `split` is set too (-1: none) beside it if both can run at
+#: once; returns 0 (nothing done: run it whole), 1 (the row at p done) or 2 (both done).
+ROWS_SIGNATURE = types.int64(types.CPointer(types.int64), types.int64, types.int64)
+
+
+def _rows(pointer: Any, p: int, q: int) -> int:  # pragma: no cover - compiled
+    """`ROWS_SIGNATURE`'s function over the interpreter's table at `pointer` (its header
+    says where its functions and pointers are, and its length: entry 6). A C function of
+    its own, which the interpreter's loop calls by address (runtime.vm): compiled into
+    that loop, which every plan needs, with these helpers inlined (Numba's `inline=
+    "always"` types inlined code again at each call site), it made the loop take 15 s of
+    CPU to compile in a process with an empty cache (2.2 s before `pair`); the loop now
+    takes ~1.7 s, and this ~2.4 s only in plans that cut products."""
+    table = carray(pointer, (pointer[6],))
+    functions, ptrs = table[1], table[2]
+    state = table[functions + table[p + 3]]
+    if q >= 0 and pair(state, table, functions, ptrs, p, q):
+        return 2
+    done = product(
+        state, table, p + 18, table[p + 17], table[functions + table[p + 1]],
+        table[p + 4], table[p + 5], table[p + 6], table[p + 7], table[p + 8], table[p + 9],
+        table[p + 10], table[p + 11], table[p + 12], table[p + 13],
+        table[ptrs + table[p + 14]], table[ptrs + table[p + 15]], table[ptrs + table[p + 16]],
+    )  # fmt: skip
+    return 1 if done else 0
+
+
 def _source_tag() -> str:
     """What the worker's cached machine code is keyed by besides Numba's: this module's
     source and that of the BLAS call it inlines, and of BAND_ALIGN's module."""
@@ -429,6 +466,19 @@ def _serve(state: int) -> None:  # pragma: no cover - compiled
                 _run_piece(s, i)
                 _event(s, 1, FINISHED, i)
                 _sem(s[POST], _semaphore(state, DONE))
+
+
+_ROWS: list[Any] = []  # the compiled `_rows`, kept alive
+_ROWS_LOCK = threading.Lock()
+
+
+def rows_function() -> int:
+    """The address of `_rows` (`ROWS_SIGNATURE`), compiled (or loaded from fastgrad's
+    cache) on first use: the worker's thread asks for it before it serves."""
+    with _ROWS_LOCK:
+        if not _ROWS:
+            _ROWS.append(cached_cfunc(_rows, ROWS_SIGNATURE, _source_tag()))
+        return int(_ROWS[0].address)
 
 
 _CALLS = ("sem_wait", "sem_trywait", "sem_post")
@@ -481,7 +531,7 @@ class _Worker:
         """Fresh semaphores (the lock free, no job) and settings; not serving."""
         s, calls = self.state, self.calls
         assert s is not None and calls is not None
-        s[:] = 0
+        s[:CUT], s[CUT + 1 :] = 0, 0  # (the cut's address stays valid: same process)
         s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in _CALLS)
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
         s[WAIT_SPIN], s[PAIRING], s[PAIR_PIECES] = DEFAULT_WAIT_SPIN, 1, DEFAULT_PAIR_PIECES
@@ -496,6 +546,7 @@ class _Worker:
         with OneThread():  # this thread's BLAS calls run on it, never on BLAS's threads
             try:
                 _serve.compile((types.int64,))
+                state[CUT] = rows_function()
             except Exception as error:  # products stay whole (READY is 0): say why, once
                 warnings.warn(
                     f"fastgrad: the worker that cuts matrix products across the cores could"

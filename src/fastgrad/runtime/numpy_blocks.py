@@ -13,27 +13,37 @@ whole-array sum's, within the tolerance tests/test_tiers.py states for the tiers
 A loop is blocked only where each value's first axis is either the loop's first axis or
 absent (broadcast): loops whose values the first axis does not map onto plainly (a row
 pick, a random op whose values depend on the flat index, a reshape across the first axis,
-a value reduced over the first axis that the loop reads again) run whole.
+a value reduced over the first axis that the loop reads again with blocked values) run
+whole. Values made only of such reductions (and whole values) are made after the blocks.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fastgrad.compiler.fusion import REDUCTIONS, Loop, row_drop
+from fastgrad.runtime.numpy_reductions import tier_impl
+from fastgrad.runtime.thread_budget import numba_threads
 
 # Elements per block: 2^15 float64 values are 256 KB, so the few live at once stay in L2.
 # W1's loop (10^7 float64, 39 ops) in a fresh process, CPU time of its one run: 2.5-2.7 s
 # whole; blocks of 2^14 0.50-0.56 s, 2^15 0.48-0.52 s, 2^16 0.57-0.78 s (2 runs each).
 BLOCK = 1 << 15
+# Blocks of a loop, at least, for half of them to run on a second thread: bench M3's
+# first call (one loop of 93 ops over 10^6 float32, 31 blocks) spent 150 ms of CPU there,
+# JAX's whole first call ~140 ms of wall time.
+TWO_THREADS = 8
 
-# Kinds of value: read whole (INVARIANT), one block at a time (BLOCKED), or a reduction
-# over the first axis made of one partial result per block (PARTIAL).
-INVARIANT, BLOCKED, PARTIAL = 0, 1, 2
+# Kinds of value: read whole (INVARIANT), one block at a time (BLOCKED), a reduction
+# over the first axis made of one partial result per block (PARTIAL), or made whole after
+# the blocks from such reductions (AFTER: M4's gradient of its (8, 2) means, a sum over
+# 10^6 rows times a constant, had kept its (10^6, 8, 2) loop whole: 0.25-0.5 s of CPU).
+INVARIANT, BLOCKED, PARTIAL, AFTER = 0, 1, 2, 3
 _COMBINE: dict[str, Callable[..., Any]] = {
     "sum": np.sum,
     "max": np.max,
@@ -68,17 +78,20 @@ class BlockedLoop:
         self.ops: list[tuple[Any, dict[str, Any], list[tuple[bool, int, bool]], int, str]] = []
         for node in nodes:
             ins = []
+            after = False  # reads a reduction over the first axis (or a value made of one)
             for v in node.inputs:
                 if id(v) in local:
                     k = local[id(v)]
-                    if kinds[k] == PARTIAL:
-                        raise _Unblockable  # read before all blocks have reduced it
+                    after = after or kinds[k] in (PARTIAL, AFTER)
                     ins.append((False, k, kinds[k] == BLOCKED))
                 else:
                     ins.append((True, slot_of(v), spans(v.aval.shape)))
-            kind = _kind_of(node, [b for _, _, b in ins], spans)
+            if after and any(b for _, _, b in ins):
+                raise _Unblockable  # read with blocks before all blocks have reduced it
+            kind = AFTER if after else _kind_of(node, [b for _, _, b in ins], spans)
             kinds.append(kind)
-            self.ops.append((node.op.impl, node.params, ins, kind, node.op.name))
+            impl = tier_impl(node.op.name, node.op.impl)
+            self.ops.append((impl, node.params, ins, kind, node.op.name))
         self.kinds = kinds
         self.rows = max(1, BLOCK // math.prod(loop.shape[1:]))
         self.ufuncs = [node.op.ufunc for node in nodes]
@@ -106,8 +119,8 @@ class BlockedLoop:
         first, rows = self.shape[0], self.rows
         size = len(self.ops)
         values: list[Any] = [None] * size
-        partials: list[list[Any]] = [[] for _ in range(size)]
-        pool: dict[int, np.ndarray] = {}
+        starts = range(0, first, rows)
+        partials: list[list[Any]] = [[None] * len(starts) for _ in range(size)]
         full: dict[int, np.ndarray] = {
             k: np.empty(self.out_shapes[k], self.dtypes[k])
             for k, _ in self.outputs
@@ -118,28 +131,53 @@ class BlockedLoop:
                 if kind == INVARIANT:
                     args = [env[k] if is_slot else values[k] for is_slot, k, _ in ins]
                     values[i] = np.asarray(impl(*args, **params), dtype=self.dtypes[i])
-            for lo in range(0, first, rows):
-                hi = min(first, lo + rows)
-                for i, (_, _, ins, kind, _) in enumerate(self.ops):
-                    if kind == INVARIANT:
-                        continue
-                    args = [
-                        (env[k] if is_slot else values[k])[lo:hi]
-                        if blocked and is_slot
-                        else (env[k] if is_slot else values[k])
-                        for is_slot, k, blocked in ins
-                    ]
-                    values[i] = self._block_op(i, args, (lo, hi), full, pool)
-                    if kind == PARTIAL:
-                        partials[i].append(values[i])
+
+        def blocks(which: range, errors: list[BaseException]) -> None:
+            """Blocks `which` in order, with buffers and block values of their own."""
+            mine, pool = list(values), {}  # (the invariant values shared, read only)
+            try:
+                with np.errstate(all="ignore"):
+                    for b in which:
+                        lo = starts[b]
+                        hi = min(first, lo + rows)
+                        for i, (_, _, ins, kind, _) in enumerate(self.ops):
+                            if kind in (INVARIANT, AFTER):
+                                continue
+                            args = [
+                                (env[k] if is_slot else mine[k])[lo:hi]
+                                if blocked and is_slot
+                                else (env[k] if is_slot else mine[k])
+                                for is_slot, k, blocked in ins
+                            ]
+                            mine[i] = self._block_op(i, args, (lo, hi), full, pool)
+                            if kind == PARTIAL:
+                                partials[i][b] = mine[i]
+            except BaseException as error:  # raised again on the calling thread
+                errors.append(error)
+
+        # Half the blocks on a second thread where the process may use two (NumPy's
+        # loops let go of the GIL): each block is computed as alone and the partials are
+        # combined in block order, so the bits do not depend on it.
+        errors: list[BaseException] = []
+        half = len(starts) // 2 if len(starts) >= TWO_THREADS and numba_threads() > 1 else 0
+        helper = threading.Thread(target=blocks, args=(range(half, len(starts)), errors))
+        if half:
+            helper.start()
+        blocks(range(half) if half else range(len(starts)), errors)
+        if half:
+            helper.join()
+        if errors:
+            raise errors[0]
+        with np.errstate(all="ignore"):
+            for i, (impl, params, ins, kind, name) in enumerate(self.ops):
+                if kind == PARTIAL:
+                    combined = _COMBINE[name](np.stack(partials[i]), axis=0)
+                    values[i] = np.asarray(combined, self.dtypes[i])
+                elif kind == AFTER:
+                    args = [env[k] if is_slot else values[k] for is_slot, k, _ in ins]
+                    values[i] = np.asarray(impl(*args, **params), dtype=self.dtypes[i])
         for k, slot in self.outputs:
-            if self.kinds[k] == BLOCKED:
-                env[slot] = full[k]
-            elif self.kinds[k] == PARTIAL:
-                combine = _COMBINE[self.ops[k][4]]
-                env[slot] = np.asarray(combine(np.stack(partials[k]), axis=0), self.dtypes[k])
-            else:
-                env[slot] = values[k]
+            env[slot] = full[k] if self.kinds[k] == BLOCKED else values[k]
 
     def _block_op(
         self,

@@ -18,6 +18,7 @@ import numpy as np
 
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.runtime.numpy_blocks import BlockedLoop
+from fastgrad.runtime.numpy_reductions import tier_impl
 
 # (impl, params, inputs as (is_slot, slot or local index), dtype, reusable local index)
 _Op = tuple[Callable[..., Any], dict[str, Any], list[tuple[bool, int]], np.dtype, int]
@@ -33,7 +34,7 @@ class NumpyLoop:
         if stored is not None:
             ins_of, reuse_of, outputs = stored
             self.ops = [
-                (n.op.impl, n.params, ins, n.out.aval.dtype, reuse)
+                (tier_impl(n.op.name, n.op.impl), n.params, ins, n.out.aval.dtype, reuse)
                 for n, ins, reuse in zip(nodes, ins_of, reuse_of, strict=True)
             ]
             self.outputs = list(outputs)
@@ -76,7 +77,8 @@ class NumpyLoop:
                 ):
                     reuse = k
                     break
-            self.ops.append((node.op.impl, node.params, ins, node.out.aval.dtype, reuse))
+            impl = tier_impl(node.op.name, node.op.impl)  # (short reductions: by slices)
+            self.ops.append((impl, node.params, ins, node.out.aval.dtype, reuse))
         self.outputs = [(local[id(v)], slot_of(v)) for v in loop.outputs]
         self.size = len(self.ops)
         # A large loop runs a block of rows at a time, in cache (runtime.numpy_blocks).

@@ -15,7 +15,8 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
     copy of its upper triangle to the lower, as `np.matmul` does, for the same bits. With
     `split` (an index into the functions: the address of runtime.gemm_split's state; -1:
     none) a product big enough to pay is cut across the cores by gemm_split; two such
-    rows side by side run as one job, one whole on the calling thread (gemm_split.pair)
+    rows side by side run as one job, one whole on the calling thread (gemm_split.pair);
+    both through a C function of their own (gemm_split.rows_function), once compiled
   LOOP: a scan's iterations, each a call of one of two body segments (tables of their
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
   GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them: a
@@ -38,10 +39,16 @@ from numba.core import cgutils
 from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import MachineCodeCache, cached_njit, source_tag
+from fastgrad.compiler.machine_code import (
+    MachineCodeCache,
+    cached_cfunc,
+    cached_njit,
+    source_tag,
+)
 from fastgrad.runtime import blas, blas_calls, gemm_split, vm_vectors
 from fastgrad.runtime.blas import ROW_MAJOR
 from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer
+from fastgrad.runtime.gemm_split import CUT
 from fastgrad.runtime.vm_vectors import GEMV
 from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
 
@@ -124,6 +131,18 @@ def _call_table_typing(typingctx: Any, address: Any, table: Any, at: Any) -> Any
     return signature, codegen
 
 
+def _call_cut_typing(typingctx: Any, address: Any, table: Any, p: Any, q: Any) -> Any:
+    """Call the C function `int64 f(int64*, int64, int64)` at integer `address`."""
+    signature = types.int64(address, table, p, q)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(i64, [i64.as_pointer(), i64, i64])
+        return builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
+
+    return signature, codegen
+
+
 def _set_threads_typing(typingctx: Any, address: Any, count: Any) -> Any:
     """Call `int f(int)` at integer `address` (OpenBLAS's per-thread thread count)."""
     signature = types.int64(address, count)
@@ -182,6 +201,7 @@ _element_pointer: Any = intrinsic(_element_pointer_typing)
 _float_pointer: Any = intrinsic(_float_pointer_typing)
 _set_threads: Any = intrinsic(_set_threads_typing)
 _call_table: Any = intrinsic(_call_table_typing)
+_call_cut: Any = intrinsic(_call_cut_typing)
 _copy: Any = intrinsic(_copy_typing)
 _table_pointer: Any = int64_pointer
 
@@ -210,7 +230,7 @@ def _source_tag() -> str:
 _float64_pointer, _float32_pointer = POINTERS["float64"], POINTERS["float32"]
 
 
-@njit(inline="always")
+@njit
 def _mirror_upper(double: int, address: int, n: int, ld: int) -> None:  # pragma: no cover
     """Copy the upper triangle of the n x n row-major matrix at `address` (leading
     dimension `ld`) to its lower triangle: what `np.matmul` does after its syrk."""
@@ -262,20 +282,17 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
                 table[functions + table[p + 1]],
                 table[p + 3],
             )
-            if split >= 0 and i + 1 < end:  # the next row a product to cut too: both at once
-                q = table[starts + i + 1]
-                if (
-                    table[q] == GEMM
-                    and table[q + 3] >= 0
-                    and gemm_split.pair(table[functions + split], table, functions, ptrs, p, q)
-                ):
+            # cut across the cores (gemm_split.rows_function: a C function of its own, its
+            # address in gemm_split's state once compiled), with the next row if it is one
+            cut = _table_pointer(table[functions + split])[CUT] if split >= 0 else 0
+            if cut != 0:
+                q = table[starts + i + 1] if i + 1 < end else -1
+                q = q if q >= 0 and table[q] == GEMM and table[q + 3] >= 0 else -1
+                done = _call_cut(cut, pointer, p, q)
+                if done == 2:
                     paired = q
+                if done != 0:
                     continue
-            if split >= 0 and gemm_split.product(
-                table[functions + split], table, p + 18, count, gemm_address, double, ta, tb,
-                m, n, k, lda, ldb, ldc, beta, a, b, c,
-            ):  # fmt: skip
-                continue
             for q in range(p + 18, p + 18 + 3 * count, 3):
                 pa, pb, pc = a + table[q], b + table[q + 1], c + table[q + 2]
                 if beta == 0 and pa == pb and m == n and ta != tb and lda == ldb:
@@ -394,11 +411,7 @@ def table_function() -> int:
     on first use: a C function `(int64* table, int64 at)`, the same for every plan."""
     with _TABLE_LOCK:
         if not _TABLE_FUNCTION:
-            signature = (TABLE_SIGNATURE.args, TABLE_SIGNATURE.return_type)
-            function: Any = CFunc(_run_table, signature, locals={}, options={"nogil": True})
-            function._cache = MachineCodeCache(_run_table, _source_tag(), folder="adapters")
-            function.compile()
-            _TABLE_FUNCTION.append(function)
+            _TABLE_FUNCTION.append(cached_cfunc(_run_table, TABLE_SIGNATURE, _source_tag()))
         return int(_TABLE_FUNCTION[0].address)
 
 
