@@ -272,3 +272,45 @@ def test_the_plan_waits_for_a_loop_whose_kernels_compile():
     for _ in range(6):
         jf(*args)
     assert _one_segment(jf, args)
+
+
+@pytest.mark.parametrize("kind", ["steps", "vm"])
+def test_a_callback_calling_the_same_function_from_its_loop(kind):
+    """A scan body's callback that calls the same jitted function on the same thread: the
+    inner call finds the loop busy and runs with fresh outputs. With the loops' shared
+    lock re-entrant (nested loops' rows need that), the inner call had run on the arenas
+    the outer call was in the middle of: its stacked outputs off by up to 3.5."""
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((3, 3)) * 0.4
+    h0, xs = rng.standard_normal((2, 3)), rng.standard_normal((6, 2, 3))
+    inner: list[list[np.ndarray]] = []
+    calling = [False]
+
+    def hook(h: np.ndarray) -> np.ndarray:
+        if calling[0]:
+            calling[0] = False
+            inner.append(_flat(jf(w, h0, xs)))
+        return np.asarray(h)
+
+    def f(w: Any, h: Any, xs: Any) -> Any:
+        def body(h: Any, x: Any) -> tuple[Any, Any]:
+            h = fg.pure_callback(hook, fg.ShapeDtypeStruct(h.shape, h.dtype), fnp.tanh(h @ w + x))
+            return h, h * 2.0
+
+        return fg.scan(body, h, xs)
+
+    want, h = [], h0
+    for x in xs:
+        h = np.tanh(h @ w + x)
+        want.append(h * 2.0)
+    want = [h, np.stack(want)]
+    config.update("runtime", kind)
+    jf = fg.jit(f)
+    for _ in range(4):  # its arenas built and used
+        jf(w, h0, xs)
+    calling[0] = True
+    got = _flat(jf(w, h0, xs))
+    assert len(inner) == 1
+    for result in (got, inner[0]):
+        for a, b in zip(result, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

@@ -31,6 +31,7 @@ from fastgrad.runtime.blas import OneThread, has_local_threads
 from fastgrad.runtime.loop_hoisting import HoistedScan, hoist
 from fastgrad.runtime.loop_table import ScanLoop
 from fastgrad.runtime.scan_call import ThinScan
+from fastgrad.runtime.small_call import drop, take
 from fastgrad.runtime.thread_budget import largest_gemm
 from fastgrad.transforms.calls import GroupCall
 from fastgrad.transforms.control_flow import (
@@ -85,9 +86,13 @@ class LoopStep:
         self.bodies: list[Body]
         # Bodies are called with `.run`: the plan that runs this step has set errstate.
         # A loop's bodies write their outputs into preallocated buffers (`iterations`),
-        # which one loop at a time uses (`iterating`); a loop that finds them in use
-        # (another thread) runs with fresh outputs per iteration.
-        self.nest = Nest()  # `iterating`, shared with the loops nested in its bodies
+        # which one loop at a time uses (`iterating`, shared with the loops nested in its
+        # bodies: re-entrant, a LOOP's rows run theirs) and one run of this loop at a time
+        # (`busy`: never re-entered, as by a callback in its body calling the same function
+        # on the same thread); a loop that finds either in use runs with fresh outputs per
+        # iteration. (Copies of the step share both, and its bodies.)
+        self.nest = Nest()
+        self.busy = threading.Lock()
         self.carried = 0  # how many of the outputs are the final carry, copied out
         # A scan's stacked outputs that nothing but this plan's steps reads (`publish`).
         self.private: frozenset[int] = frozenset()
@@ -174,7 +179,7 @@ class LoopStep:
             return self.bodies[self._branch(arrays[0])].run(arrays[1:])
         if self.looped is not None:
             arrays = _contiguous_consts(arrays, self.call.n_consts)
-        if not self.iterating.acquire(blocking=False):
+        if not take(self.locks):
             return self._loop(arrays, *(b.run for b in self.bodies))
         try:
             thin = self.thin_call()
@@ -196,7 +201,7 @@ class LoopStep:
             carry = [x if any(x is f for f in fresh) else np.array(x, copy=True) for x in carry]
             return carry + outs[self.carried :]
         finally:
-            self.iterating.release()
+            drop(self.locks)
 
     def thin_call(self) -> ThinScan | None:
         """The scan's call once its LOOP is built (runtime.scan_call), else None."""
@@ -214,6 +219,17 @@ class LoopStep:
         by one thread at a time (re-entrant: the loops nested in its bodies share it,
         since a LOOP's rows may run theirs, runtime.loop_row)."""
         return self.nest.lock
+
+    @property
+    def locks(self) -> tuple[Any, ...]:
+        """What a run of this loop on its own arenas and tables holds: `busy`, `iterating`."""
+        return (self.busy, self.nest.lock)
+
+    @property
+    def row_locks(self) -> tuple[Any, ...]:
+        """What a run of this loop's LOOP as rows of another table holds (runtime.loop_row):
+        `locks` and the `busy` of every loop nested in it, whose tables those rows run."""
+        return (*self.locks, *(step.busy for step in _all_nested(self.bodies)))
 
     @property
     def returnable(self) -> list[int]:
@@ -252,7 +268,8 @@ def _contiguous_consts(arrays: list[Any], n_consts: int) -> list[Any]:
 
 class Nest:
     """The lock of a loop and of the loops nested in its bodies (and of their copies,
-    which share this object): whoever runs one of their LOOPs' tables holds it."""
+    which share this object): whoever runs one of their LOOPs' tables or preallocated
+    arenas holds it (with that loop's own `busy`)."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()

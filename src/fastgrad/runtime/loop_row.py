@@ -123,8 +123,9 @@ def rows(segment: Any, step: Any) -> list[list[int]] | None:
         outer.append(_fixed(segment, _own(owned, ("pair", h), shape, dtype)))
     # Its LOOP's tables (and those of the loops nested in it) run by one thread at a time:
     # the segment holds the step's lock for a run (else runs its steps one by one).
-    if all(lock is not step.iterating for lock in segment.locks):
-        segment.locks.append(step.iterating)
+    for lock in step.row_locks:
+        if all(lock is not held for held in segment.locks):
+            segment.locks.append(lock)
     return [*product_rows, _renamed(program, outer)]
 
 
