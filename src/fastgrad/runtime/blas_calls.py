@@ -1,7 +1,8 @@
 """Calls into BLAS by address from compiled code (the plan interpreter, runtime.vm, and the
 products it cuts across the cores, runtime.gemm_split): `cblas_?gemm` in row-major order,
-its precision chosen at run time; and the cast of an address to the int64 tables both
-read."""
+its precision chosen at run time; the cast of an address to the int64 tables both read;
+and what the cut's worker calls by address or reads (`int f(sem_t*)` for the POSIX
+semaphores, an array element's address, the processor's cycle counter for its timeline)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fastgrad.runtime.blas import ROW_MAJOR
@@ -70,6 +72,46 @@ def _int64_pointer_typing(typingctx: Any, address: Any) -> Any:
     return signature, codegen
 
 
+def _sem_typing(typingctx: Any, address: Any, sem: Any) -> Any:
+    """Call `int f(sem_t*)` at integer `address` on the semaphore at integer `sem`."""
+    signature = types.int64(address, sem)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        char_p = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.IntType(32), [char_p])
+        function = builder.inttoptr(args[0], fnty.as_pointer())
+        result = builder.call(function, [builder.inttoptr(args[1], char_p)])
+        return builder.sext(result, ir.IntType(64))
+
+    return signature, codegen
+
+
+def _address_typing(typingctx: Any, array: Any, index: Any) -> Any:
+    """The address of `array[index]` of a 1-D int64 array, as an integer."""
+    signature = types.int64(array, index)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+
+    return signature, codegen
+
+
+def _cycles_typing(typingctx: Any) -> Any:
+    """The processor's cycle counter (`llvm.readcyclecounter`), for the timeline."""
+    signature = types.int64()
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        fnty = ir.FunctionType(ir.IntType(64), [])
+        counter = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+        return builder.call(counter, [])
+
+    return signature, codegen
+
+
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's.
 gemm: Any = intrinsic(_gemm_typing)
 int64_pointer: Any = intrinsic(_int64_pointer_typing)
+sem_call: Any = intrinsic(_sem_typing)
+address_of: Any = intrinsic(_address_typing)
+cycles: Any = intrinsic(_cycles_typing)

@@ -51,14 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from llvmlite import ir
 from numba import carray, types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import cached_cfunc, cached_njit, helper_njit, source_tag
 from fastgrad.runtime.blas import BAND_ALIGN, TRANS
-from fastgrad.runtime.blas_calls import gemm, int64_pointer
+from fastgrad.runtime.blas_calls import address_of, cycles, gemm, int64_pointer, sem_call
 
 MAX_PIECES = 8
 # The state's entries: the semaphore calls' addresses; whether the worker serves (READY)
@@ -103,47 +100,6 @@ TRACE_SIZE = 1 << 14
 POSTED, STARTED, FINISHED, WAITED, WOKEN = range(1, 6)
 
 
-def _sem_typing(typingctx: Any, address: Any, sem: Any) -> Any:
-    """Call `int f(sem_t*)` at integer `address` on the semaphore at integer `sem`."""
-    signature = types.int64(address, sem)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        char_p = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.IntType(32), [char_p])
-        function = builder.inttoptr(args[0], fnty.as_pointer())
-        result = builder.call(function, [builder.inttoptr(args[1], char_p)])
-        return builder.sext(result, ir.IntType(64))
-
-    return signature, codegen
-
-
-def _address_typing(typingctx: Any, array: Any, index: Any) -> Any:
-    """The address of `array[index]` of a 1-D int64 array, as an integer."""
-    signature = types.int64(array, index)
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        return builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
-
-    return signature, codegen
-
-
-def _cycles_typing(typingctx: Any) -> Any:
-    """The processor's cycle counter (`llvm.readcyclecounter`), for the timeline."""
-    signature = types.int64()
-
-    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        fnty = ir.FunctionType(ir.IntType(64), [])
-        counter = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
-        return builder.call(counter, [])
-
-    return signature, codegen
-
-
-# Typed as Any: the intrinsics' first argument (the typing context) is Numba's.
-_sem: Any = intrinsic(_sem_typing)
-_address: Any = intrinsic(_address_typing)
-cycles: Any = intrinsic(_cycles_typing)
 # The helpers below are compiled functions of their own, called (not inlined into their
 # callers' Numba IR: inlined, the plan interpreter that called `pair` and `product` took
 # 15 s of CPU to compile, cold), and typed once per kind of arguments (helper_njit).
@@ -171,9 +127,9 @@ def _acquire(s: Any, state: int, which: int, spin: int) -> None:  # pragma: no c
     """Take semaphore `which`: up to `spin` trywait rounds, then asleep."""
     sem = _semaphore(state, which)
     for _ in range(spin):
-        if _sem(s[TRYWAIT], sem) == 0:
+        if sem_call(s[TRYWAIT], sem) == 0:
             return
-    while _sem(s[WAIT], sem) != 0:  # EINTR: a signal woke it
+    while sem_call(s[WAIT], sem) != 0:  # EINTR: a signal woke it
         pass
 
 
@@ -225,11 +181,11 @@ def _share(s: Any, state: int, pieces: int) -> None:  # pragma: no cover - compi
     the back, then free the lock."""
     _event(s, 0, POSTED, pieces)
     for i in range(pieces):  # arm the claims: each post publishes the job written above
-        _sem(s[POST], _semaphore(state, PIECE + i))
-    _sem(s[POST], _semaphore(state, WORK))
+        sem_call(s[POST], _semaphore(state, PIECE + i))
+    sem_call(s[POST], _semaphore(state, WORK))
     mine = 0
     for i in range(pieces):
-        if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
+        if sem_call(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
             _event(s, 0, STARTED, i)
             _run_piece(s, i)
             _event(s, 0, FINISHED, i)
@@ -239,7 +195,7 @@ def _share(s: Any, state: int, pieces: int) -> None:  # pragma: no cover - compi
     _event(s, 0, WAITED, pieces - mine)
     s[JOBS] += 1
     s[TAKEN] += pieces - mine
-    _sem(s[POST], _semaphore(state, LOCK))
+    sem_call(s[POST], _semaphore(state, LOCK))
 
 
 @_helper
@@ -295,16 +251,16 @@ def product(
         return False
     if count == 1 and n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
         return False
-    if _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
+    if sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
     j = JOB
     s[j + GEMM], s[j + DOUBLE], s[j + TA], s[j + TB] = address, double, ta, tb
     s[j + M], s[j + N], s[j + K], s[j + LDA], s[j + LDB], s[j + LDC] = m, n, k, lda, ldb, ldc
     s[j + BETA], s[j + A], s[j + B], s[j + C] = beta, a, b, c
-    s[j + OFFSETS], s[j + COUNT] = _address(table, at), count
+    s[j + OFFSETS], s[j + COUNT] = address_of(table, at), count
     pieces = _cut(s, j, MAX_PIECES)
     if pieces < 2:
-        _sem(s[POST], _semaphore(state, LOCK))
+        sem_call(s[POST], _semaphore(state, LOCK))
         return False
     s[PAIRED] = 0
     _bounds(s, j, pieces)
@@ -324,7 +280,7 @@ def _load_row(
         s[j + DOUBLE + e] = table[p + 4 + e]
     for e in range(3):  # A, B, C
         s[j + A + e] = table[ptrs + table[p + 14 + e]]
-    s[j + OFFSETS], s[j + COUNT] = _address(table, p + 18), table[p + 17]
+    s[j + OFFSETS], s[j + COUNT] = address_of(table, p + 18), table[p + 17]
     s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
 
 
@@ -371,7 +327,7 @@ def pair(
     either product may be a syrk, or the second reads or writes what the first writes, or
     writes what it reads (bounds of the bytes each may touch)."""
     s = carray(int64_pointer(state), (SIZE,))
-    if s[READY] == 0 or s[PAIRING] == 0 or _sem(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
+    if s[READY] == 0 or s[PAIRING] == 0 or sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
     first, second = JOB, JOB + BLOCK
     _load_row(s, first, table, functions, ptrs, p)
@@ -392,7 +348,7 @@ def pair(
         for operand in (A, B):
             ok = ok and _apart(s, second, operand, first)
     if not ok:
-        _sem(s[POST], _semaphore(state, LOCK))
+        sem_call(s[POST], _semaphore(state, LOCK))
         return False
     if s[first + K] < s[second + K]:  # the one whose bands cost more runs whole
         for e in range(BLOCK):
@@ -461,11 +417,11 @@ def _serve(state: int) -> None:  # pragma: no cover - compiled
             return
         _event(s, 1, WOKEN, 0)
         for i in range(MAX_PIECES - 1, -1, -1):
-            if _sem(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
+            if sem_call(s[TRYWAIT], _semaphore(state, PIECE + i)) == 0:
                 _event(s, 1, STARTED, i)
                 _run_piece(s, i)
                 _event(s, 1, FINISHED, i)
-                _sem(s[POST], _semaphore(state, DONE))
+                sem_call(s[POST], _semaphore(state, DONE))
 
 
 _ROWS: list[Any] = []  # the compiled `_rows`, kept alive
