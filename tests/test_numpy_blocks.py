@@ -187,3 +187,42 @@ def test_a_whole_loop_writes_into_a_value_a_reduction_has_read():
     (loop,) = [s.tier.numpy_loop for s in traced.executable.plan if getattr(s, "tier", None)]
     names = [getattr(impl, "__name__", "") for impl, *_ in loop.ops]
     assert loop.ops[names.index("divide")][4] == names.index("exp"), names
+
+
+def test_the_whole_loop_tier_writes_large_results_into_memory_nobody_holds():
+    """Softmax cross-entropy's gradient (W2's loop: a scatter_add among ufuncs) over
+    4 MiB arrays, on NumPy: large results go into recycled memory (runtime.recycling),
+    the row-shifted logits' memory serving scatter_add's target once dead, so the first
+    call keeps 3 blocks, not 4 (the third: the kernel's output, allocated for the compile
+    job's stand-ins and let go of when NumPy fills its slot); later calls take those
+    again, and every result kept from earlier calls stays as it was."""
+    from fastgrad.runtime import recycling
+
+    def loss(logits, labels):
+        z = logits - fg.stop_gradient(fnp.max(logits, axis=1, keepdims=True))
+        return fnp.mean(fnp.logsumexp(z, axis=1) - z[np.arange(z.shape[0]), labels])
+
+    def expected(logits, labels):
+        z = logits - logits.max(1, keepdims=True)
+        p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+        rows = np.arange(len(z))
+        p[rows, labels] -= 1
+        return np.mean(np.log(np.exp(z).sum(1)) - z[rows, labels]), p / len(z)
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 1024, 512)
+    f = fg.jit(fg.value_and_grad(loss))
+    fg.release_buffers()
+    kept, held = [], []
+    for _ in range(4):
+        logits = rng.standard_normal((512, 1024))
+        kept.append((logits, f(logits, labels)))
+        held.append(recycling.POOL.held)
+    block = 512 * 1024 * 8 + 4096 + 64  # staggered_empty's block for one 4 MiB value
+    assert held[0] == 3 * block and held[1] == held[0], held
+    assert held[3] - held[2] == block, held  # only the kept gradient is new
+    for logits, (value, grad) in kept:
+        want_value, want_grad = expected(logits, labels)
+        np.testing.assert_allclose(value, want_value, **TOL)
+        np.testing.assert_allclose(grad, want_grad, **TOL)
+    fg.release_buffers()
