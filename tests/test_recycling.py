@@ -80,7 +80,7 @@ def test_small_blocks_are_not_kept_and_the_setting_bounds_what_is(pool):
         fg.config.update("output_pool_mb", -1)
 
 
-def test_the_cap_forgets_blocks_nobody_holds_first(pool):
+def test_a_new_block_lets_go_of_free_ones_of_other_sizes_and_the_cap_of_the_oldest(pool):
     fg.config.update("output_pool_mb", 6)  # three blocks of 2 MiB
     older = pool.take(SIZE)
     free = pool.take(SIZE)
@@ -89,16 +89,15 @@ def test_the_cap_forgets_blocks_nobody_holds_first(pool):
     newer = pool.take(SIZE)  # the free block, handed out again
     assert _address(newer) == free_address
     del newer
-    third = pool.take(SIZE + 1)  # past the cap: the block nobody holds goes, not `older`
+    third = pool.take(SIZE + 1)  # a new block: the free one of another size goes
     kept = [b for blocks in pool.blocks.values() for b in blocks]
-    assert pool.held == 2 * SIZE + 1 and {_address(b) for b in kept} == {
-        _address(older),
-        _address(third),
-    }
-    fourth = pool.take(SIZE + 2)  # all held: the oldest is forgotten (the caller's alone)
+    assert pool.held == 2 * SIZE + 1
+    assert {_address(b) for b in kept} == {_address(older), _address(third)}
+    fourth = pool.take(SIZE + 2)
+    fifth = pool.take(SIZE + 2)  # past the cap, all held: the oldest goes (the caller's)
     kept = [b for blocks in pool.blocks.values() for b in blocks]
     assert pool.held <= 6 << 20 and all(b is not older for b in kept)
-    del older, third, fourth
+    del older, third, fourth, fifth
 
 
 def _program(x, y, a, b):

@@ -21,8 +21,11 @@ is no reference: such an address is valid only while the array lives, as always.
 NumPy's own temporary elision reasons, a count is exact only with the GIL: on a
 free-threaded Python the pool is off.
 
-The pool holds at most `config.output_pool_mb` megabytes of blocks, those the caller
-holds included; past it, blocks nobody holds go first, oldest first. What it keeps alive
+A block is new only when no free one of its size is left; it lets go of the free
+blocks of other sizes first, so that the pool never adds to a program's peak memory (a
+first call whose NumPy temporaries come in several sizes would otherwise keep those of
+one size while it allocates another). The pool holds at most `config.output_pool_mb`
+megabytes of blocks, those the caller holds included: past it, the oldest go. What it keeps alive
 that nobody holds is memory a program no longer sees: `release()` (`fg.release_buffers()`)
 lets it all go, and `output_pool_mb = 0` turns the pool off.
 """
@@ -80,7 +83,13 @@ class Pool:
                     block = blocks[k]
                     self.stamps[id(block)] = next(self.clock)
                     return block
+            # None free: let go of free blocks of other sizes first, so that what the pool
+            # keeps never adds to a call's peak (M4's first call on NumPy, temporaries of
+            # several sizes: 244 -> 381 MB kept free blocks of one size while it
+            # allocated another)
+            self._forget_free(nbytes)
             block = np.empty(nbytes, np.uint8)
+            blocks = self.blocks.setdefault(nbytes, [])
             blocks.append(block)
             self.stamps[id(block)] = next(self.clock)
             self.held += nbytes
@@ -103,6 +112,14 @@ class Pool:
                 break
             if block is not keep:
                 self._forget(size, block)
+
+    def _forget_free(self, size: int) -> None:
+        """Forget the blocks nobody holds, except those of `size` bytes."""
+        for other, blocks in list(self.blocks.items()):
+            if other != size:
+                for k in range(len(blocks) - 1, -1, -1):
+                    if _count(blocks, k) == _ALONE and not weakref.getweakrefcount(blocks[k]):
+                        self._forget(other, blocks[k])
 
     def _forget(self, size: int, block: np.ndarray) -> None:
         blocks = self.blocks[size]
