@@ -31,11 +31,13 @@ STAGGER = 320
 PAGE = 4096
 
 
-def staggered_empty(shape: tuple[int, ...], dtype: np.dtype, k: int) -> np.ndarray:
+def staggered_empty(
+    shape: tuple[int, ...], dtype: np.dtype, k: int, take: Callable[[int], np.ndarray] | None = None
+) -> np.ndarray:
     """A fresh array for the `k`-th output of a loop, starting `(k + 1) * 320` bytes (modulo
     4 KiB) past a page boundary, where NumPy's large allocations sit. Fresh: it shares
     memory with nothing anyone holds (a large one may be memory an earlier call's output
-    had, which nobody holds any more: runtime.recycling).
+    had, which nobody holds any more: runtime.recycling; or from `take`, another pool's).
 
     >>> a = staggered_empty((1000,), np.dtype(np.float64), 0)
     >>> a.ctypes.data % 64, a.shape
@@ -44,7 +46,7 @@ def staggered_empty(shape: tuple[int, ...], dtype: np.dtype, k: int) -> np.ndarr
     nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~4 us, a third of a small call
     if nbytes < PAGE:
         return np.empty(shape, dtype)
-    raw = recycling.take(nbytes + PAGE + ALIGN)  # large: memory no one holds any more
+    raw = (take or recycling.take)(nbytes + PAGE + ALIGN)  # large: memory nobody holds
     address = raw.ctypes.data
     start = -address % ALIGN + ((k + 1) * STAGGER - (address + -address % ALIGN)) % PAGE
     return raw[start : start + nbytes].view(dtype).reshape(shape)

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from fastgrad.compiler.fusion import REDUCTIONS, Loop, row_drop
-from fastgrad.runtime.arena import staggered_empty
 
 # Elements per block: 2^15 float64 values are 256 KB, so the few live at once stay in L2.
 # W1's loop (10^7 float64, 39 ops) in a fresh process, CPU time of its one run: 2.5-2.7 s
@@ -109,9 +108,9 @@ class BlockedLoop:
         values: list[Any] = [None] * size
         partials: list[list[Any]] = [[] for _ in range(size)]
         pool: dict[int, np.ndarray] = {}
-        full: dict[int, np.ndarray] = {  # (memory of earlier outputs nobody holds)
-            k: staggered_empty(self.out_shapes[k], self.dtypes[k], n)
-            for n, (k, _) in enumerate(self.outputs)
+        full: dict[int, np.ndarray] = {
+            k: np.empty(self.out_shapes[k], self.dtypes[k])
+            for k, _ in self.outputs
             if self.kinds[k] == BLOCKED
         }
         with np.errstate(all="ignore"):  # as the kernels: inf and nan, never an exception

@@ -20,7 +20,7 @@ import numpy as np
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
 from fastgrad.runtime.arena import staggered_empty
 from fastgrad.runtime.numpy_blocks import BlockedLoop
-from fastgrad.runtime.recycling import MIN_BYTES
+from fastgrad.runtime.recycling import MIN_BYTES, Pool
 
 # (impl, params, inputs as (is_slot, slot or local index), dtype, reusable local index)
 _Op = tuple[Callable[..., Any], dict[str, Any], list[tuple[bool, int]], np.dtype, int]
@@ -89,9 +89,9 @@ class NumpyLoop:
 
     def _dead_buffers(self, nodes: list[Any]) -> None:
         """Which values to let go of after each op (those it read last, and what nothing
-        reads), and which large results to write into memory nobody holds any more
-        (runtime.recycling: an earlier value of this call let go of, or of an earlier
-        call), rather than into fresh pages: W2's first call faulted in four fresh
+        reads), and which large results to write into memory nobody holds any more (an
+        earlier value of the run let go of: runtime.recycling's rule, in a pool of the
+        run's own) rather than into fresh pages: W2's first call faulted in four fresh
         4096 x 1000 arrays, one of them scatter_add's zeroed target."""
         last = list(range(self.size))
         for i, (_, _, ins, _, _) in enumerate(self.ops):
@@ -111,6 +111,7 @@ class NumpyLoop:
             large = math.prod(shape) * dtype.itemsize >= MIN_BYTES
             into = reuse < 0 and large and (ufunc or node.op.name == "scatter_add")
             self.into.append((shape, ufunc) if into else None)
+        self.pooled = any(self.into)
 
     def tables(self) -> tuple[Any, ...]:
         """The loop's plan as plain data, for `stored` (runtime.build_tables)."""
@@ -122,6 +123,10 @@ class NumpyLoop:
             self.blocked.run(env)
             return
         values: list[Any] = [None] * self.size
+        # Temporaries' memory is this run's own: kept past it (in runtime.recycling's
+        # pool), blocks of one size waited while other steps allocated other sizes (M4's
+        # first call peaked at 349 MB against 243).
+        take = Pool().take if self.pooled else None
         with np.errstate(all="ignore"):  # as the kernels: inf and nan, never an exception
             for i, (impl, params, ins, dtype, reuse) in enumerate(self.ops):
                 args = [env[k] if is_slot else values[k] for is_slot, k in ins]
@@ -129,7 +134,7 @@ class NumpyLoop:
                 if reuse >= 0 and values[reuse].ndim:
                     values[i] = impl(*args, out=values[reuse], **params)
                 elif into is not None:
-                    out = staggered_empty(into[0], dtype, i)
+                    out = staggered_empty(into[0], dtype, i, take)
                     cast = {"casting": "unsafe"} if into[1] else {}  # as np.asarray's
                     values[i] = impl(*args, out=out, **cast, **params)
                 else:
