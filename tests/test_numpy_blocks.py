@@ -264,3 +264,48 @@ def test_blocks_on_two_threads_give_the_bits_of_one(monkeypatch):
     assert len(threads) == 1
     for a, b in zip(fg.pytree.flatten(two)[0], fg.pytree.flatten(one)[0], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_whole_loop_tier_writes_large_results_into_memory_nobody_holds(monkeypatch):
+    """Softmax cross-entropy's gradient (W2's loop: a scatter_add among ufuncs) over
+    4 MiB arrays, on NumPy: large results go into memory of the run's own pool
+    (runtime.recycling's rule), the row-shifted logits' memory serving scatter_add's
+    target once dead, so a run makes 2 blocks, not 3; every result kept from earlier
+    calls stays as it was."""
+    from fastgrad.runtime import numpy_tier, recycling
+
+    # A loop this large would wait for its kernel once that is on disk: stay on NumPy.
+    monkeypatch.setattr(background.KernelTier, "_loading_beats_numpy", lambda self: False)
+    pools = []
+
+    class Counted(recycling.Pool):
+        def __init__(self):
+            super().__init__()
+            pools.append(self)
+
+    monkeypatch.setattr(numpy_tier, "Pool", Counted)
+
+    def loss(logits, labels):
+        z = logits - fg.stop_gradient(fnp.max(logits, axis=1, keepdims=True))
+        return fnp.mean(fnp.logsumexp(z, axis=1) - z[np.arange(z.shape[0]), labels])
+
+    def expected(logits, labels):
+        z = logits - logits.max(1, keepdims=True)
+        p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+        rows = np.arange(len(z))
+        p[rows, labels] -= 1
+        return np.mean(np.log(np.exp(z).sum(1)) - z[rows, labels]), p / len(z)
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 1024, 512)
+    f = fg.jit(fg.value_and_grad(loss))
+    kept = []
+    for _ in range(3):
+        logits = rng.standard_normal((512, 1024))
+        kept.append((logits, f(logits, labels)))
+    block = 512 * 1024 * 8 + 4096 + 64  # staggered_empty's block for one 4 MiB value
+    assert [pool.held for pool in pools] == [2 * block] * 3
+    for logits, (value, grad) in kept:
+        want_value, want_grad = expected(logits, labels)
+        np.testing.assert_allclose(value, want_value, **TOL)
+        np.testing.assert_allclose(grad, want_grad, **TOL)

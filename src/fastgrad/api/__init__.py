@@ -13,7 +13,7 @@ from fastgrad.api.custom_vjp import custom_vjp
 from fastgrad.api.forward import jvp
 from fastgrad.api.grad import grad, stop_gradient, value_and_grad, vjp
 from fastgrad.api.jacobian import hessian, jacfwd, jacobian, jacrev, linearize
-from fastgrad.api.jit import jit, make_graph, warmup
+from fastgrad.api.jit import jit, make_graph, release_buffers, warmup
 from fastgrad.api.vmap import vmap
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "make_graph",
     "primitive",
     "pure_callback",
+    "release_buffers",
     "remat",
     "scan",
     "stop_gradient",

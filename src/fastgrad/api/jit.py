@@ -522,6 +522,19 @@ def warmup(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Jitted:
     return jitted.compile(*args, **kwargs)
 
 
+def release_buffers() -> None:
+    """Let go of the memory fastgrad keeps to hand to later calls' large outputs: memory
+    of earlier outputs that nothing holds any more (`fg.config.output_pool_mb` says how
+    much at most; runtime.recycling). Outputs the caller still holds are untouched.
+
+    >>> import fastgrad as fg
+    >>> fg.release_buffers()
+    """
+    from fastgrad.runtime import recycling  # (the runtime loads on a first call)
+
+    recycling.release()
+
+
 def make_graph(fun: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Any:
     """A function that traces `fun` on its arguments and returns the graph (print it).
 

@@ -9,7 +9,8 @@ and changed with `fg.config.update(name, value)`: `log_compiles`
 plans step by step rather than through the plan interpreter), `trace_cache_size`
 (`FASTGRAD_TRACE_CACHE_SIZE`), `plan_cache` (`FASTGRAD_PLAN_CACHE=0` keeps prepared
 plans off the disk) and `plan_cache_mb` (`FASTGRAD_PLAN_CACHE_MB`, the plans' share of the
-cache directory).
+cache directory), `output_pool_mb` (`FASTGRAD_OUTPUT_POOL_MB`, memory of large outputs
+kept for later calls).
 """
 
 from __future__ import annotations
@@ -55,12 +56,12 @@ COMPILE_MODES = ("background", "sync")
 RUNTIMES = ("vm", "steps")  # the first: the default
 
 
-def _count(variable: str, default: int) -> int:
+def _count(variable: str, default: int, least: int = 1) -> int:
     value = os.environ.get(variable, "").strip()
     if not value:
         return default
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{variable}={value!r}: expected a whole number of at least 1")
+    if not value.isdigit() or int(value) < least:
+        raise ValueError(f"{variable}={value!r}: expected a whole number of at least {least}")
     return int(value)
 
 
@@ -134,6 +135,11 @@ class Config:
       than spin while they wait (runtime.gemm_split); off: BLAS's own threads, except
       beside parallel kernels. Plans built after the change use it. Default on;
       `FASTGRAD_CUT_PRODUCTS=0` turns it off.
+    - `output_pool_mb`: the most megabytes of memory under large outputs (1 MB and above)
+      kept to be handed out again to a later call's outputs once nothing else holds it
+      (runtime.recycling: the first touch of fresh pages is what costs). What the caller
+      holds counts too; `fg.release_buffers()` lets go of what nobody holds. Default 512,
+      or `FASTGRAD_OUTPUT_POOL_MB`; 0 turns it off.
 
     - `check_graphs`: type-check every traced graph node by node (Graph.verify with
       types), re-deriving each node's type from its op's rule. Tracing gives each node
@@ -159,6 +165,7 @@ class Config:
     plan_cache_mb: int
     check_graphs: bool
     cut_products: bool
+    output_pool_mb: int
 
     def __init__(self) -> None:
         self.log_compiles = _flag("FASTGRAD_LOG_COMPILES", False)
@@ -172,6 +179,7 @@ class Config:
         debug = _flag("FASTGRAD_DEBUG", False)
         self.check_graphs = _flag("FASTGRAD_CHECK_GRAPHS", debug)
         self.cut_products = _flag("FASTGRAD_CUT_PRODUCTS", True)
+        self.output_pool_mb = _count("FASTGRAD_OUTPUT_POOL_MB", 512, least=0)
 
     def update(self, name: str, value: Any) -> None:
         """Set switch `name` (as in JAX's `jax.config.update`)."""
@@ -200,6 +208,9 @@ class Config:
         elif name in ("trace_cache_size", "plan_cache_mb"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"setting {name} takes an int >= 1, got {value!r}")
+        elif name == "output_pool_mb":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"setting {name} takes an int >= 0, got {value!r}")
         elif not isinstance(value, bool):
             raise TypeError(f"setting {name} takes True or False, got {value!r}")
         setattr(self, name, value)

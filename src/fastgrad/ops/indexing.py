@@ -62,8 +62,15 @@ def _gather_eval(x: Aval, *idx: Aval, index: Any) -> Aval:
     return Aval(gather_shape(x.shape, index, [a.shape for a in idx]), x.dtype, x.weak)
 
 
-def _scatter_add_impl(g: np.ndarray, *idx: np.ndarray, shape: Any, index: Any) -> np.ndarray:
-    out = np.zeros(shape, g.dtype)
+def _scatter_add_impl(
+    g: np.ndarray, *idx: np.ndarray, shape: Any, index: Any, out: np.ndarray | None = None
+) -> np.ndarray:
+    """`out`: an array of `shape` to add into after zeroing it (the NumPy tier's dead
+    buffer: zeroing memory already touched costs less than np.zeros' fresh pages)."""
+    if out is None:
+        out = np.zeros(shape, g.dtype)
+    else:
+        out[...] = 0
     np.add.at(out, index_tuple(index, idx), g)
     return out
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fastgrad.core.collector import no_full_collections
+from fastgrad.runtime import recycling
 
 # Every buffer starts on a cache line; successive large ones are pushed a few lines further
 # apart, so that a loop reading and writing a dozen of them finds them all at different
@@ -30,9 +31,13 @@ STAGGER = 320
 PAGE = 4096
 
 
-def staggered_empty(shape: tuple[int, ...], dtype: np.dtype, k: int) -> np.ndarray:
+def staggered_empty(
+    shape: tuple[int, ...], dtype: np.dtype, k: int, take: Callable[[int], np.ndarray] | None = None
+) -> np.ndarray:
     """A fresh array for the `k`-th output of a loop, starting `(k + 1) * 320` bytes (modulo
-    4 KiB) past a page boundary, where NumPy's large allocations sit.
+    4 KiB) past a page boundary, where NumPy's large allocations sit. Fresh: it shares
+    memory with nothing anyone holds (a large one may be memory an earlier call's output
+    had, which nobody holds any more: runtime.recycling; or from `take`, another pool's).
 
     >>> a = staggered_empty((1000,), np.dtype(np.float64), 0)
     >>> a.ctypes.data % 64, a.shape
@@ -41,7 +46,7 @@ def staggered_empty(shape: tuple[int, ...], dtype: np.dtype, k: int) -> np.ndarr
     nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~4 us, a third of a small call
     if nbytes < PAGE:
         return np.empty(shape, dtype)
-    raw = np.empty(nbytes + PAGE + ALIGN, np.uint8)
+    raw = (take or recycling.take)(nbytes + PAGE + ALIGN)  # large: memory nobody holds
     address = raw.ctypes.data
     start = -address % ALIGN + ((k + 1) * STAGGER - (address + -address % ALIGN)) % PAGE
     return raw[start : start + nbytes].view(dtype).reshape(shape)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 from functools import cache, partial
@@ -292,9 +293,10 @@ class StackPool:
 
     def empty(self, k: int, aval: Aval) -> np.ndarray:
         kept = self.kept.get(k)
-        # the references: this dict, `kept`, and getrefcount's argument
+        # the references: this dict, `kept`, and getrefcount's argument; and no weak one
+        # (a caller's weak-valued cache of results saw the array change at the next call)
         if kept is not None and kept.shape == aval.shape and kept.dtype == aval.dtype:
-            if sys.getrefcount(kept) == 3:
+            if sys.getrefcount(kept) == 3 and not weakref.getweakrefcount(kept):
                 return kept
         self.kept[k] = fresh = np.empty(aval.shape, aval.dtype)
         return fresh

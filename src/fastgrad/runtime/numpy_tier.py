@@ -11,14 +11,17 @@ states: NumPy's libm and summation order against fastgrad's vector math and chun
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
+from fastgrad.runtime.arena import staggered_empty
 from fastgrad.runtime.numpy_blocks import BlockedLoop
 from fastgrad.runtime.numpy_reductions import tier_impl
+from fastgrad.runtime.recycling import MIN_BYTES, Pool
 
 # (impl, params, inputs as (is_slot, slot or local index), dtype, reusable local index)
 _Op = tuple[Callable[..., Any], dict[str, Any], list[tuple[bool, int]], np.dtype, int]
@@ -39,6 +42,7 @@ class NumpyLoop:
             ]
             self.outputs = list(outputs)
             self.size = len(self.ops)
+            self._dead_buffers(nodes)
             self.blocked = BlockedLoop.plan(loop, slot_of)
             return
         local = {id(node.out): i for i, node in enumerate(nodes)}
@@ -81,8 +85,35 @@ class NumpyLoop:
             self.ops.append((impl, node.params, ins, node.out.aval.dtype, reuse))
         self.outputs = [(local[id(v)], slot_of(v)) for v in loop.outputs]
         self.size = len(self.ops)
+        self._dead_buffers(nodes)
         # A large loop runs a block of rows at a time, in cache (runtime.numpy_blocks).
         self.blocked = BlockedLoop.plan(loop, slot_of)
+
+    def _dead_buffers(self, nodes: list[Any]) -> None:
+        """Which values to let go of after each op (those it read last, and what nothing
+        reads), and which large results to write into memory nobody holds any more (an
+        earlier value of the run let go of: runtime.recycling's rule, in a pool of the
+        run's own) rather than into fresh pages: W2's first call faulted in four fresh
+        4096 x 1000 arrays, one of them scatter_add's zeroed target."""
+        last = list(range(self.size))
+        for i, (_, _, ins, _, _) in enumerate(self.ops):
+            for is_slot, k in ins:
+                if not is_slot:
+                    last[k] = i
+        kept = {k for k, _ in self.outputs}
+        self.dead: list[list[int]] = [[] for _ in range(self.size)]
+        for k, i in enumerate(last):
+            if k not in kept:
+                self.dead[i].append(k)
+        # (shape, whether a ufunc) of the results written into recycled memory
+        self.into: list[tuple[tuple[int, ...], bool] | None] = []
+        for node, (impl, _, _, dtype, reuse) in zip(nodes, self.ops, strict=True):
+            ufunc = isinstance(impl, np.ufunc) and impl is node.op.ufunc
+            shape = node.out.aval.shape
+            large = math.prod(shape) * dtype.itemsize >= MIN_BYTES
+            into = reuse < 0 and large and (ufunc or node.op.name == "scatter_add")
+            self.into.append((shape, ufunc) if into else None)
+        self.pooled = any(self.into)
 
     def tables(self) -> tuple[Any, ...]:
         """The loop's plan as plain data, for `stored` (runtime.build_tables)."""
@@ -94,12 +125,23 @@ class NumpyLoop:
             self.blocked.run(env)
             return
         values: list[Any] = [None] * self.size
+        # Temporaries' memory is this run's own: kept past it (in runtime.recycling's
+        # pool), blocks of one size waited while other steps allocated other sizes (M4's
+        # first call peaked at 349 MB against 243).
+        take = Pool().take if self.pooled else None
         with np.errstate(all="ignore"):  # as the kernels: inf and nan, never an exception
             for i, (impl, params, ins, dtype, reuse) in enumerate(self.ops):
                 args = [env[k] if is_slot else values[k] for is_slot, k in ins]
+                into = self.into[i]
                 if reuse >= 0 and values[reuse].ndim:
                     values[i] = impl(*args, out=values[reuse], **params)
+                elif into is not None:
+                    out = staggered_empty(into[0], dtype, i, take)
+                    cast = {"casting": "unsafe"} if into[1] else {}  # as np.asarray's
+                    values[i] = impl(*args, out=out, **cast, **params)
                 else:
                     values[i] = np.asarray(impl(*args, **params), dtype=dtype)
+                for k in self.dead[i]:
+                    values[k] = None  # (its memory may serve a later op's result)
         for k, slot in self.outputs:
             env[slot] = values[k]
