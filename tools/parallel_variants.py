@@ -2,14 +2,16 @@
 steady run time of each (the parallel one at 1 and 2 threads), in one fresh process.
 
     python tools/parallel_variants.py [--order serial|parallel] [--dtype D] [--size N]
-                                      [--repeat R] WORKLOAD
+                                      [--repeat R] [--short-rows] WORKLOAD
 
 The first call of the workload runs on NumPy with the compile thread held back; its
 kernel steps' arguments are copied as it goes. Then, on the main thread, every serial
 variant compiles (CPU seconds of this thread), then every parallel one (`--order
 parallel`: the other way round; the first kernels compiled pay for the vector-math
 helpers they share), and each variant runs R times over the copied arguments: best wall
-and process CPU ms. Run it with an empty FASTGRAD_CACHE_DIR (it says how many it loaded).
+and process CPU ms. Run it with an empty FASTGRAD_CACHE_DIR (it says which it loaded).
+`--short-rows`: loops reducing short rows get a parallel variant too, as they did before
+runtime.executable.short_rows.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(argv: list[str]) -> None:
     order, dtype, size, repeat = "serial", "float64", None, 7
+    from fastgrad.runtime import background, executable
+
     while argv and argv[0].startswith("--"):
+        if argv[0] == "--short-rows":
+            executable.short_rows = lambda loop: False
+            argv = argv[1:]
+            continue
         flag, value, argv = argv[0], argv[1], argv[2:]
         if flag == "--order":
             order = value
@@ -38,8 +46,6 @@ def main(argv: list[str]) -> None:
             repeat = int(value)
     sys.path.insert(0, str(ROOT))
     from bench import systems, workloads
-
-    from fastgrad.runtime import background
 
     captured = []  # (tier, step, copied arguments)
     answer = background.KernelTier.answer
