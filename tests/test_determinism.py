@@ -84,6 +84,9 @@ for dtype in (np.float32, np.float64):
     parts += [np.asarray(value).tobytes()] + [g.tobytes() for g in grads]
     m = rng.standard_normal((600, 700)).astype(dtype)
     parts.append(fg.jit(lambda m: fnp.sum(m * m, axis=0) + fnp.max(m, axis=1).sum())(m).tobytes())
+    # Short rows (bench M4's logsumexp over (N, 8)): serial at any thread count.
+    s = rng.standard_normal((1 << 15, 8)).astype(dtype)
+    parts.append(np.asarray(fg.jit(lambda s: fnp.sum(fnp.logsumexp(s, axis=1)))(s)).tobytes())
 print(hashlib.sha256(b"".join(parts)).hexdigest())
 """
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import background, numpy_blocks
+from fastgrad.runtime import background, executable, numpy_blocks
 from fastgrad.runtime.executable import PARALLEL_THRESHOLD
 from fastgrad.testing import strategies as fst
 
@@ -221,6 +221,28 @@ def test_parallel_variants_compile_after_every_serial_one(held, monkeypatch):
     worker.hold(-1)
     assert worker.wait_idle(30) and ran == [0, 2, 1, 3]
     worker.stop()
+
+
+def test_loops_reducing_short_rows_get_no_parallel_variant(held, monkeypatch):
+    """A large loop reducing rows shorter than codegen's SHORT_ROW (bench M4's logsumexp
+    over (N, 8)) compiles its serial kernel only, whatever the thread count: a prange
+    variant of it gained nothing on two cores and cost more to compile
+    (executable.short_rows). A loop over long rows keeps both variants."""
+    monkeypatch.setattr(executable, "numba_threads", lambda: 2)
+    monkeypatch.setattr(background, "needs_build", lambda source: True)  # none on disk
+    x = np.linspace(-1, 1, PARALLEL_THRESHOLD).reshape(-1, 8)
+    expected = float(np.sum(np.log(np.sum(np.exp(x), axis=1))))
+    f = fg.jit(lambda x: fnp.sum(fnp.logsumexp(x, axis=1)))
+    np.testing.assert_allclose(f(x), expected, rtol=1e-12)
+    assert kernel_steps(f) and not any(step.parallel for step in kernel_steps(f))
+    assert {j.label.split()[0] for j in held.jobs} == {"serial"}
+    del held.jobs[:]  # (compiled and run with 1 and 2 threads: test_determinism.py)
+    g = fg.jit(lambda x: fnp.sum(fnp.logsumexp(x, axis=1)))
+    np.testing.assert_allclose(g(x.reshape(-1, 64)), float(np.sum(np.log(np.sum(
+        np.exp(x.reshape(-1, 64)), axis=1)))), rtol=1e-12)  # fmt: skip
+    assert any(step.parallel for step in kernel_steps(g))
+    assert "parallel" in {j.label.split()[0] for j in held.jobs}
+    del held.jobs[:]
 
 
 def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path, patient_watchdog):
