@@ -122,6 +122,8 @@ def matmul(a: Any, b: Any) -> Any:
             f"first ({sa[-1]}) must equal the {'only' if bv.ndim == 1 else 'second-to-last'} "
             f"axis of the second ({sb[-2]})"
         )
+    if av.ndim == bv.ndim == 2:  # most products: no batch axes to broadcast, no reshape
+        return bind(REGISTRY["matmul"], a2, b2)
     batch = broadcast_shapes(sa[:-2], sb[:-2], what="matmul batch axes")
     if len(sb) == 2 and len(sa) > 2:
         # A stack of rows times one matrix (`x @ w` in a layer): one gemm over all the
