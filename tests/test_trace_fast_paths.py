@@ -89,8 +89,12 @@ def test_a_product_of_matrices_is_one_node_without_the_general_path(monkeypatch)
         a, b = np.arange(np.prod(x)).reshape(x), np.arange(np.prod(y)).reshape(y)
         graph = fg.make_graph(lambda a, b: a @ b)(a, b)
         np.testing.assert_array_equal(run_graph(graph, [a, b])[0], a @ b)
-    monkeypatch.setattr(products, "reshape", _refuse)
-    monkeypatch.setattr(products, "broadcast_to", _refuse)
+    mixed = fg.make_graph(lambda a, b: a @ b)(np.ones((2, 3), np.float32), np.ones((3, 4)))
+    assert [n.op.name for n in mixed.nodes] == ["astype", "matmul"]
+    with pytest.raises(ValueError, match="do not align"):
+        fg.make_graph(lambda a, b: a @ b)(np.ones((2, 3)), np.ones((4, 3)))
+    for name in ("promote", "reshape", "broadcast_to"):
+        monkeypatch.setattr(products, name, _refuse)
     graph = fg.make_graph(lambda a, b: a @ b)(np.ones((2, 3)), np.ones((3, 4)))
     assert [n.op.name for n in graph.nodes] == ["matmul"]
 
