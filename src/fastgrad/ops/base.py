@@ -110,14 +110,14 @@ def apply_elementwise(name: str, *args: Any) -> Any:
     if _alike(args):  # nothing to promote nor broadcast: most ops of a traced program
         return bind(REGISTRY[name], *args)
     avals = [aval_of(a) for a in args]
-    shape = broadcast_shapes(*(a.shape for a in avals), what=name)
+    shape = broadcast_shapes(*[a.shape for a in avals], what=name)
     dtype, weak = promote(avals)
-    tracing = any(isinstance(a, Tracer) for a in args)
+    tracing = Tracer in map(type, args)
     if weak and not tracing:
-        return bind(REGISTRY[name], *(np.asarray(a) for a in args))
+        return bind(REGISTRY[name], *[np.asarray(a) for a in args])
     return bind(
         REGISTRY[name],
-        *(coerce(a, v, dtype, shape, tracing) for a, v in zip(args, avals, strict=True)),
+        *[coerce(a, v, dtype, shape, tracing) for a, v in zip(args, avals, strict=True)],
     )
 
 
