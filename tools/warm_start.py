@@ -19,7 +19,17 @@ PYTHONPYCACHEPREFIX, even where PYTHONDONTWRITEBYTECODE is set), as an installed
 does: compiling fastgrad's source again in every process cost ~1 s of each import and of
 each first call's modules on the loaded development machine.
 
-Where a warm first call's time goes now (CPU ms of the calling thread, best of 7 fresh
+Where a warm first call's time goes now (CPU ms of the calling thread, best of 5 fresh
+processes alternating with 66ce865, load 6-7, bytecode cached, everything on disk,
+background mode), the T=200 unrolled RNN: trace 40.6 (57.5 in the same run: the user's
+function 12.8 against 28.4, ~5.8 us a traced op against ~13, by fast paths for alike
+operands, 2-D products and int indexes, promotions kept per dtype tuple and broadcast
+shapes in Python; what remains: inlining the stored backward graph ~11, the forward
+digest with the sources' stamp ~7, the graphs' wiring checks ~3 and pruning ~3, the
+stored graph read ~3.5), prepare 44.6, first run 47.0; the whole first call 132 against
+149 (0.89x), 3.3x its trace. M1 (T=50): 37.9 against 43.3; M2 level (its trace ~7).
+
+Before that (CPU ms of the calling thread, best of 7 fresh
 processes alternating with 29cb5aa, load 5-9, bytecode cached, everything on disk,
 background mode), the T=200 unrolled RNN: trace 60 (78 in the same run: the stored
 backward graph goes into the trace from its rows, plan_codec.StoredGraph, ~13; the

@@ -33,6 +33,7 @@ from fastgrad.core.ir import Aval, Graph, Node, Var
 from fastgrad.core.primitive import REGISTRY
 
 _PLAIN = (int, float, bool, str, type(None), bytes)
+_INTS = frozenset((int,))  # (a set's check of the types, not a generator: every digest)
 
 
 class Uncacheable(Exception):
@@ -46,7 +47,7 @@ def _encode(value: Any, array: Any) -> Any:
     if kind in _PLAIN:
         return value
     if kind is tuple:
-        if all(type(v) is int for v in value):  # a shape or axes: most params
+        if _INTS.issuperset(map(type, value)):  # a shape or axes: most params
             return ("t", *value)
         return ("t", *(_encode(v, array) for v in value))
     if kind is list:
@@ -167,6 +168,9 @@ def _encode_nodes(
     index = {id(v): k for k, v in enumerate(graph.inputs)}
     avals = _Avals()
     number = avals.number  # (numbered here, not by a call per node: ~6,600 per digest)
+    # Numbers by the aval object first: most values share their input's (an elementwise
+    # op's rule gives it), and hashing an Aval is a Python call.
+    by_object: dict[int, int] = {}
     at = index.__getitem__
     nodes = []
     for node in graph.nodes:
@@ -174,9 +178,12 @@ def _encode_nodes(
         ins = tuple(map(at, map(id, node.inputs)))
         index[id(out)] = len(index)
         aval = out.aval
-        k = number.get(aval)
+        k = by_object.get(id(aval))
         if k is None:
-            k = number[aval] = len(number)
+            k = number.get(aval)
+            if k is None:
+                k = number[aval] = len(number)
+            by_object[id(aval)] = k
         if params is not None:
             row = params(node)
         else:

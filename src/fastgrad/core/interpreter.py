@@ -61,8 +61,13 @@ def _inline(trace: Trace, graph: Graph, args: Sequence[Tracer]) -> dict[int, Any
     stream = rows() if rows is not None else None
     if stream is not None:
         values = [trace.to_var(a) for a in args]
+        add, append = trace.add_node, values.append  # (~6,600 rows: no call but add_node)
         for op, ins, params, aval in stream:
-            values.append(_emit(trace, op, list(map(values.__getitem__, ins)), params, aval))
+            ins = list(map(values.__getitem__, ins))
+            if op is CONST or op.effect:
+                append(_emit(trace, op, ins, params, aval))
+            else:
+                append(add(op, ins, params, aval))
         places = graph.output_places  # type: ignore[attr-defined]
         outs = zip(graph.outputs, places, strict=True)
         return {id(v): Tracer(trace, values[k]) for v, k in outs}

@@ -4,8 +4,8 @@
 when any argument is a tracer, it appends a node and returns a new tracer; otherwise it
 runs the op's NumPy reference at once. Traces nest (grad inside jit inside grad): a
 tracer of an enclosing trace that reaches an inner one is captured as an extra input.
-A tracer's operators and methods call the array functions that fastgrad.ops installs
-here with `install_array_functions` (ops builds on this module, so it is not imported).
+A tracer's operators and methods (core.array_methods) call the array functions that
+fastgrad.ops installs with `install_array_functions` (ops builds on core: not imported).
 Each thread has its own stack of open traces: threads trace at the same time unmixed.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.core.array_methods import ArrayMethods, _fn
 from fastgrad.core.ir import SUPPORTED_DTYPES, Aval, Graph, Node, Var, live_nodes
 from fastgrad.core.primitive import Primitive, register
 
@@ -62,7 +63,7 @@ def static_error(what: str, tracer: Tracer, expected: str) -> TracerError:
     )
 
 
-class Tracer:
+class Tracer(ArrayMethods):
     """A stand-in for an array while a function is traced; operations on it build the graph."""
 
     # The graph variable is `_var`: `var` is NumPy's variance method, as on arrays.
@@ -290,135 +291,10 @@ class Tracer:
     def __getitem__(self, index: Any) -> Any:
         return _fn.getitem(self, index)
 
-    # ---- array methods
-    @property
-    def T(self) -> Any:
-        return _fn.transpose(self)
-
-    def transpose(self, *axes: Any) -> Any:
-        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], tuple | list)):
-            return _fn.transpose(self, axes[0])
-        return _fn.transpose(self, axes or None)
-
-    def reshape(self, *shape: Any) -> Any:
-        if len(shape) == 1 and isinstance(shape[0], tuple | list):
-            shape = tuple(shape[0])
-        return _fn.reshape(self, shape)
-
-    def astype(self, dtype: Any) -> Any:
-        return _fn.astype(self, dtype)
-
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fn.sum(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fn.mean(self, axis=axis, keepdims=keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fn.max(self, axis=axis, keepdims=keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fn.min(self, axis=axis, keepdims=keepdims)
-
-    def prod(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fn.prod(self, axis=axis, keepdims=keepdims)
-
-    def argmax(self, axis: Any = None) -> Any:
-        return _fn.argmax(self, axis=axis)
-
-    def argmin(self, axis: Any = None) -> Any:
-        return _fn.argmin(self, axis=axis)
-
-    def squeeze(self, axis: Any = None) -> Any:
-        return _fn.squeeze(self, axis=axis)
-
-    def var(self, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
-        return _fn.var(self, axis=axis, keepdims=keepdims, ddof=ddof)
-
-    def std(self, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Any:
-        return _fn.std(self, axis=axis, keepdims=keepdims, ddof=ddof)
-
-    def dot(self, other: Any) -> Any:
-        return _fn.dot(self, other)
-
-    def clip(self, a_min: Any = None, a_max: Any = None) -> Any:
-        return _fn.clip(self, a_min, a_max)
-
-    def swapaxes(self, axis1: int, axis2: int) -> Any:
-        return _fn.swapaxes(self, axis1, axis2)
-
-    def copy(self) -> Any:
-        return self  # traced values are immutable: a copy is the value itself
-
-    def ravel(self) -> Any:
-        return _fn.reshape(self, (-1,))
-
-    flatten = ravel
-
-    def cumsum(self, axis: Any = None) -> Any:
-        return _fn.cumsum(self, axis=axis)
-
-    def cumprod(self, axis: Any = None) -> Any:
-        return _fn.cumprod(self, axis=axis)
-
-    def round(self, decimals: int = 0) -> Any:
-        return _fn.round(self, decimals)
-
-    def any(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fn.any(self, axis=axis, keepdims=keepdims)
-
-    def all(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _fn.all(self, axis=axis, keepdims=keepdims)
-
     def sort(self, axis: int = -1) -> Any:
         # NumPy sorts in place and returns None; a traced array cannot change, so this
         # raises rather than silently leaving the array unsorted.
         raise TracerError("x.sort() sorts in place, which a traced array cannot: use fnp.sort(x)")
-
-    def argsort(self, axis: Any = -1) -> Any:
-        return _fn.argsort(self, axis=axis)
-
-    def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
-        return _fn.diagonal(self, offset, axis1, axis2)
-
-    def repeat(self, repeats: Any, axis: Any = None) -> Any:
-        return _fn.repeat(self, repeats, axis)
-
-    def take(self, indices: Any, axis: Any = None) -> Any:
-        return _fn.take(self, indices, axis)
-
-    def conj(self) -> Any:
-        return _fn.conj(self)
-
-    conjugate = conj
-
-    @property
-    def real(self) -> Any:
-        return _fn.real(self)
-
-    @property
-    def imag(self) -> Any:
-        return _fn.imag(self)
-
-
-class _ArrayFunctions:
-    """The array functions (add, reshape, sum, ...) behind a tracer's operators and methods.
-
-    fastgrad.ops fills this in when it is imported; until then there is nothing to trace.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(
-            f"array function {name!r} is not installed: import fastgrad, not only fastgrad.core"
-        )
-
-
-_fn: Any = _ArrayFunctions()
-
-
-def install_array_functions(functions: dict[str, Any]) -> None:
-    """Make `functions` (name -> function) what a tracer's operators and methods call."""
-    vars(_fn).update(functions)
 
 
 class Trace:
@@ -497,8 +373,10 @@ class Trace:
         if op.effect:
             token = self.effect_token()
             in_vars = [token, *(self.to_var(a) for a in args[1:])]
-        else:
-            in_vars = [self.to_var(a) for a in args]
+        else:  # this trace's own tracers without a call each
+            in_vars = [
+                a._var if type(a) is Tracer and a.trace is self else self.to_var(a) for a in args
+            ]
         return Tracer(self, self.add_node(op, in_vars, params, aval))
 
     def effect_token(self) -> Var:
@@ -512,17 +390,21 @@ class Trace:
         """`emit` on vars of this trace (an effect's first one its `effect_token`): the
         output's var. Inlining a graph calls this, without a tracer per value."""
         if aval is None:
-            aval = op.abstract_eval(*(v.aval for v in in_vars), **params)
+            aval = op.abstract_eval(*[v.aval for v in in_vars], **params)
         if op.effect:
             out = Var(aval)
             self.nodes.append(Node(op, in_vars, params, out))
             self._effect_token = out
             return out
-        if aval.size <= 1 and all(id(v) in self._const_values for v in in_vars):
-            # Fold scalar arithmetic on constants (like `1 / n` in a mean's gradient).
-            with np.errstate(all="ignore"):
-                value = op.impl(*(self._const_values[id(v)] for v in in_vars), **params)
-            return self.const(np.asarray(value, aval.dtype), aval.weak)
+        consts = self._const_values
+        for v in in_vars:  # (a loop: most nodes stop at their first input, no generator)
+            if id(v) not in consts:
+                break
+        else:  # Fold scalar arithmetic on constants (like `1 / n` in a mean's gradient).
+            if aval.size <= 1:
+                with np.errstate(all="ignore"):
+                    value = op.impl(*[consts[id(v)] for v in in_vars], **params)
+                return self.const(np.asarray(value, aval.dtype), aval.weak)
         out = Var(aval)
         self.nodes.append(Node(op, in_vars, params, out))
         return out
@@ -573,8 +455,10 @@ def aval_of(x: Any) -> Aval:
 def bind(op: Primitive, *args: Any, **params: Any) -> Any:
     """Apply `op`: record it if tracing a tracer argument, else compute it with NumPy."""
     stack = _open.stack
-    if stack and any(isinstance(a, Tracer) for a in args):
-        return stack[-1].emit(op, args, params)
+    if stack:
+        for a in args:  # (a loop, not any(): a generator per op costs ~0.5 us)
+            if type(a) is Tracer:
+                return stack[-1].emit(op, args, params)
     for a in args:
         if isinstance(a, Tracer):
             raise TracerError(f"{describe(a)} was used outside of its trace")

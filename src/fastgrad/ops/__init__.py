@@ -12,8 +12,8 @@ functions called on a tracer map to them (fastgrad.ops.numpy_interop).
 
 import functools
 
+from fastgrad.core.array_methods import install_array_functions
 from fastgrad.core.primitive import REGISTRY
-from fastgrad.core.tracing import install_array_functions
 from fastgrad.ops import (
     array_api,
     bessel,

@@ -106,6 +106,8 @@ def matmul(a: Any, b: Any) -> Any:
     >>> fg.grad(lambda a: fnp.sum(matmul(a, np.array([1.0, 2.0]))))(np.ones((1, 2)))
     array([[1., 2.]])
     """
+    if _matrices(a, b):  # most products: nothing to promote, reshape nor broadcast
+        return bind(REGISTRY["matmul"], a, b)
     av, bv = aval_of(a), aval_of(b)
     if av.ndim == 0 or bv.ndim == 0:
         raise ValueError("matmul: operands must be at least 1-D (use multiply for scalars)")
@@ -140,6 +142,19 @@ def matmul(a: Any, b: Any) -> Any:
     if bv.ndim == 1:
         shape = shape[:-1]
     return reshape(out, shape)
+
+
+def _matrices(a: Any, b: Any) -> bool:
+    """Whether `a @ b` is of two traced matrices that align, of one dtype, neither weak."""
+    if type(a) is not Tracer or type(b) is not Tracer:
+        return False
+    av, bv = a._var.aval, b._var.aval
+    return (
+        len(av.shape) == len(bv.shape) == 2
+        and av.shape[1] == bv.shape[0]
+        and av.dtype == bv.dtype
+        and not (av.weak or bv.weak)
+    )
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:

@@ -26,16 +26,23 @@ def _result_dtype(ufunc: Any, dtypes: tuple[np.dtype, ...]) -> np.dtype:
 
 def _elementwise_eval(name: str, ufunc: Any) -> Callable[..., Aval]:
     def abstract_eval(*avals: Aval) -> Aval:
-        shape = avals[0].shape
-        if any(a.shape != shape for a in avals[1:]):
-            raise ValueError(f"{name} needs operands of one shape, got {[a.shape for a in avals]}")
-        dtype = _result_dtype(ufunc, tuple(a.dtype for a in avals))
+        first = avals[0]
+        shape, weak = first.shape, first.weak
+        for a in avals[1:]:  # (loops, not generators: this runs at every traced op)
+            if a.shape != shape:
+                raise ValueError(
+                    f"{name} needs operands of one shape, got {[a.shape for a in avals]}"
+                )
+            weak = weak and a.weak
+        dtype = _result_dtype(ufunc, tuple([a.dtype for a in avals]))
         if dtype not in SUPPORTED_DTYPES:  # float16, from small integers (sqrt of int8)
             raise TypeError(
                 f"{name} of {' and '.join(a.dtype.name for a in avals)} gives {dtype.name}, "
                 "which fastgrad does not support; convert to float32 or float64 first"
             )
-        return Aval(shape, dtype, weak=all(a.weak for a in avals))
+        if dtype == first.dtype and weak == first.weak:
+            return first  # (avals are immutable: the output shares its input's)
+        return Aval(shape, dtype, weak)
 
     return abstract_eval
 
