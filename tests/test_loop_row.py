@@ -245,6 +245,27 @@ def test_batched_value_and_grad_is_one_segment(steps, dtype, nested):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
 
 
+def test_views_of_a_final_carry_are_rows_too():
+    """A final carry the plan reads through a view (the VJP of `h @ wo` reads `h.T`: the
+    example rnn_digits' train step): the view is of the segment's fresh output, not of
+    the array a host run left in its slot (which kept the view a host step)."""
+    rng = np.random.default_rng(6)
+    w, u = rng.standard_normal((4, 4)) * 0.4, rng.standard_normal((3, 4)) * 0.4
+    b, wo, h = rng.standard_normal(4), rng.standard_normal((4, 2)), np.zeros((5, 4))
+    xs = rng.standard_normal((3, 5, 3))
+
+    def loss(w, u, b, wo, h, xs):
+        h, _ = fg.scan(lambda h, x: (fnp.tanh(x @ u + h @ w + b), None), h, xs)
+        return fnp.sum((h @ wo) ** 2)
+
+    args = (w, u, b, wo, h, xs)
+    got, jf = _runners(fg.value_and_grad(loss, argnums=(0, 1, 2, 3)), args)
+    assert _one_segment(jf, args)
+    want = fg.value_and_grad(loss, argnums=(0, 1, 2, 3))(*args)
+    for a, b in zip(got, _flat(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_scan_nested_in_a_scan_runs_from_the_outer_loop(dtype):
     """The inner scan is rows of the outer body's table, so that body is one segment and

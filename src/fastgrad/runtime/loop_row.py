@@ -311,7 +311,8 @@ class _Plan:
             if fresh:
                 (slot,) = self.slots[k]
                 index = segment.output(slot, (array.shape, array.dtype, k, None))
-                segment.env[slot] = array
+                if _layout(segment.env[slot]) != _layout(array):
+                    segment.env[slot] = array  # (the views made of the run's kept: theirs)
             else:  # each slot's pointer holds its address
                 index = [_fixed(segment, array, slot) for slot in self.slots.get(k, [None])][0]
         self.pointers[key] = index
@@ -349,6 +350,10 @@ class _Plan:
             return [SUM, function, double, rows, cols, self.pointer(x), self.pointer(out)]
         a, b, out, size, _ = fields  # "add"
         return [ADD, function, double, size, *(self.pointer(r) for r in (a, b, out))]
+
+
+def _layout(x: Any) -> Any:
+    return (x.shape, x.strides, x.dtype) if type(x) is np.ndarray else None
 
 
 def _own(owned: dict[Any, np.ndarray], key: Any, shape: Any, dtype: Any) -> np.ndarray:
