@@ -183,7 +183,7 @@ def test_value_and_grad_runs_both_scans_from_the_table(dtype):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
 
 
-def _batched(scan: bool, nested: bool = False) -> Callable[..., Any]:
+def _batched(scan: bool, nested: bool = False, reverse: bool = False) -> Callable[..., Any]:
     """bench S1's RNN (`tanh(x_t @ u + h @ w + b)`, the mean square of the states after
     each step), small; with `nested`, S5's: a scan over chunks of 2 steps, each a scan."""
 
@@ -203,10 +203,10 @@ def _batched(scan: bool, nested: bool = False) -> Callable[..., Any]:
             _, sums = fg.scan(chunk, h, xs.reshape(-1, 2, *xs.shape[1:]))
             return fnp.sum(sums)
         if scan:
-            _, hs = fg.scan(step, h, xs)
+            _, hs = fg.scan(step, h, xs, reverse=reverse)
             return fnp.sum(hs * hs)
         total = 0.0
-        for t in range(xs.shape[0]):
+        for t in range(xs.shape[0] - 1, -1, -1) if reverse else range(xs.shape[0]):
             h, _ = step(h, xs[t])
             total = total + fnp.sum(h * h)
         return total
@@ -215,9 +215,10 @@ def _batched(scan: bool, nested: bool = False) -> Callable[..., Any]:
 
 
 @pytest.mark.parametrize(
-    "steps, dtype, nested", [(1, np.float32, False), (6, np.float64, False), (4, np.float32, True)]
+    "steps, dtype, nested, reverse",
+    [(1, np.float32, False, False), (6, np.float64, False, True), (4, np.float32, True, False)],
 )
-def test_batched_value_and_grad_is_one_segment(steps, dtype, nested):
+def test_batched_value_and_grad_is_one_segment(steps, dtype, nested, reverse):
     """bench S1's (and S5's) value_and_grad: the forward scan stacks the states before and
     after each step in one array (its first row the initial state: a COPY row), the
     backward one sums the weight gradients (GEMM, ADD) and the bias gradient (SUM over
@@ -231,7 +232,7 @@ def test_batched_value_and_grad_is_one_segment(steps, dtype, nested):
         rng.standard_normal((2, 4)).astype(dtype),
         rng.standard_normal((steps, 2, 3)).astype(dtype),
     )
-    f = fg.value_and_grad(_batched(True, nested), argnums=(0, 1, 2))
+    f = fg.value_and_grad(_batched(True, nested, reverse), argnums=(0, 1, 2))
     got, jf = _runners(f, args)
     assert _one_segment(jf, args)
     scans = _scans(jf.lower(*args).executable.plan)
@@ -241,7 +242,7 @@ def test_batched_value_and_grad_is_one_segment(steps, dtype, nested):
         part.kind for s in scans if s.hoisted for total in s.hoisted.sums for part in total.parts
     ]
     assert "sum" in parts and "matmul" in parts
-    want = _flat(fg.value_and_grad(_batched(False), argnums=(0, 1, 2))(*args))
+    want = _flat(fg.value_and_grad(_batched(False, False, reverse), argnums=(0, 1, 2))(*args))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
 
