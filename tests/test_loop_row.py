@@ -3,8 +3,9 @@
 interpreter, the small call's), a scan nested in a scan's body runs from the outer LOOP,
 and the results are the other runners' bits: the scan's Python loop, the thin call's
 LOOP in a table of its own, the step runner; an unrolled Python loop within rounding.
-Trip counts 0, 1, 2 and 5, reversed, both dtypes, value and value_and_grad. ~3 s with
-kernels on disk."""
+Trip counts 0, 1, 2 and 5, reversed, both dtypes, value and value_and_grad (the work
+around a loop as rows too: consts copied transposed, shared stacks, sums after the loop,
+stacks transposed after it). ~4 s with kernels on disk."""
 
 from __future__ import annotations
 
@@ -167,19 +168,104 @@ def test_no_steps_and_returned_stacks_stay_the_callers():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_value_and_grad_runs_its_forward_scan_from_the_table(dtype):
-    """The forward scan of the VJP (no sums after it) is rows of the plan; the backward
-    one (weight gradients summed after the loop) stays a host step. (A forward scan
-    stacking the states before each step for the VJP as well shares one array between
-    two stacks, not done as rows: it stays a host step too.)"""
+def test_value_and_grad_runs_both_scans_from_the_table(dtype):
+    """The forward scan of the VJP and the backward one (its const `w` copied transposed
+    before the loop, its weight gradients summed after it: COPY, NOBLAS or GEMM, ADD
+    rows) are rows of the plan: one segment."""
     args = _args(5, dtype, seed=3)
     f = fg.value_and_grad(_rnn(False, True, "new"), argnums=(0, 1))
     got, jf = _runners(f, args)
-    calls = jf.lower(*args).executable.arena.calls
-    assert type(calls[0]).__name__ == "Segment" and len(calls) == 2
+    assert _one_segment(jf, args)
+    (_, backward) = _scans(jf.lower(*args).executable.plan)
+    assert backward.hoisted.sums and backward.hoisted.transposed
     want = _flat(fg.value_and_grad(_rnn(False, False, "new"), argnums=(0, 1))(*args))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def _batched(scan: bool, nested: bool = False, reverse: bool = False) -> Callable[..., Any]:
+    """bench S1's RNN (`tanh(x_t @ u + h @ w + b)`, the mean square of the states after
+    each step), small; with `nested`, S5's: a scan over chunks of 2 steps, each a scan."""
+
+    def cell(h, x, w, u, b):
+        return fnp.tanh(x @ u + h @ w + b)
+
+    def loss(w, u, b, h, xs):
+        def step(h, x):
+            new = cell(h, x, w, u, b)
+            return new, new
+
+        def chunk(h, x):
+            h, hs = fg.scan(step, h, x)
+            return h, fnp.sum(hs * hs)
+
+        if nested:
+            _, sums = fg.scan(chunk, h, xs.reshape(-1, 2, *xs.shape[1:]))
+            return fnp.sum(sums)
+        if scan:
+            _, hs = fg.scan(step, h, xs, reverse=reverse)
+            return fnp.sum(hs * hs)
+        total = 0.0
+        for t in range(xs.shape[0] - 1, -1, -1) if reverse else range(xs.shape[0]):
+            h, _ = step(h, xs[t])
+            total = total + fnp.sum(h * h)
+        return total
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    "steps, dtype, nested, reverse",
+    [(1, np.float32, False, False), (6, np.float64, False, True), (4, np.float32, True, False)],
+)
+def test_batched_value_and_grad_is_one_segment(steps, dtype, nested, reverse):
+    """bench S1's (and S5's) value_and_grad: the forward scan stacks the states before and
+    after each step in one array (its first row the initial state: a COPY row), the
+    backward one sums the weight gradients (GEMM, ADD) and the bias gradient (SUM over
+    the steps and the batch, ADD) after its loop: all rows of one segment (with S5's
+    outer scans, rows of their bodies: their LOOPs run from the plan's)."""
+    rng = np.random.default_rng(5)
+    args = (
+        (rng.standard_normal((4, 4)) * 0.4).astype(dtype),
+        (rng.standard_normal((3, 4)) * 0.4).astype(dtype),
+        rng.standard_normal(4).astype(dtype),
+        rng.standard_normal((2, 4)).astype(dtype),
+        rng.standard_normal((steps, 2, 3)).astype(dtype),
+    )
+    f = fg.value_and_grad(_batched(True, nested, reverse), argnums=(0, 1, 2))
+    got, jf = _runners(f, args)
+    assert _one_segment(jf, args)
+    scans = _scans(jf.lower(*args).executable.plan)
+    assert all(s.looped.program is not None for s in scans)
+    assert any(s.thin.pairs for s in scans)
+    parts = [
+        part.kind for s in scans if s.hoisted for total in s.hoisted.sums for part in total.parts
+    ]
+    assert "sum" in parts and "matmul" in parts
+    want = _flat(fg.value_and_grad(_batched(False, False, reverse), argnums=(0, 1, 2))(*args))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_views_of_a_final_carry_are_rows_too():
+    """A final carry the plan reads through a view (the VJP of `h @ wo` reads `h.T`: the
+    example rnn_digits' train step): the view is of the segment's fresh output, not of
+    the array a host run left in its slot (which kept the view a host step)."""
+    rng = np.random.default_rng(6)
+    w, u = rng.standard_normal((4, 4)) * 0.4, rng.standard_normal((3, 4)) * 0.4
+    b, wo, h = rng.standard_normal(4), rng.standard_normal((4, 2)), np.zeros((5, 4))
+    xs = rng.standard_normal((3, 5, 3))
+
+    def loss(w, u, b, wo, h, xs):
+        h, _ = fg.scan(lambda h, x: (fnp.tanh(x @ u + h @ w + b), None), h, xs)
+        return fnp.sum((h @ wo) ** 2)
+
+    args = (w, u, b, wo, h, xs)
+    got, jf = _runners(fg.value_and_grad(loss, argnums=(0, 1, 2, 3)), args)
+    assert _one_segment(jf, args)
+    want = fg.value_and_grad(loss, argnums=(0, 1, 2, 3))(*args)
+    for a, b in zip(got, _flat(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -203,7 +289,8 @@ def test_a_scan_nested_in_a_scan_runs_from_the_outer_loop(dtype):
 def test_a_gradient_of_a_gradient_runs_every_scan_as_a_loop(kind):
     """Its VJP stacks a stacked input transposed (`x_t.T`), each iteration's output a view
     of another layout, which kept that scan a Python loop: stacked untransposed, then
-    transposed after the loop (loop_hoisting's `relaid`), it is a LOOP like the others."""
+    transposed after the loop (loop_hoisting's `relaid`), it is a LOOP like the others,
+    and every scan, the transposed stacks (COPY rows) too, rows of one segment."""
     rng = np.random.default_rng(4)
     dtype = np.float64
     args = (
@@ -214,7 +301,9 @@ def test_a_gradient_of_a_gradient_runs_every_scan_as_a_loop(kind):
     )
     v = rng.standard_normal((4, 4))
     f = fg.value_and_grad(_along(_model(kind, False, True), v), argnums=(0, 1))
-    got, scans = _four_ways(f, args)  # every scan a LOOP
+    _, scans = _four_ways(f, args)  # every scan a LOOP
+    got, jf = _runners(f, args)
+    assert _one_segment(jf, args)
     assert len(scans) >= 5 and any(s.hoisted is not None and s.hoisted.relaid for s in scans)
     unrolled = fg.value_and_grad(_along(_model(kind, False, False), v), argnums=(0, 1))
     want = _flat(fg.jit(unrolled, fuse=False)(*args))

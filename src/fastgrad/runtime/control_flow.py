@@ -158,7 +158,7 @@ class LoopStep:
             and self.call.length > 0
             and loop_table.ENABLED
             and config.runtime == "vm"
-            and (self.hoisted is None or not self.hoisted.around_loop)
+            and (self.hoisted is None or self.hoisted.as_rows)
         ):
             if not looped.waiting():  # (kernels or the interpreter compiling: not counted)
                 self.holds -= 1

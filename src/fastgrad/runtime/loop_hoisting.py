@@ -107,10 +107,15 @@ class HoistedScan:
     relaid: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
 
     @property
-    def around_loop(self) -> bool:
-        """Whether it has NumPy work before or after the loop besides the products (which
-        a LOOP as rows of a plan's table runs as GEMM rows: runtime.loop_row)."""
-        return bool(self.sums or self.transposed or self.relaid)
+    def as_rows(self) -> bool:
+        """Whether its work around the loop has rows in the plan interpreter
+        (runtime.loop_row): all but a sum over axes that are not leading (NumPy sums
+        those pairwise)."""
+        return all(
+            part.kind != "sum" or part.axes == tuple(range(len(part.axes)))
+            for s in self.sums
+            for part in s.parts
+        )
 
     def relay(self, ys: Sequence[Any]) -> list[Any]:
         """The scan's stacked outputs from the inner scan's: those `relaid` transposed

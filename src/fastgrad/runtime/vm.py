@@ -21,6 +21,7 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
   GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them: a
     call of runtime.vm_vectors' C function (its index the row's second entry) with the row
+  COPY, ADD, SUM: a scan's work around its loop (runtime.vm_arrays), called so too
 `ptrs[j]` is the address of operand slot j, filled before each segment runs (or once, for
 buffers and constants).
 """
@@ -45,7 +46,7 @@ from fastgrad.compiler.machine_code import (
     cached_njit,
     source_tag,
 )
-from fastgrad.runtime import blas, blas_calls, gemm_split, vm_vectors
+from fastgrad.runtime import blas, blas_calls, gemm_split, vm_arrays, vm_vectors
 from fastgrad.runtime.blas import ROW_MAJOR
 from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer
 from fastgrad.runtime.gemm_split import CUT
@@ -223,7 +224,7 @@ def _source_tag() -> str:
     """What the interpreter's cached machine code is keyed by besides Numba's: this
     module's source and that of the modules whose code it inlines, so that a changed
     interpreter is never loaded from an older cache."""
-    inlined = (blas, blas_calls, gemm_split, vm_vectors)  # blas: constants
+    inlined = (blas, blas_calls, gemm_split, vm_arrays, vm_vectors)  # blas: constants
     return source_tag("plan interpreter", __file__, *(module.__file__ for module in inlined))
 
 

@@ -5,7 +5,7 @@ arguments by NumPy's own rules), so a scan body with `W @ h` runs whole in the
 interpreter (a LOOP) with the bits of the step runner.
 
 Each row's second entry is the index of `vector_function` among the table's functions
-(the interpreter calls it with the row); the rest:
+(the interpreter calls it with the row; it also runs runtime.vm_arrays' rows); the rest:
   GEMV: [GEMV, gemv, float64?, order, n, m, lda, incx, incy, pointer matrix, pointer
     vector, pointer out, count, <count triples of byte offsets>]: cblas_?gemv(order,
     Trans, n, m, 1, matrix, lda, vector, incx, 0, out, incy), as NumPy's gemv
@@ -28,23 +28,11 @@ from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import MachineCodeCache, source_tag
-from fastgrad.runtime import blas
+from fastgrad.runtime import blas, vm_arrays
 from fastgrad.runtime.blas import TRANS
+from fastgrad.runtime.vm_arrays import COPY, run_array, typed_pointer
 
 GEMV, DOT, NOBLAS = 5, 6, 7
-
-
-def typed_pointer(dtype: Any) -> Any:
-    """An intrinsic making an integer address a pointer to `dtype` (a Numba type)."""
-
-    @intrinsic
-    def pointer(typingctx: Any, address: Any) -> Any:
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
-
-        return types.CPointer(dtype)(address), codegen
-
-    return pointer
 
 
 _f64, _f32 = typed_pointer(types.float64), typed_pointer(types.float32)
@@ -159,7 +147,11 @@ def _vector_row(pointer: Any, p: int) -> None:  # pragma: no cover - compiled
     the interpreter's loop does not carry these routines (~0.9 s of CPU more to compile
     from an empty cache), and a plan without such products never compiles them."""
     table = carray(pointer, (pointer[6],))
-    run_vector(table, p + 1, table[p])
+    op = table[p]
+    if op >= COPY:  # runtime.vm_arrays' rows: the same function serves them
+        run_array(table, p, op)
+    else:
+        run_vector(table, p + 1, op)
 
 
 _FUNCTION: list[Any] = []  # the compiled `_vector_row`, kept alive
@@ -171,7 +163,7 @@ def vector_function() -> int:
     function `(int64* table, int64 at)` as the interpreter's loop is."""
     with _LOCK:
         if not _FUNCTION:
-            tag = source_tag("vector rows", __file__, blas.__file__)
+            tag = source_tag("vector rows", __file__, blas.__file__, vm_arrays.__file__)
             signature = (types.void(types.CPointer(types.int64), types.int64).args, types.void)
             function: Any = CFunc(_vector_row, signature, locals={}, options={"nogil": True})
             function._cache = MachineCodeCache(_vector_row, tag, folder="adapters")
