@@ -329,7 +329,7 @@ class _Plan:
             self.pointer(ref)
         after = [self._row(kind, fields) for kind, fields in self.after]
         # Its LOOP's tables (and those of the loops nested in it) run by one thread at a
-        # time: the segment holds the step's lock for a run (else runs its steps one by one).
+        # time: the segment holds their locks for a run (else runs its steps one by one).
         for lock in step.row_locks:
             if all(lock is not held for held in segment.locks):
                 segment.locks.append(lock)
