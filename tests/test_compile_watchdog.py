@@ -164,7 +164,7 @@ def recorded_kernel(f, x, state):
         f(x)
     finally:
         background._WORKER.submit = submit
-    (job,) = held
+    (job,) = [job for job in held if isinstance(job, background.Job)]  # (not adapters)
     slow_kernels.record(job.source.source, state, job.label, 61.0)
     return job.source.source
 

@@ -306,6 +306,46 @@ def test_adapters_compile_in_the_background() -> None:
         config.update("runtime", before[1])
 
 
+def test_a_first_call_queues_its_adapters_behind_its_kernels() -> None:
+    """A plan's first call hands the compile thread its kernels and, behind them, the
+    adapters the interpreter will call them through and the interpreter's loop: by the
+    time the kernels are ready so are they, before any call lowers the plan."""
+    from fastgrad.compiler.codegen.adapter import adapter_source
+    from fastgrad.runtime import adapters
+    from fastgrad.runtime.background import wait_idle
+    from fastgrad.runtime.plan_steps import _KernelStep
+
+    def f(x: Any, k: Any) -> Any:  # int32 scalars and a 3-d float32: an adapter of its own
+        return fnp.sum(fnp.tanh(x * 1.7) * k, axis=(1, 2))
+
+    x, k = np.linspace(-1, 1, 30, dtype=np.float32).reshape(2, 3, 5), np.int32(3)
+    before = config.compile, config.runtime
+    config.update("compile", "background")
+    config.update("runtime", "vm")
+    try:
+        jf = fg.jit(f)
+        executable = jf.lower(x, k).executable
+        steps = [s for s in executable.plan if isinstance(s, _KernelStep)]
+        sources = {adapter_source(*step.adapter_signature()) for step in steps}
+        assert sources
+        with adapters._LOCK:  # as if no plan had asked for them yet
+            for key in [*sources, adapters._LOOP]:
+                adapters._JOBS.pop(key, None)
+            adapters._AHEAD.clear()
+        expected = f(x, k)
+        np.testing.assert_allclose(jf(x, k), expected, rtol=1e-6)  # NumPy tier
+        assert wait_idle(timeout=600)
+        for key in [*sources, adapters._LOOP]:
+            assert adapters._JOBS[key].done.is_set() and adapters._JOBS[key].error is None
+        for _ in range(4):
+            np.testing.assert_allclose(jf(x, k), expected, rtol=1e-6)
+            assert wait_idle(timeout=600)
+        assert _segments(jf, (x, k)) >= 1
+    finally:
+        config.update("compile", before[0])
+        config.update("runtime", before[1])
+
+
 def test_index_checks_run_before_the_interpreter(sync: None) -> None:
     """A kernel gathering by labels (an argument) runs in the interpreter, its bounds
     checked first: a label out of range raises NumPy's IndexError, as with the steps."""

@@ -4,6 +4,10 @@ plan told to wait, the call waits for the thread, as long as the watchdog lets i
 kernels' adapters, one per kernel signature (scalar dtypes, operands' ranks and dtypes)
 whatever the kernel, the kernels' addresses for them, and the interpreter itself for each
 new kind of argument tuple; shared by every plan, cached on disk like kernels.
+
+A plan's first call queues its kernels' adapters and the interpreter's loop behind its
+kernels (`ahead`): they are built by the time the kernels are, and lowering the plan
+finds them ready. This module imports Numba only in its jobs (on the compile thread).
 """
 
 from __future__ import annotations
@@ -18,12 +22,20 @@ import numpy as np
 
 from fastgrad.compiler.kernel_cache import kernel_key
 from fastgrad.core import compile_log
+from fastgrad.core.config import config
 from fastgrad.runtime import background
-from fastgrad.runtime.kernel_entry import entry_address, source_tag
-from fastgrad.runtime.vm import compile_adapter, run_steps, table_function
 
 _LOCK = threading.Lock()
 _JOBS: dict[Any, CompileJob] = {}  # what a job builds -> the job
+_AHEAD: set[tuple[Any, ...]] = set()  # kernels whose adapter `ahead` has queued
+_LOOP = ("interpreter loop",)  # the key of the interpreter loop's job
+
+
+def compile_adapter(source: str, tag: str) -> Any:
+    """runtime.vm's `compile_adapter`, imported (with Numba) when a job first needs it."""
+    from fastgrad.runtime.vm import compile_adapter as compile_now
+
+    return compile_now(source, tag)
 
 
 @dataclass
@@ -37,6 +49,7 @@ class CompileJob:
     source). `build()` returns the object to keep alive and its address (or 0)."""
 
     apart = False  # never a child process: these compile as fast as a kernel
+    later = False  # queued behind every kernel (runtime.background): built ahead
 
     def __init__(self, label: str, source: str, build: Callable[[], tuple[Any, int]]):
         self.label, self.source, self.build = label, _Source(source), build
@@ -65,36 +78,78 @@ class CompileJob:
         self.settled.set()
 
 
-def _job(key: Any, wait: bool, make: Callable[[], CompileJob], inline: bool = False) -> CompileJob:
+def _job(
+    key: Any,
+    wait: bool,
+    make: Callable[[], CompileJob],
+    inline: bool = False,
+    later: bool = False,
+) -> CompileJob:
     """The job for `key`, made by `make` when first asked for and handed to the compile
-    thread; with `wait`, waited for there, under the watchdog (a compile that runs past
-    `config.compile_timeout` leaves the job settled but not done: its plan runs step by
-    step). `inline` jobs compile nothing, take no compiler lock and run here at once."""
+    thread (`later`: once the first call under way has handed over its kernels, and
+    behind them all); with `wait`, waited for there, under
+    the watchdog (a compile that runs past `config.compile_timeout` leaves the job settled
+    but not done: its plan runs step by step). `inline` jobs compile nothing, take no
+    compiler lock and run here at once."""
     with _LOCK:
         job = _JOBS.get(key)
         new = job is None
         if new:
             job = _JOBS[key] = make()
+            job.later = later
     assert job is not None
     if inline:
         job.run()  # nothing to do if done already
     elif new:
-        background.submit(job)
+        (background.submit_after if later else background.submit)(job)
     if wait:
         background.wait_for(job)
     return job
 
 
-def adapter(source: str, wait: bool) -> CompileJob:
+def adapter(source: str, wait: bool, later: bool = False) -> CompileJob:
     """The job building the adapter `source` (one per kernel signature, serving every
     kernel of it), its machine code cached under a key of the source."""
 
     def build() -> tuple[Any, int]:
+        from fastgrad.runtime.kernel_entry import source_tag
+
         compiled = compile_adapter(source, kernel_key(source + source_tag()))
         return compiled, int(compiled.address)
 
     label = f"kernel adapter {kernel_key(source)[:12]}"
-    return _job(source, wait, lambda: CompileJob(label, source, build))
+    return _job(source, wait, lambda: CompileJob(label, source, build), later=later)
+
+
+def ahead(step: Any) -> None:
+    """At a plan's first call, when the kernel step `step` (runtime.plan_steps) has handed
+    its kernel to the compile thread: queue behind it the adapter the plan interpreter
+    will call it through, and (once per process) the interpreter's loop, so that they are
+    built (a cold adapter ~0.1-0.2 s, the loop ~1.5-2.5 s; warm, loads of a few ms) while
+    the kernels are and lowering, after them, does not wait for them in turn. The kinds
+    of argument tuples the interpreter is compiled for are known only when lowering."""
+    if config.runtime != "vm":
+        return  # plans run step by step: no adapter is ever asked for
+    # Asked once per kernel: the 599 kernel steps of a T=200 RNN are a few kernels.
+    key = (step.source.source, len(step.sizes), *map(type, step.scalars))
+    if key in _AHEAD:
+        return
+    _AHEAD.add(key)
+    shape = step.adapter_signature()
+    if shape is not None:
+        from fastgrad.compiler.codegen.adapter import adapter_source
+
+        adapter(adapter_source(*shape), False, later=True)
+    _job(_LOOP, False, _interpreter_loop, later=True)
+
+
+def _interpreter_loop() -> CompileJob:
+    def build() -> tuple[Any, int]:
+        from fastgrad.runtime.vm import table_function
+
+        return None, table_function()
+
+    return CompileJob("plan interpreter's loop", "plan interpreter's loop", build)
 
 
 def entry(kernel: Any, kernel_source: str, signature: tuple[Any, ...], wait: bool) -> CompileJob:
@@ -104,6 +159,8 @@ def entry(kernel: Any, kernel_source: str, signature: tuple[Any, ...], wait: boo
     compile on the compile thread."""
 
     def build() -> tuple[Any, int]:
+        from fastgrad.runtime.kernel_entry import entry_address
+
         # compile() takes Numba's compiler lock even for a signature it has: an inline job
         # would then wait on the calling thread behind an overdue compile (or, in a child
         # forked during one, forever)
@@ -129,6 +186,8 @@ def interpreter(arrays: tuple[np.ndarray, ...], wait: bool) -> CompileJob:
     signature = (numba.typeof(np.zeros(1, np.int64)), numba.int64, kind)
 
     def build() -> tuple[Any, int]:
+        from fastgrad.runtime.vm import run_steps, table_function
+
         table_function()  # the loop itself, compiled (or loaded) once for all kinds
         return run_steps.compile(signature), 0
 

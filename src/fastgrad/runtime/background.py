@@ -75,6 +75,7 @@ class Batch:
         self.lock = threading.Lock()
         self.finished = 0
         self.open = True
+        self.after: list[Any] = []  # jobs handed over once the call returns (`submit_after`)
 
     def add(self, job: Job) -> None:
         with self.lock:
@@ -365,6 +366,9 @@ def first_run(what: str) -> Iterator[Batch]:
     finally:
         getattr(worker, "hold", int)(-1)
         _batches.open.remove(batch)
+        for job in batch.after:  # (unless a call waiting for one handed it over)
+            if job not in getattr(worker, "inflight", ()) and not job.settled.is_set():
+                worker.submit(job)
         compile_log.background_started(what, len(batch.to_build))
         batch.close()
 
@@ -388,6 +392,16 @@ def submit(job: Any) -> None:
     for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
     `done`, `settled`, `apart`, `label` and `source`. It runs in turn, under the watchdog."""
     _WORKER.submit(job)
+
+
+def submit_after(job: Any) -> None:
+    """`submit` once the first call under way in this thread returns (at once outside
+    one): behind every kernel the call hands over, parallel variants included."""
+    batches = _batches.open
+    if batches:
+        batches[-1].after.append(job)
+    else:
+        _WORKER.submit(job)
 
 
 def wait_for(job: Any) -> None:

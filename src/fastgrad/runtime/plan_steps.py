@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.compiler.codegen.adapter import ADAPTED
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.compiler.fusion import Loop
 from fastgrad.compiler.kernel_cache import call_writable, first_call, load_kernel
 from fastgrad.ops.shape import _as_slices as as_slices
+from fastgrad.runtime import adapters
 from fastgrad.runtime.arena import staggered_empty
 from fastgrad.runtime.background import KernelTier, layout
 from fastgrad.runtime.control_flow import LoopStep
@@ -67,6 +69,21 @@ class _KernelStep:
             for k, b in enumerate(buffers)
             if b is None
         ]
+
+    def adapter_signature(self) -> tuple[int, list[str], list[tuple[int, str]]] | None:
+        """How the plan interpreter calls this kernel (compiler.codegen.adapter's
+        `adapter_source` arguments): its sizes, its scalars' dtypes, its operands' ranks
+        and dtypes as it sees them (inputs, then outputs); None for a dtype adapters do
+        not take."""
+        operands = [
+            (1 if reshape else len(v.aval.shape), v.aval.dtype.name)
+            for v, reshape in zip(self.source.inputs, self._reshape_in, strict=True)
+        ]
+        operands += [(len(shape), dtype.name) for shape, dtype in self.allocations]
+        scalars = [np.asarray(s).dtype.name for s in self.scalars]
+        if any(d not in ADAPTED for d in [*scalars, *(d for _, d in operands)]):
+            return None
+        return len(self.sizes), scalars, operands
 
     def check_indices(self, env: list[Any]) -> None:
         """Raise NumPy's IndexError for an index out of bounds: kernels do not check."""
@@ -183,7 +200,11 @@ class _KernelStep:
             for out, b in zip(self.outs, self._buffers, strict=True)
             if b is not None
         ]
-        if not tier.answer(self, env):
+        first = tier.jobs is None
+        answered = tier.answer(self, env)
+        if first and tier.jobs is not None:  # its kernel just handed to the compile thread
+            adapters.ahead(self)
+        if not answered:
             return False
         for slot, buffer in bound:
             np.copyto(buffer, env[slot])

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
+from fastgrad.compiler.codegen.adapter import ADAPTED, FLOATS, adapter_source
 from fastgrad.core.config import config
 from fastgrad.runtime import adapters, gemm_split
 from fastgrad.runtime.arena import PAGE, staggered_empty
@@ -34,8 +34,6 @@ from fastgrad.runtime.small_call import drop, entry_point, take
 from fastgrad.runtime.thread_budget import cuts_products
 from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
 from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
-
-_DTYPES = ("float64", "float32", "int64", "int32", "bool")
 
 
 class Waiting:
@@ -174,7 +172,7 @@ class Segment:
             or step.kernel is None
             or step.tier is not None
             or any(slot in self.produced for slot in step.checks)
-            or any(v.aval.dtype.name not in _DTYPES for v in [*source.inputs, *source.outputs])
+            or any(v.aval.dtype.name not in ADAPTED for v in [*source.inputs, *source.outputs])
         ):
             return None
         inputs = self._arrays(step.ins)
@@ -184,17 +182,11 @@ class Segment:
         ):
             return None
         table = self.table
-        operands: list[tuple[int, str]] = []
-        for var, reshape in zip(source.inputs, step._reshape_in, strict=True):
-            shape = (var.aval.size,) if reshape else var.aval.shape
-            operands.append((len(shape), var.aval.dtype.name))
-        for shape, dtype in step.allocations:
-            operands.append((len(shape), dtype.name))
-        scalars = [np.asarray(s).dtype.name for s in step.scalars]
-        signature = kernel_signature(len(step.sizes), scalars, operands)
-        if signature is None:
+        shape = step.adapter_signature()
+        signature = None if shape is None else kernel_signature(*shape)
+        if shape is None or signature is None:
             return None
-        job = adapters.adapter(adapter_source(len(step.sizes), scalars, operands), table.wait)
+        job = adapters.adapter(adapter_source(*shape), table.wait)
         entry = adapters.entry(step.kernel, source.source, signature, table.wait)
         for needed in (job, entry):
             if needed.settled.is_set() and needed.address is None:

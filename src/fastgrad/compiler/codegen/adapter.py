@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 FLOATS = ("float16", "float32", "float64")
+ADAPTED = ("float64", "float32", "int64", "int32", "bool")  # the dtypes adapters take
 
 
 def adapter_source(nsizes: int, scalars: Sequence[str], operands: Sequence[tuple[int, str]]) -> str:
