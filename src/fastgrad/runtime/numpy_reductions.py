@@ -13,6 +13,7 @@ np.max and np.min do.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +28,11 @@ MANY = 1024
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
+@functools.cache
 def tier_impl(name: str, impl: Callable[..., Any]) -> Callable[..., Any]:
     """What the first tier calls for op `name` (its NumPy reference `impl`): for a
-    reduction, `impl` with the short-trailing-axes path in front; else `impl` itself."""
+    reduction, `impl` with the short-trailing-axes path in front; else `impl` itself. One
+    function per op (a plan's tier built again, from stored tables, calls the same ones)."""
     ufunc = _UFUNCS.get(name)
     if ufunc is None:
         return impl
