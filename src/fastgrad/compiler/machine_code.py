@@ -456,14 +456,16 @@ def cached_njit(tag: str, **options: Any) -> Callable[[Callable[..., Any]], Any]
     return decorate
 
 
-def cached_cfunc(fn: Callable[..., Any], signature: Any, tag: str) -> Any:
+def cached_cfunc(fn: Callable[..., Any], signature: Any, tag: str | None) -> Any:
     """`fn` compiled as a C function (Numba's CFunc, without the GIL) of Numba signature
-    `signature`, its machine code kept in fastgrad's cache under `tag` (as `cached_njit`)."""
+    `signature`, its machine code kept in fastgrad's cache under `tag` (as `cached_njit`;
+    no tag: compiled in memory only)."""
     from numba.core.ccallback import CFunc
 
     options = {"nogil": True}
     function = CFunc(fn, (signature.args, signature.return_type), locals={}, options=options)
-    function._cache = MachineCodeCache(fn, tag, folder="adapters")  # read before it compiles
+    if tag:  # read before it compiles
+        function._cache = MachineCodeCache(fn, tag, folder="adapters")
     function.compile()
     return function
 

@@ -37,11 +37,9 @@ import numpy as np
 from llvmlite import ir
 from numba import carray, literal_unroll, njit, types
 from numba.core import cgutils
-from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import (
-    MachineCodeCache,
     cached_cfunc,
     cached_njit,
     source_tag,
@@ -513,9 +511,4 @@ def compile_adapter(source: str, tag: str = "") -> Any:
         **{f"pointer_{n}": p for n, p in POINTERS.items()},
     )
     exec(compile(source, "<fastgrad adapter>", "exec"), namespace)
-    signature = (ADAPTER_SIGNATURE.args, ADAPTER_SIGNATURE.return_type)
-    adapter: Any = CFunc(namespace["adapter"], signature, locals={}, options={"nogil": True})
-    if tag:  # Numba consults `_cache` before it compiles (as for kernels: kernel_cache)
-        adapter._cache = MachineCodeCache(namespace["adapter"], tag, folder="adapters")
-    adapter.compile()
-    return adapter
+    return cached_cfunc(namespace["adapter"], ADAPTER_SIGNATURE, tag or None)

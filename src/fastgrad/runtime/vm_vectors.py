@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 from numba import carray, njit, types
-from numba.core.ccallback import CFunc
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import MachineCodeCache, source_tag
+from fastgrad.compiler.machine_code import cached_cfunc, source_tag
 from fastgrad.runtime import blas, vm_arrays
 from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.vm_arrays import COPY, run_array, typed_pointer
@@ -164,9 +163,6 @@ def vector_function() -> int:
     with _LOCK:
         if not _FUNCTION:
             tag = source_tag("vector rows", __file__, blas.__file__, vm_arrays.__file__)
-            signature = (types.void(types.CPointer(types.int64), types.int64).args, types.void)
-            function: Any = CFunc(_vector_row, signature, locals={}, options={"nogil": True})
-            function._cache = MachineCodeCache(_vector_row, tag, folder="adapters")
-            function.compile()
-            _FUNCTION.append(function)
+            signature = types.void(types.CPointer(types.int64), types.int64)
+            _FUNCTION.append(cached_cfunc(_vector_row, signature, tag))
         return int(_FUNCTION[0].address)
