@@ -12,9 +12,7 @@ A loop whose bodies' matmuls are all small runs with BLAS on one thread (see SMA
 
 from __future__ import annotations
 
-import sys
 import threading
-import weakref
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 from functools import cache, partial
@@ -31,6 +29,7 @@ from fastgrad.runtime.background import loading_beats_numpy
 from fastgrad.runtime.blas import OneThread, has_local_threads
 from fastgrad.runtime.loop_hoisting import HoistedScan, hoist
 from fastgrad.runtime.loop_table import ScanLoop
+from fastgrad.runtime.recycling import unheld
 from fastgrad.runtime.scan_call import ThinScan
 from fastgrad.runtime.small_call import drop, take
 from fastgrad.runtime.thread_budget import largest_gemm
@@ -286,18 +285,19 @@ class StackPool:
     """A scan's stacked outputs kept from call to call: an array is handed out again once
     nothing else holds it (nor a view of it), so a long loop does not write its outputs
     into fresh pages at each call (at T = 1000, a fresh (T, 32, 128) float32 output cost
-    ~2.4 us a step in page faults, a third of the loop's own per-step work)."""
+    ~2.4 us a step in page faults, a third of the loop's own per-step work). Nothing else
+    holding it is runtime.recycling's rule (a weak reference counts: a caller's
+    weak-valued cache of results saw the array change at the next call)."""
 
     def __init__(self) -> None:
         self.kept: dict[int, np.ndarray] = {}
 
     def empty(self, k: int, aval: Aval) -> np.ndarray:
         kept = self.kept.get(k)
-        # the references: this dict, `kept`, and getrefcount's argument; and no weak one
-        # (a caller's weak-valued cache of results saw the array change at the next call)
         if kept is not None and kept.shape == aval.shape and kept.dtype == aval.dtype:
-            if sys.getrefcount(kept) == 3 and not weakref.getweakrefcount(kept):
-                return kept
+            del kept  # (our own reference: `unheld` counts the dict's alone)
+            if unheld(self.kept, k):
+                return self.kept[k]
         self.kept[k] = fresh = np.empty(aval.shape, aval.dtype)
         return fresh
 

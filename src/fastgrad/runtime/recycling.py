@@ -36,6 +36,7 @@ import itertools
 import sys
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ from fastgrad.core.config import config
 MIN_BYTES = 1 << 20
 
 
-def _count(blocks: list[np.ndarray], k: int) -> int:
+def _count(blocks: list[np.ndarray] | dict[Any, np.ndarray], k: Any) -> int:
     """The reference count of `blocks[k]`, read the way `take` reads it."""
     return sys.getrefcount(blocks[k])
 
@@ -54,6 +55,17 @@ def _count(blocks: list[np.ndarray], k: int) -> int:
 # The count of a block only the pool's list holds (the list's reference and the call's).
 _ALONE = _count([np.empty(1)], 0)
 _FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def unheld(blocks: list[np.ndarray] | dict[Any, np.ndarray], k: Any) -> bool:
+    """Whether nothing but the container `blocks` (a list or a dict) references
+    `blocks[k]`, weakly either: its memory may be written again unseen (never on a
+    free-threaded Python, whose counts are not exact)."""
+    return (
+        not _FREE_THREADED
+        and _count(blocks, k) == _ALONE
+        and not weakref.getweakrefcount(blocks[k])
+    )
 
 
 class Pool:
@@ -79,7 +91,7 @@ class Pool:
                 return np.empty(nbytes, np.uint8)
             blocks = self.blocks.setdefault(nbytes, [])
             for k in range(len(blocks)):
-                if _count(blocks, k) == _ALONE and not weakref.getweakrefcount(blocks[k]):
+                if unheld(blocks, k):
                     block = blocks[k]
                     self.stamps[id(block)] = next(self.clock)
                     return block
@@ -118,7 +130,7 @@ class Pool:
         for other, blocks in list(self.blocks.items()):
             if other != size:
                 for k in range(len(blocks) - 1, -1, -1):
-                    if _count(blocks, k) == _ALONE and not weakref.getweakrefcount(blocks[k]):
+                    if unheld(blocks, k):
                         self._forget(other, blocks[k])
 
     def _forget(self, size: int, block: np.ndarray) -> None:
