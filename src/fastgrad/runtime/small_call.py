@@ -26,6 +26,7 @@ import numpy as np
 
 from fastgrad.core.miss import MISS
 from fastgrad.core.pytree import TreeDef, builder, expression
+from fastgrad.runtime import loop_table
 from fastgrad.runtime.arena import staggered_empty
 from fastgrad.runtime.ownership import borrowed
 
@@ -173,7 +174,11 @@ def function(plan: Plan | bool, key: Sequence[Any], tree: TreeDef) -> SmallCall 
 
 
 def take(locks: Sequence[Any]) -> bool:
-    """Whether all of `locks` were free and are now held (else none is held)."""
+    """Whether all of `locks` were free and are now held (else none is held). With loop
+    tables off (`loop_table.ENABLED`, the debugging and benchmark switch) none is taken:
+    a segment with LOOP rows then runs its steps one by one, its scans as Python loops."""
+    if locks and not loop_table.ENABLED:
+        return False
     for k, lock in enumerate(locks):
         if not lock.acquire(False):
             drop(locks[:k])
