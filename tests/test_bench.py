@@ -78,6 +78,7 @@ def test_quick_run_succeeds_and_json_has_every_field(quick_run):
         assert fastgrad["steady_after_s"] >= fastgrad["first_call_s"]
         assert fastgrad["steady_after_warm_s"] >= fastgrad["first_call_warm_s"]
         assert by_system["numpy"]["speedup_vs_numpy"] == 1.0
+        assert by_system["numpy"]["first_call_warm_s"] is None  # no compile cache: "-"
         assert entry["fastest_peer"] == "numpy"
 
 
