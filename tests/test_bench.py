@@ -44,6 +44,7 @@ def test_quick_run_succeeds_and_json_has_every_field(quick_run):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert doc["schema"] == report.SCHEMA
     assert doc["notes"][0] == "ci"
+    assert doc["settings"]["warm"] is True
     env = doc["environment"]
     for key in ("python", "cpu_model", "threads", "versions"):
         assert env[key]
