@@ -8,7 +8,6 @@ command calls; `python -m fastgrad_bench` calls it too.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 import time
@@ -102,6 +101,14 @@ def make_parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="small sizes and few repeats: a smoke test, not a measurement",
+    )
+    parser.add_argument(
+        "--no-warm",
+        dest="warm",
+        action="store_false",
+        help="skip the warm runs (a second process per compiler, on the compile cache "
+        "the first one filled; torch.compile's costs ~10 s a workload): the warm "
+        "columns show '-'",
     )
     parser.add_argument(
         "--timeout",
@@ -245,27 +252,16 @@ class Suite:
         missing = systems.missing_module(system.modules)
         if missing and system.peer:
             return {"status": "skipped", "note": f"{missing} is not installed ({system.install})"}
-        if name == "fastgrad":
-            return self.run_fastgrad(w)
-        env = {}
-        with tempfile.TemporaryDirectory(prefix="fastgrad-bench-inductor-") as cache:
-            if name == "torch-compile":
-                env["TORCHINDUCTOR_CACHE_DIR"] = cache  # cold, like fastgrad's first call
-            if name.startswith("dask"):
-                env["FASTGRAD_CACHE_DIR"] = cache  # the workers compile cold too
-            return child.launch(self.spec(w, name), env=env, timeout=self.args.timeout)
-
-    def run_fastgrad(self, w: workloads.Workload) -> dict:
-        # Cold: a fresh, empty kernel cache. Warm: a second process on the same cache.
-        cache = tempfile.mkdtemp(prefix="fastgrad-bench-cache-")
-        try:
-            env = {"FASTGRAD_CACHE_DIR": cache}
-            result = child.launch(self.spec(w, "fastgrad"), env=env, timeout=self.args.timeout)
-            if result["status"] == "ok":
+        # Cold: a fresh, empty compile cache per run (so an earlier run, or the user's own
+        # cache, cannot warm it). Warm: a second fresh process on the cache the first one
+        # filled, which times the first call and the time to steady state only.
+        prefix = f"fastgrad-bench-{name}-cache-"
+        with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as cache:
+            env = system.cache_env(cache)
+            result = child.launch(self.spec(w, name), env=env, timeout=self.args.timeout)
+            if system.warm and self.args.warm and result["status"] == "ok":
                 warm = child.launch(
-                    self.spec(w, "fastgrad", first_call_only=True),
-                    env=env,
-                    timeout=self.args.timeout,
+                    self.spec(w, name, first_call_only=True), env=env, timeout=self.args.timeout
                 )
                 if warm["status"] == "ok":
                     result["first_call_warm_s"] = warm["first_call_s"]
@@ -273,8 +269,6 @@ class Suite:
                 else:
                     result["note"] = f"warm-cache run failed: {warm.get('error')}"
             return result
-        finally:
-            shutil.rmtree(cache, ignore_errors=True)
 
     def run_workload(self, w: workloads.Workload) -> dict:
         size = w.size(self.args.quick, self.args.size)
@@ -358,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             "size": args.size,
             "repeat": args.repeat,
             "quick": args.quick,
+            "warm": args.warm,
             "budget_s": suite.budget,
             "timeout_s": args.timeout,
         },

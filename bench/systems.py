@@ -63,6 +63,14 @@ class System:
     modules: tuple[str, ...] = ()  # needed to run; checked before spawning a child
     install = ""  # how a user gets it
     peer = True  # False only for fastgrad itself
+    # Measured warm too: a second fresh process on the compile cache the first one filled
+    # (`cache_env`). The others have no compile cache a second process could read.
+    warm = False
+
+    def cache_env(self, directory: str) -> dict[str, str]:
+        """Environment that keeps the system's compile cache in `directory`, which the
+        bench empties per run (default: none)."""
+        return {}
 
     def setup(self, threads: int) -> dict:
         """Import and configure; return {"version": ..., "threads": ...}."""
@@ -101,6 +109,10 @@ class Fastgrad(System):
     name, title, peer = "fastgrad", "fastgrad jit(value_and_grad)", False
     modules = ("fastgrad",)
     install = "pip install fastgrad"
+    warm = True
+
+    def cache_env(self, directory):
+        return {"FASTGRAD_CACHE_DIR": directory}  # kernels and plans
 
     def setup(self, threads):
         import fastgrad as fg
@@ -243,6 +255,18 @@ class Jax(System):
     name, title = "jax", "JAX jit(value_and_grad)"
     modules = ("jax", "jaxlib")
     install = "pip install jax"
+    warm = True
+
+    def cache_env(self, directory):
+        # JAX's persistent compilation cache, read from these variables at import. By
+        # default it skips executables that compiled in under 1 s, and small ones: here
+        # every executable is stored, as fastgrad stores every kernel.
+        return {
+            "JAX_ENABLE_COMPILATION_CACHE": "1",
+            "JAX_COMPILATION_CACHE_DIR": directory,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+        }
 
     def setup(self, threads):
         import jax
@@ -354,6 +378,18 @@ class TorchEager(System):
 
 class TorchCompile(TorchEager):
     name, title = "torch-compile", "PyTorch torch.compile forward, compiled backward"
+    warm = True
+
+    def cache_env(self, directory):
+        # Inductor's FX graph cache and AOTAutograd's cache (the compiled forward and
+        # backward, their C++ kernels) live under TORCHINDUCTOR_CACHE_DIR. Dynamo's trace
+        # of the Python function is not cached across processes, so a warm first call
+        # still traces.
+        return {
+            "TORCHINDUCTOR_CACHE_DIR": directory,
+            "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+            "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+        }
 
     def forward(self, workload):
         # The compiled forward also compiles its backward (AOTAutograd) on first call.
@@ -370,6 +406,7 @@ class Dask(Fastgrad):
     modules = ("fastgrad", "dask", "distributed")
     install = "pip install 'fastgrad[dask]'"
     peer = True
+    warm = False  # the workers compile cold (cache_env); D1 measures the cluster's calls
 
     def __init__(self, workers: int):
         self.workers = workers

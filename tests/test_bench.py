@@ -44,6 +44,7 @@ def test_quick_run_succeeds_and_json_has_every_field(quick_run):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert doc["schema"] == report.SCHEMA
     assert doc["notes"][0] == "ci"
+    assert doc["settings"]["warm"] is True
     env = doc["environment"]
     for key in ("python", "cpu_model", "threads", "versions"):
         assert env[key]
@@ -78,6 +79,7 @@ def test_quick_run_succeeds_and_json_has_every_field(quick_run):
         assert fastgrad["steady_after_s"] >= fastgrad["first_call_s"]
         assert fastgrad["steady_after_warm_s"] >= fastgrad["first_call_warm_s"]
         assert by_system["numpy"]["speedup_vs_numpy"] == 1.0
+        assert by_system["numpy"]["first_call_warm_s"] is None  # no compile cache: "-"
         assert entry["fastest_peer"] == "numpy"
 
 
