@@ -542,9 +542,11 @@ class KernelTier:
         loading takes (Numba's import, if not done yet, then a few ms a kernel), counted
         as float64's (`IMPORT_WORK`)."""
         loop = self.numpy_loop
+        work = loop.size * math.prod(self.shape)  # (np.prod: ~3 us)
+        if work * 2 < LOAD_WORK:  # (at most 16-byte items: no need to look at the ops)
+            return False
         itemsize = max((op[3].itemsize for op in loop.ops if op[3].kind in "fc"), default=8)
-        work = loop.size * math.prod(self.shape) * itemsize // 8  # (np.prod: ~3 us)
-        return loading_beats_numpy(work, [self.variants[-1].source])
+        return loading_beats_numpy(work * itemsize // 8, [self.variants[-1].source])
 
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
         """Hand the variants to the compile thread: all of them, or only `waiting`, those
