@@ -486,7 +486,7 @@ class KernelTier:
         self.lock = threading.Lock()
         self.wait = False  # set by Executable.settle: the next call waits for the kernels
 
-    def answer(self, step: Any, env: list[Any]) -> bool:
+    def answer(self, step: Any, env: list[Any], bound: Any = ()) -> bool:
         """Run the step's loop with NumPy and return True while no kernel is ready; else
         install the newest ready kernel as `step.kernel` and return False (the step then
         runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
@@ -532,7 +532,7 @@ class KernelTier:
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
-        self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
+        self.numpy_loop.run(env, bound)  # still compiling, overdue, or every variant failed
         return True
 
     def _loading_beats_numpy(self) -> bool:
