@@ -241,10 +241,11 @@ def note_inlined(key: str, args: Sequence[Any], outs: Sequence[Any], count: int)
 
 def _inlined(trace: Trace, graph: Graph) -> tuple[Any, ...] | None:
     """When `graph` is a stored graph inlined and nothing else (Trace.inlined, and the
-    trace ended on that inlining's outputs with nothing else recorded: a DeferredGraph),
-    its inputs `graph`'s or constants, what its nodes follow from: that graph's key, where
-    each of its inputs comes from (an input's place, or a constant's bytes), `graph`'s
-    inputs and sizes. Else None. Its nodes are not made for this."""
+    trace ended on some of that inlining's outputs with nothing else recorded: a
+    DeferredGraph), its inputs `graph`'s or constants, what its nodes follow from: that
+    graph's key, where each of its inputs comes from (an input's place, or a constant's
+    bytes), `graph`'s inputs and sizes, which of its outputs it gives. Else None. Its
+    nodes are not made for this."""
     if trace.inlined is None or trace.captured or not isinstance(graph, DeferredGraph):
         return None
     key, args, count, outs = trace.inlined
@@ -264,7 +265,7 @@ def _inlined(trace: Trace, graph: Graph) -> tuple[Any, ...] | None:
         else:
             return None
     inputs = tuple((v.aval.shape, v.aval.dtype.str, v.aval.weak, v.hint) for v in graph.inputs)
-    return key, tuple(sources), inputs, count, len(outs)
+    return key, tuple(sources), inputs, count, len(outs), graph.chosen
 
 
 _WARNED_RANDOM: set[str] = set()

@@ -143,13 +143,16 @@ class Deferred:
             tracer._var = made[id(v)]._var
 
     def graph(self, outputs: Sequence[Any]) -> Graph | None:
-        """The trace's graph held back, if `outputs` are this inlining's and nothing else
-        reached the trace (no outer tracer captured)."""
-        if self.trace.captured or len(outputs) != len(self.outs):
+        """The trace's graph held back, if `outputs` are some of this inlining's (in any
+        order: `grad` returns the gradients alone) and nothing else reached the trace (no
+        outer tracer captured)."""
+        if self.trace.captured:
             return None
-        if any(a is not b for a, b in zip(outputs, self.outs, strict=True)):
+        place = {id(t): k for k, t in enumerate(self.outs)}
+        chosen = [place.get(id(o)) for o in outputs]
+        if None in chosen:
             return None
-        return DeferredGraph(self)
+        return DeferredGraph(self, tuple(chosen))  # type: ignore[arg-type]
 
 
 class DeferredGraph(Graph):
@@ -157,10 +160,12 @@ class DeferredGraph(Graph):
     vars) made when first asked for: a warm `jit(value_and_grad(f))` whose plan is on disk
     needs its inputs and its key alone (api.trace `_inlined`), not the ~6,600 nodes of
     the T=200 RNN's stored backward graph. Checked (Graph.verify) when its nodes are made;
-    the graph inlined was checked where it was built. `source` is that graph."""
+    the graph inlined was checked where it was built. `source` is that graph, `chosen`
+    which of its outputs (their places among them) are this graph's."""
 
-    def __init__(self, deferred: Deferred) -> None:
+    def __init__(self, deferred: Deferred, chosen: tuple[int, ...]) -> None:
         self.inputs = list(deferred.trace.inputs)
+        self.chosen = chosen
         self.source = deferred.source
         self.deferred = deferred
         self._made: Graph | None = None
@@ -173,7 +178,7 @@ class DeferredGraph(Graph):
                 trace = deferred.trace
                 if trace.deferred is deferred:
                     trace.settle()
-                outs = [t._var for t in deferred.outs]
+                outs = [deferred.outs[k]._var for k in self.chosen]
                 graph = Graph(self.inputs, live_nodes(trace.nodes, outs), outs)
                 self._made = graph.verify(types=config.check_graphs)
             return self._made
