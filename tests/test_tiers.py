@@ -265,6 +265,31 @@ def test_a_large_loop_whose_kernel_is_on_disk_waits_for_it(monkeypatch, tmp_path
     assert background.wait_idle(timeout=120)
 
 
+def test_numpy_writes_a_ufuncs_result_into_its_arena_buffer(held, monkeypatch, tmp_path):
+    """A loop run on NumPy whose result has a buffer of the arena (a product reads it)
+    computes it there (no copy after), in place of memory copied there; a reduction's
+    result is still copied; the answers are the reference interpreter's."""
+    from fastgrad.runtime import plan_steps
+
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))  # nothing on disk
+    copied = []
+    copyto = np.copyto
+    monkeypatch.setattr(
+        plan_steps.np,
+        "copyto",
+        lambda dst, src, **k: copied.append(dst.shape) or copyto(dst, src, **k),
+    )
+
+    def f(x, w):
+        h = fnp.tanh(x * 2.0 + 1.0) @ w
+        return h @ fnp.sum(h * h, axis=0, keepdims=True).T
+
+    x, w = np.linspace(-1, 1, 24).reshape(4, 6), np.linspace(0, 1, 30).reshape(6, 5)
+    first = fg.jit(f)(x, w)
+    np.testing.assert_allclose(first, fg.jit(f, fuse=False)(x, w), **TOL)
+    assert copied == [(1, 5)]  # the column sums', not tanh's (4, 6)
+
+
 def test_which_warm_first_calls_wait_at_the_measured_bounds(monkeypatch):
     """At the bounds measured (background.IMPORT_WORK), with every kernel on disk and Numba
     not imported yet: W1's loop (39 ops over 10^7 float64, run over blocks) waits for its

@@ -19,7 +19,24 @@ PYTHONPYCACHEPREFIX, even where PYTHONDONTWRITEBYTECODE is set), as an installed
 does: compiling fastgrad's source again in every process cost ~1 s of each import and of
 each first call's modules on the loaded development machine.
 
-Where a warm first call's time goes now (CPU ms of the calling thread, best of 5 fresh
+Where a warm first call's time goes now (CPU ms of the calling thread for every phase,
+the first run too, which this tool shows as wall time; best of 7 fresh processes
+alternating with ade9ab3, load 6.4-6.6, bytecode cached, everything on disk,
+background mode), the T=200 unrolled RNN: tracing the user's function 11.2 (12.2); the
+whole trace phase 20.9 (38.5 in the same run: the stored backward graph is no longer
+inlined, pruned nor checked, core.interpreter.DeferredGraph; what remains besides the
+user's function: the forward digest ~5-6.5, the stored graph read ~1.5-2.5); prepare
+39.2 (43.0: the NumPy tiers' release lists stored with the tables; the plan read ~19, of
+which its nodes ~5 and unpickling ~2, the executable from tables ~16, the tables read
+~4); first run 46.0 (48.2: NumPy ufuncs write into the arena's buffers; NumPy loops
+~17, matmuls ~11, the tier's per-step questions ~8, of which the jobs' argument layouts
+~4); the whole first call 106.0 against 130.0 (0.82x), 5.1x its trace phase and 9.5x
+the user's function's trace. jit(grad) of it (its key, too, now follows from the stored
+graph's): 105.2 against 131.9 (prepare 37.9 against 49.7, where the digest of its 6,600
+nodes went). M1 (T=50): 32.9 against 38.8; M2 81.0 against 80.8 (its first run is ~70);
+W4 17.0 against 17.6 (below the plan cache's 200 nodes).
+
+Before that (CPU ms of the calling thread, best of 5 fresh
 processes alternating with 66ce865, load 6-7, bytecode cached, everything on disk,
 background mode), the T=200 unrolled RNN: trace 40.6 (57.5 in the same run: the user's
 function 12.8 against 28.4, ~5.8 us a traced op against ~13, by fast paths for alike

@@ -24,6 +24,7 @@ from fastgrad.api.trace import (
     trace_function,
 )
 from fastgrad.core.config import config
+from fastgrad.core.interpreter import defer_inline, node_count
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, tree_map, unflatten
 from fastgrad.core.tracing import current_trace
@@ -191,10 +192,13 @@ def value_and_grad(
         one = np.ones((), value.dtype)
         inputs = [*leaves, *traced.captured, one]
         trace = current_trace()
-        first = trace is not None and not trace.nodes  # (jit(value_and_grad(f)))
-        outs = run(backward, inputs)
+        # (jit(value_and_grad(f))): nothing recorded before, and its nodes held back
+        first = trace is not None and not trace.nodes and trace.deferred is None
         if first and key is not None:
-            note_inlined(key, inputs, outs)
+            outs = defer_inline(backward, inputs)
+            note_inlined(key, inputs, outs, node_count(backward))
+        else:
+            outs = run(backward, inputs)
         n_out = len(out_leaves)
         result = unflatten(traced.out_tree, outs[:n_out])
         grad_leaves = iter(outs[n_out:])

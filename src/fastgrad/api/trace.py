@@ -26,7 +26,7 @@ import numpy as np
 from fastgrad.core.collector import no_full_collections
 from fastgrad.core.compile_log import compiling, log_compile
 from fastgrad.core.config import config
-from fastgrad.core.interpreter import eval_graph, run_graph
+from fastgrad.core.interpreter import DeferredGraph, eval_graph, run_graph
 from fastgrad.core.ir import Aval, Graph
 from fastgrad.core.pytree import TreeDef, flatten, leaf_paths, unflatten
 from fastgrad.core.tracing import Trace, Tracer, as_array, current_trace, is_python_scalar
@@ -229,28 +229,29 @@ def trace_avals(
     return Traced(graph, out_tree, list(trace.captured), name, inlined=_inlined(trace, graph))
 
 
-def note_inlined(key: str, args: Sequence[Any], outs: Sequence[Any]) -> None:
+def note_inlined(key: str, args: Sequence[Any], outs: Sequence[Any], count: int) -> None:
     """Note on the trace open in this thread that the first nodes it recorded are those of
-    the graph stored under `key` inlined on `args`, giving `outs` (api.grad: the forward
-    and backward graph of `jit(value_and_grad(f))`)."""
+    the graph stored under `key` (of `count` nodes) inlined on `args`, giving `outs`
+    (api.grad: the forward and backward graph of `jit(value_and_grad(f))`, held back,
+    core.interpreter.defer_inline)."""
     trace = current_trace()
     if trace is not None:
-        trace.inlined = (key, list(args), len(trace.nodes), list(outs))
+        trace.inlined = (key, list(args), count, list(outs))
 
 
 def _inlined(trace: Trace, graph: Graph) -> tuple[Any, ...] | None:
-    """When `graph` is a stored graph inlined and nothing else (Trace.inlined: no node
-    recorded after it, its outputs `graph`'s in order, its inputs `graph`'s or constants),
-    what its nodes follow from: that graph's key, where each of its inputs comes from (an
-    input's place, or a constant's bytes), `graph`'s inputs and sizes. Else None."""
-    if trace.inlined is None or trace.captured:
+    """When `graph` is a stored graph inlined and nothing else (Trace.inlined, and the
+    trace ended on some of that inlining's outputs with nothing else recorded: a
+    DeferredGraph), its inputs `graph`'s or constants, what its nodes follow from: that
+    graph's key, where each of its inputs comes from (an input's place, or a constant's
+    bytes), `graph`'s inputs and sizes, which of its outputs it gives. Else None. Its
+    nodes are not made for this."""
+    if trace.inlined is None or trace.captured or not isinstance(graph, DeferredGraph):
         return None
     key, args, count, outs = trace.inlined
-    if len(trace.nodes) != count or len(outs) != len(graph.outputs):
+    held = graph.deferred.outs
+    if len(outs) != len(held) or any(a is not b for a, b in zip(outs, held, strict=True)):
         return None
-    for out, var in zip(outs, graph.outputs, strict=True):
-        if not isinstance(out, Tracer) or out.trace is not trace or out._var is not var:
-            return None
     place = {id(v): k for k, v in enumerate(graph.inputs)}
     sources: list[Any] = []
     for arg in args:
@@ -264,7 +265,7 @@ def _inlined(trace: Trace, graph: Graph) -> tuple[Any, ...] | None:
         else:
             return None
     inputs = tuple((v.aval.shape, v.aval.dtype.str, v.aval.weak, v.hint) for v in graph.inputs)
-    return key, tuple(sources), inputs, count, len(graph.nodes), len(graph.outputs)
+    return key, tuple(sources), inputs, count, len(outs), graph.chosen
 
 
 _WARNED_RANDOM: set[str] = set()

@@ -52,7 +52,9 @@ from fastgrad.compiler.plan_codec import (
     op_facts,
 )
 from fastgrad.core.config import cache_dir, config
+from fastgrad.core.interpreter import DeferredGraph, node_count
 from fastgrad.core.ir import Graph
+from fastgrad.core.tracing import CONST
 
 FOLDER = "plans"
 FORMAT = b"fastgrad-plan-3\n"  # changes with the file layout
@@ -138,9 +140,15 @@ def inlined_key(graph: Graph, parts: tuple[Any, ...]) -> str | None:
     """`plan_key` of a graph that is a stored graph inlined and nothing else (api.trace's
     `_inlined` parts: that graph's key, where its inputs come from, `graph`'s inputs and
     sizes), with no digest of its nodes, which follow from those parts; what planning
-    reads of its ops' records is read still (one changed at run time is another key)."""
-    facts = _facts(op_facts, graph)
-    if facts is None:
+    reads of its ops' records is read still (one changed at run time is another key):
+    those of the graph inlined (`source`, read from its rows if stored) and constants'."""
+    source = graph.source if isinstance(graph, DeferredGraph) else graph
+    if node_count(source) < MIN_NODES:  # (a graph held back keeps its nodes unmade)
+        return None
+    try:
+        facts = op_facts(source, extra=(CONST,))
+    except Uncacheable:
+        COUNTERS.uncacheable += 1
         return None
     text = repr(("inlined", FORMAT.decode(), *parts, facts))
     return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()

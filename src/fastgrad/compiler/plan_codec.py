@@ -19,6 +19,7 @@ guessed at.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import pickle
@@ -29,6 +30,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.fusion import Call, Loop, Step
+from fastgrad.core.interpreter import DeferredGraph
 from fastgrad.core.ir import Aval, Graph, Node, Var
 from fastgrad.core.primitive import REGISTRY
 
@@ -264,8 +266,7 @@ class StoredGraph(Graph):
         input_avals, inputs_data, avals_data, nodes_data, outputs, table, rows = data
         kinds = _avals_from(input_avals)
         self.inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
-        arrays = [_array_from(form) for form in table]
-        self._params = _params_from(rows, arrays.__getitem__)
+        self._table, self._param_rows = table, rows  # (decoded when its rows are read)
         self._avals = _avals_from(avals_data)
         self._rows = nodes_data
         # The outputs' values, made now (the nodes made later define them); where in the
@@ -280,6 +281,13 @@ class StoredGraph(Graph):
         self.outputs = [self.inputs[k] if k < count else self._made[k] for k in outputs]
         self._nodes: list[Node] | None = None
 
+    @functools.cached_property
+    def _params(self) -> list[dict[str, Any]]:
+        """The params of its rows, decoded when first read: a warm process whose traced
+        graph is held back (core.interpreter.DeferredGraph) reads none."""
+        arrays = [_array_from(form) for form in self._table]
+        return _params_from(self._param_rows, arrays.__getitem__)
+
     @property  # type: ignore[override]
     def nodes(self) -> list[Node]:
         if self._nodes is None:
@@ -291,6 +299,10 @@ class StoredGraph(Graph):
     @nodes.setter
     def nodes(self, nodes: list[Node]) -> None:
         self._nodes = list(nodes)
+
+    def node_count(self) -> int:
+        """How many nodes it has (its rows, while its nodes are not made)."""
+        return len(self._rows if self._nodes is None else self._nodes)
 
     def inline_rows(self) -> Iterator[tuple[Any, tuple[int, ...], dict[str, Any], Aval]] | None:
         """Each node as (op, the places of its inputs among the values, params, aval), or
@@ -328,9 +340,14 @@ def graph_digest(graph: Graph) -> str:
     return hashlib.blake2b(buffer.getbuffer(), digest_size=20).hexdigest()
 
 
-def op_facts(graph: Graph) -> tuple[Any, ...]:
-    """What planning reads of the records of `graph`'s ops (raises Uncacheable)."""
-    ops = {id(n.op): n.op for n in graph.nodes}
+def op_facts(graph: Graph, extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """What planning reads of the records of `graph`'s ops and of the ops `extra` (raises
+    Uncacheable); a StoredGraph's ops are read from its rows (its nodes not made)."""
+    if isinstance(graph, StoredGraph) and graph._nodes is None:
+        ops = {id(op): op for op in map(REGISTRY.__getitem__, {row[0] for row in graph._rows})}
+    else:
+        ops = {id(n.op): n.op for n in graph.nodes}
+    ops.update((id(op), op) for op in extra)
     return tuple(sorted(_op_facts(op) for op in ops.values()))
 
 
@@ -390,10 +407,16 @@ def encode_plan(
         a is not b for a, b in zip(graph.inputs, traced.inputs, strict=True)
     ):
         raise Uncacheable("the plan's inputs are not the traced graph's")
-    traced_consts = {
-        id(n.params["value"]): k
-        for k, n in enumerate(n for n in traced.nodes if n.op.name == "const")
-    }
+    # A traced graph held back (core.interpreter.DeferredGraph) has its constants stored:
+    # reading them from it would make its nodes, which a warm process never needs.
+    traced_consts = (
+        {
+            id(n.params["value"]): k
+            for k, n in enumerate(n for n in traced.nodes if n.op.name == "const")
+        }
+        if not isinstance(traced, DeferredGraph)
+        else {}
+    )
 
     def array(a: np.ndarray) -> Any:
         k = traced_consts.get(id(a))
@@ -485,10 +508,14 @@ def decode_plan(
 ) -> tuple[Graph, list[Step], dict[tuple[int, bool], KernelSource]]:
     """`encode_plan`'s data rebuilt for `traced` (raises on anything that does not fit)."""
     avals_data, nodes_data, outputs, steps_data, texts, sources_data, rows = data
-    consts = [n.params["value"] for n in traced.nodes if n.op.name == "const"]
+    consts: list[np.ndarray] = []  # (listed at the first reference: none held back)
 
     def array(form: Any) -> np.ndarray:
-        return consts[form[1]] if form[0] == "ref" else _array_from(form[1:])
+        if form[0] != "ref":
+            return _array_from(form[1:])
+        if not consts:
+            consts.extend(n.params["value"] for n in traced.nodes if n.op.name == "const")
+        return consts[form[1]]
 
     avals = _avals_from(avals_data)
     params = _params_from(rows, array)

@@ -313,6 +313,10 @@ class Trace:
         # the first thing this trace recorded (api.trace.note_inlined): its graph may then
         # be named by that key rather than digested again.
         self.inlined: tuple[str, list[Any], int, list[Any]] | None = None
+        # A graph's inlining held back (core.interpreter.defer_inline): run by `settle`
+        # before anything else is recorded or a tracer's var is read, else never if the
+        # trace ends on its outputs (a warm jit(value_and_grad(f)) whose plan is on disk).
+        self.deferred: Any = None
 
     def __enter__(self) -> Trace:
         _open.stack.append(self)
@@ -328,8 +332,16 @@ class Trace:
         self.inputs.append(var)
         return Tracer(self, var)
 
+    def settle(self) -> None:
+        """Run the inlining held back (`deferred`), if any: its nodes go in now."""
+        deferred, self.deferred = self.deferred, None
+        if deferred is not None:
+            deferred.run()
+
     def to_var(self, x: Any) -> Var:
         """The var of `x` in this trace: its own tracer, a captured outer one, or a constant."""
+        if self.deferred is not None:
+            self.settle()
         if isinstance(x, Tracer):
             if x.trace is self:
                 return x._var
@@ -353,6 +365,8 @@ class Trace:
         was traced, whatever later happens to the arrays it closed over, as in JAX
         (tests/test_jit.py::test_captured_arrays_are_baked_in_at_trace_time).
         """
+        if self.deferred is not None:
+            self.settle()
         hit = self._consts.get(id(x))
         if hit is not None and hit[0] is x:
             return hit[1]
@@ -370,6 +384,8 @@ class Trace:
     ) -> Tracer:
         """Record `op` on `args`; `aval`, when given, is its result's (known from a graph
         traced on inputs of these avals), which the op's type rule is not asked again."""
+        if self.deferred is not None:  # (before any tracer's var is read)
+            self.settle()
         if op.effect:
             token = self.effect_token()
             in_vars = [token, *(self.to_var(a) for a in args[1:])]
@@ -382,6 +398,8 @@ class Trace:
     def effect_token(self) -> Var:
         """An effect's first input: the token of the effect before it in this trace,
         whatever it was where the node came from, so effects run in program order."""
+        if self.deferred is not None:
+            self.settle()
         return self._effect_token or self.const(np.True_)
 
     def add_node(
@@ -389,6 +407,8 @@ class Trace:
     ) -> Var:
         """`emit` on vars of this trace (an effect's first one its `effect_token`): the
         output's var. Inlining a graph calls this, without a tracer per value."""
+        if self.deferred is not None:
+            self.settle()
         if aval is None:
             aval = op.abstract_eval(*[v.aval for v in in_vars], **params)
         if op.effect:
@@ -410,7 +430,14 @@ class Trace:
         return out
 
     def to_graph(self, outputs: Sequence[Any]) -> Graph:
-        """The graph from this trace's inputs (explicit, then captured) to `outputs`, pruned."""
+        """The graph from this trace's inputs (explicit, then captured) to `outputs`, pruned;
+        a graph inlined and held back whose outputs these are stays so (its nodes made
+        when first asked for, core.interpreter.DeferredGraph)."""
+        if self.deferred is not None:
+            lazy = self.deferred.graph(outputs)
+            if lazy is not None:
+                return lazy  # type: ignore[no-any-return]
+            self.settle()
         out_vars = [self.to_var(o) for o in outputs]
         inputs = self.inputs + [self._captured_vars[id(t)] for t in self.captured]
         return Graph(inputs, live_nodes(self.nodes, out_vars), out_vars)

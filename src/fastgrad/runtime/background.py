@@ -486,7 +486,7 @@ class KernelTier:
         self.lock = threading.Lock()
         self.wait = False  # set by Executable.settle: the next call waits for the kernels
 
-    def answer(self, step: Any, env: list[Any]) -> bool:
+    def answer(self, step: Any, env: list[Any], bound: Any = ()) -> bool:
         """Run the step's loop with NumPy and return True while no kernel is ready; else
         install the newest ready kernel as `step.kernel` and return False (the step then
         runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
@@ -532,7 +532,7 @@ class KernelTier:
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
-        self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
+        self.numpy_loop.run(env, bound)  # still compiling, overdue, or every variant failed
         return True
 
     def _loading_beats_numpy(self) -> bool:
@@ -542,9 +542,11 @@ class KernelTier:
         loading takes (Numba's import, if not done yet, then a few ms a kernel), counted
         as float64's (`IMPORT_WORK`)."""
         loop = self.numpy_loop
+        work = loop.size * math.prod(self.shape)  # (np.prod: ~3 us)
+        if work * 2 < LOAD_WORK:  # (at most 16-byte items: no need to look at the ops)
+            return False
         itemsize = max((op[3].itemsize for op in loop.ops if op[3].kind in "fc"), default=8)
-        work = loop.size * math.prod(self.shape) * itemsize // 8  # (np.prod: ~3 us)
-        return loading_beats_numpy(work, [self.variants[-1].source])
+        return loading_beats_numpy(work * itemsize // 8, [self.variants[-1].source])
 
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
         """Hand the variants to the compile thread: all of them, or only `waiting`, those

@@ -12,7 +12,7 @@ states: NumPy's libm and summation order against fastgrad's vector math and chun
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,14 +35,17 @@ class NumpyLoop:
         from disk, runtime.build_tables), used instead of working it out again."""
         nodes = loop.nodes
         if stored is not None:
-            ins_of, reuse_of, outputs = stored
+            ins_of, reuse_of, outputs, dead, into = stored
             self.ops = [
                 (tier_impl(n.op.name, n.op.impl), n.params, ins, n.out.aval.dtype, reuse)
                 for n, ins, reuse in zip(nodes, ins_of, reuse_of, strict=True)
             ]
             self.outputs = list(outputs)
             self.size = len(self.ops)
-            self._dead_buffers(nodes)
+            if len(dead) != self.size or len(into) != self.size:
+                raise ValueError("the stored tier is for another loop")
+            # (stored too: ~10 us a loop, 599 loops in the T=200 RNN's warm first call)
+            self.dead, self.into, self.pooled = dead, into, any(into)
             self.blocked = BlockedLoop.plan(loop, slot_of)
             return
         local = {id(node.out): i for i, node in enumerate(nodes)}
@@ -118,13 +121,19 @@ class NumpyLoop:
     def tables(self) -> tuple[Any, ...]:
         """The loop's plan as plain data, for `stored` (runtime.build_tables)."""
         ins = tuple(tuple(op[2]) for op in self.ops)
-        return ins, tuple(op[4] for op in self.ops), tuple(self.outputs)
+        dead = tuple(map(tuple, self.dead))
+        return ins, tuple(op[4] for op in self.ops), tuple(self.outputs), dead, tuple(self.into)
 
-    def run(self, env: list[Any]) -> None:
+    def run(self, env: list[Any], bound: Sequence[tuple[int, np.ndarray]] = ()) -> None:
+        """Run the loop on `env`'s slots; `bound`: (slot, array) of outputs that have
+        memory of their own (the arena's buffers), which a ufunc computing one writes
+        into rather than into fresh memory copied there afterwards (plan_steps'
+        `_numpy_answers` copies what is not written so)."""
         if self.blocked is not None:
             self.blocked.run(env)
             return
         values: list[Any] = [None] * self.size
+        dests = _destinations(self.outputs, bound) if bound else {}
         # Temporaries' memory is this run's own: kept past it (in runtime.recycling's
         # pool), blocks of one size waited while other steps allocated other sizes (M4's
         # first call peaked at 349 MB against 243).
@@ -133,7 +142,11 @@ class NumpyLoop:
             for i, (impl, params, ins, dtype, reuse) in enumerate(self.ops):
                 args = [env[k] if is_slot else values[k] for is_slot, k in ins]
                 into = self.into[i]
-                if reuse >= 0 and values[reuse].ndim:
+                dest = dests.get(i) if dests else None
+                if dest is not None and type(impl) is np.ufunc and impl.nout == 1:
+                    # (the arena keeps a kernel's outputs apart from its inputs)
+                    values[i] = impl(*args, out=dest, casting="unsafe", **params)
+                elif reuse >= 0 and values[reuse].ndim:
                     values[i] = impl(*args, out=values[reuse], **params)
                 elif into is not None:
                     out = staggered_empty(into[0], dtype, i, take)
@@ -145,3 +158,11 @@ class NumpyLoop:
                     values[k] = None  # (its memory may serve a later op's result)
         for k, slot in self.outputs:
             env[slot] = values[k]
+
+
+def _destinations(
+    outputs: list[tuple[int, int]], bound: Sequence[tuple[int, np.ndarray]]
+) -> dict[int, np.ndarray]:
+    """The arrays `bound` gives for outputs' slots, by the op computing each."""
+    by_slot = dict(bound)
+    return {k: by_slot[slot] for k, slot in outputs if slot in by_slot}
