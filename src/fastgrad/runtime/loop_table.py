@@ -133,11 +133,9 @@ class ScanLoop:
         for parity in self.parities:
             arena = self.body._alternating[parity]
             if not arena.settled or arena.lowering or arena.lower is None or arena.env is None:
-                return None  # not lowered yet (and Numba, plan_table's, maybe not imported)
-            from fastgrad.runtime.plan_table import Segment
-
-            calls = arena.calls
-            if len(calls) != 1 or not isinstance(calls[0], Segment):
+                return None  # not lowered yet
+            calls = arena.calls  # one plan_table.Segment (the only `interpreted` call)
+            if len(calls) != 1 or not getattr(calls[0], "interpreted", False):
                 self.failed = arena.settled and arena.lower_when is None
                 return None
             found.append(calls[0])

@@ -24,7 +24,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.adapter import ADAPTED, FLOATS, adapter_source
 from fastgrad.core.config import config
-from fastgrad.runtime import adapters, gemm_split
+from fastgrad.runtime import adapters, gemm_split, loop_table
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.kernel_entry import kernel_signature
@@ -315,7 +315,7 @@ class Segment:
             ):
                 return self._steps()
             arrays.append(value)
-        if not take(self.locks):  # another thread runs a loop of its LOOP rows
+        if not self.hold():
             return self._steps()
         try:
             for check in self.checks:
@@ -331,6 +331,14 @@ class Segment:
             env[slot] = array
         for call in self.exports:
             call()
+
+    def hold(self) -> bool:
+        """Whether this call may run the LOOP rows: loop tables on (`loop_table.ENABLED`,
+        the switch that runs every scan as its Python loop) and the locks of their loops
+        taken (else another thread runs one). A False: run the steps one by one."""
+        if self.locks and not loop_table.ENABLED:
+            return False
+        return take(self.locks)
 
     def _steps(self) -> None:
         """Its steps one by one, under the step runner's settings (Executable.__call__

@@ -26,7 +26,6 @@ import numpy as np
 
 from fastgrad.core.miss import MISS
 from fastgrad.core.pytree import TreeDef, builder, expression
-from fastgrad.runtime import loop_table
 from fastgrad.runtime.arena import staggered_empty
 from fastgrad.runtime.ownership import borrowed
 
@@ -109,11 +108,11 @@ def build(
     # another Numba type, for which the dispatcher would compile the interpreter inside
     # this call; the match above keeps shapes, dtypes and strides.
     namespace["entry"] = segment.run
-    namespace.update(take=take, drop=drop, locks=segment.locks)  # its LOOP rows' loops'
+    namespace.update(hold=segment.hold, drop=drop, locks=segment.locks)  # LOOP rows' loops'
     body += [
         "    if not acquire(False):",
         "        return MISS",
-        "    if not take(locks):",
+        "    if not hold():",
         "        release()",
         "        return MISS",
         "    try:",
@@ -174,11 +173,7 @@ def function(plan: Plan | bool, key: Sequence[Any], tree: TreeDef) -> SmallCall 
 
 
 def take(locks: Sequence[Any]) -> bool:
-    """Whether all of `locks` were free and are now held (else none is held). With loop
-    tables off (`loop_table.ENABLED`, the debugging and benchmark switch) none is taken:
-    a segment with LOOP rows then runs its steps one by one, its scans as Python loops."""
-    if locks and not loop_table.ENABLED:
-        return False
+    """Whether all of `locks` were free and are now held (else none is held)."""
     for k, lock in enumerate(locks):
         if not lock.acquire(False):
             drop(locks[:k])
