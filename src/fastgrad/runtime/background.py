@@ -56,6 +56,13 @@ PENDING, READY, FAILED = "pending", "ready", "failed"
 # 0.86-1.03 s against 0.31-0.67 s in float32 (2^27.5); W2 (2^27.0, whole) in 0.41-0.76 s
 # waiting against 0.11-0.46 s on NumPy. W3 is 2^26.5.
 IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
+# The same for a kernel loaded before Numba's import (runtime.native_code), counted as
+# what NumPy costs beyond the kernel (its element-ops less 4 per element: a loop of a few
+# ops runs about as fast on NumPy's two threads, over blocks, as on one kernel's):
+# llvmlite's import ~26 ms of CPU once (30-70 wall under load), then ~0.5 ms a kernel and
+# its adapter. Measured (f32, warm, load 6): W2's loss (2^26 element-ops, a few per
+# element) answered in 76 ms on NumPy against 124 through its kernel, llvmlite imported.
+NATIVE_IMPORT_WORK, NATIVE_LOAD_WORK = 1 << 25, 1 << 20
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
@@ -480,11 +487,13 @@ class KernelTier:
         self.numpy_loop = numpy_loop
         # Serial first, the last one final (only the final one where it is on disk).
         self.variants = list(variants)
+        self.stored = list(variants)  # all of them (`variants` may keep the final one only)
         self.shape = shape
         self.jobs: list[Job] | None = None
         self.warned = False
         self.lock = threading.Lock()
         self.wait = False  # set by Executable.settle: the next call waits for the kernels
+        self.native: Any = None  # the kernel loaded without Numba; False: none (not asked)
 
     def answer(self, step: Any, env: list[Any]) -> bool:
         """Run the step's loop with NumPy and return True while no kernel is ready; else
@@ -492,7 +501,12 @@ class KernelTier:
         runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
         the call waits for it, unless the watchdog finds its compile overdue."""
         wait = self.wait or config.compile == "sync"
-        if self.jobs is None and not wait and self._loading_beats_numpy():
+        if (
+            self.jobs is None
+            and not wait
+            and self._loading_beats_numpy()
+            and self._native(step, env) is None  # faster than waiting for Numba
+        ):
             wait = self.wait = True
         if self.jobs is None:
             with self.lock:  # threads making the same first call submit the jobs once
@@ -532,8 +546,39 @@ class KernelTier:
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
+        native = self._native(step, env)
+        if native is not None:  # its stored machine code, before Numba is imported
+            step.kernel = native
+            return False
         self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
         return True
+
+    def _native(self, step: Any, env: list[Any]) -> Any:
+        """The kernel loaded without Numba (runtime.native_code) when its machine code is
+        on disk, it takes this call's operands (C-contiguous) and its loop does more work
+        than loading costs (llvmlite's import, if not made yet, then ~0.5 ms a file)."""
+        if self.native is False:
+            return None
+        from fastgrad.runtime import native_code
+
+        if self.native is None:
+            stored = [v for v in reversed(self.stored) if not needs_build(v.source)]
+            shape = getattr(step, "adapter_signature", lambda: None)()
+            if not stored or shape is None or not native_code.ENABLED:
+                self.native = False
+                return None
+            least = NATIVE_LOAD_WORK if native_code.started() else NATIVE_IMPORT_WORK
+            if self._work() - 4 * self._work(ops=1) < least:
+                return None  # asked again at the next call
+            found = (native_code.kernel(v.source, shape) for v in stored)
+            self.native = next((k for k in found if k is not None), False)
+            if self.native is False:
+                return None
+        operands = [env[s] for s, flat in zip(step.ins, step._reshape_in, strict=True) if not flat]
+        operands += [env[b] for b in step._buffers if b is not None]  # (raveled ones: copies)
+        if not all(a.flags.c_contiguous for a in operands):
+            return None
+        return self.native
 
     def _loading_beats_numpy(self) -> bool:
         """Whether to wait for the final kernel rather than run the loop with NumPy: its
@@ -541,10 +586,14 @@ class KernelTier:
         thread so far (none would compile ahead of it), and the loop does more work than
         loading takes (Numba's import, if not done yet, then a few ms a kernel), counted
         as float64's (`IMPORT_WORK`)."""
+        return loading_beats_numpy(self._work(), [self.variants[-1].source])
+
+    def _work(self, ops: int = 0) -> int:
+        """The loop's element-ops (or those of `ops` ops over its elements), counted as
+        float64's."""
         loop = self.numpy_loop
         itemsize = max((op[3].itemsize for op in loop.ops if op[3].kind in "fc"), default=8)
-        work = loop.size * math.prod(self.shape) * itemsize // 8  # (np.prod: ~3 us)
-        return loading_beats_numpy(work, [self.variants[-1].source])
+        return (ops or loop.size) * math.prod(self.shape) * itemsize // 8  # (np.prod: ~3 us)
 
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
         """Hand the variants to the compile thread: all of them, or only `waiting`, those
