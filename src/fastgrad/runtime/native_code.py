@@ -25,6 +25,7 @@ from Python: the machine code the interpreter runs later, so the same bits.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import hashlib
 import importlib.machinery
@@ -44,6 +45,7 @@ import numpy as np
 from fastgrad.compiler import machine_code
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.compiler.kernel_cache import FOLDER, kernel_key
+from fastgrad.runtime import numba_load
 
 # FASTGRAD_NATIVE=0 turns this path off: kernels wait for Numba as before.
 ENABLED = os.environ.get("FASTGRAD_NATIVE", "1") != "0"
@@ -114,9 +116,17 @@ def _add_numba_symbols(llvm: Any) -> None:
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("numba is not installed")
     root = next(iter(spec.submodule_search_locations))
-    helpers = _extension(root, "numba._helperlib", "_helperlib")
-    runtime = _extension(root, "numba.core.runtime._nrt_python", "core/runtime/_nrt_python")
-    runtime.memsys_use_cpython_allocator()  # as numba.core.runtime.nrt's import does
+    # Not beside Numba's import on the compile thread (it would load the same modules):
+    # then this path waits for a later call (`_Busy`), for it may never wait for that
+    # import, which pauses while a first call runs.
+    if not numba_load.LOCK.acquire(blocking=False):
+        raise _Busy
+    try:
+        helpers = _extension(root, "numba._helperlib", "_helperlib")
+        runtime = _extension(root, "numba.core.runtime._nrt_python", "core/runtime/_nrt_python")
+        runtime.memsys_use_cpython_allocator()  # as numba.core.runtime.nrt's import does
+    finally:
+        numba_load.LOCK.release()
     for name, address in helpers.c_helpers.items():
         llvm.add_symbol("numba_" + name, address)
     for name, address in runtime.c_helpers.items():
@@ -127,6 +137,10 @@ def _add_numba_symbols(llvm: Any) -> None:
     for value in vars(builtins).values():
         if isinstance(value, type) and issubclass(value, BaseException):
             llvm.add_symbol(f"PyExc_{value.__name__}", id(value))
+
+
+class _Busy(Exception):
+    """Numba is being imported on another thread."""
 
 
 def _extension(root: str, name: str, relative: str) -> Any:
@@ -199,6 +213,8 @@ def engine() -> _Engine | None:
             if ENABLED and sys.platform == "linux" and not any(map(os.environ.get, _NUMBA_CPU)):
                 try:
                     made = _Engine()
+                except _Busy:
+                    return None  # asked again at a later call
                 except Exception:  # no llvmlite, no numba, another layout: Numba's path
                     made = None
             _ENGINE.append(made)
@@ -208,10 +224,6 @@ def engine() -> _Engine | None:
 def started() -> bool:
     """Whether the engine is made (loading more files is then cheap)."""
     return bool(_ENGINE) and _ENGINE[0] is not None
-
-
-def _file(folder: str, prefix: str, name: str, signature: str, magic: str) -> tuple[Path, bytes]:
-    return machine_code.file_for(folder, prefix, name, signature, magic)
 
 
 _SCALAR_TYPES = {"float64", "float32", "int64", "int32", "bool"}
@@ -229,6 +241,7 @@ def kernel_types(nsizes: int, scalars: Sequence[str], operands: Sequence[tuple[i
     return "(" + ", ".join(names) + ")"
 
 
+@functools.cache
 def _entry_tag() -> str:
     """runtime.kernel_entry.source_tag(), without importing that module (it imports Numba)."""
     path = Path(__file__).with_name("kernel_entry.py")
@@ -279,16 +292,18 @@ def kernel(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> 
     if key in _KERNELS:
         return _KERNELS[key]
     made = engine()
+    if made is None:
+        return None  # (not kept: Numba's import may have been under way)
     found = None
-    if made is not None and not any(d not in _SCALAR_TYPES for d in shape[1]):
+    if not any(d not in _SCALAR_TYPES for d in shape[1]):
         name = kernel_key(source)
         module = f"fastgrad_kernel_{name}"
-        path, file_key = _file(
+        path, file_key = machine_code.file_for(
             FOLDER, module + ".", f"{module}.kernel[{name}]", kernel_types(*shape), made.magic
         )
         text = adapter_source(*shape)
         tag = kernel_key(text + _entry_tag())
-        adapter_path, adapter_key = _file(
+        adapter_path, adapter_key = machine_code.file_for(
             "adapters", "", f"fastgrad_adapter_{tag}.adapter[{tag}]", _ADAPTER_SIGNATURE, made.magic
         )
         with _LOCK:
