@@ -60,9 +60,11 @@ IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
 # what NumPy costs beyond the kernel (its element-ops less 4 per element: a loop of a few
 # ops runs about as fast on NumPy's two threads, over blocks, as on one kernel's):
 # llvmlite's import ~26 ms of CPU once (30-70 wall under load), then ~0.5 ms a kernel and
-# its adapter. Measured (f32, warm, load 6): W2's loss (2^26 element-ops, a few per
-# element) answered in 76 ms on NumPy against 124 through its kernel, llvmlite imported.
-NATIVE_IMPORT_WORK, NATIVE_LOAD_WORK = 1 << 25, 1 << 20
+# its adapter. A loop NumPy runs whole (not over blocks: each op's call is long) needs
+# more: W2's loss (34 ops over 4096 x 1000 in f32, 2^26.9 counted so) answered its warm
+# first call in 110 ms on NumPy against 176 through its kernel, llvmlite imported (f32,
+# load 6); M3's 93 ops over 10^6 (2^25.4, over blocks) in 90-230 against 365-487.
+NATIVE_IMPORT_WORK, NATIVE_WHOLE_WORK, NATIVE_LOAD_WORK = 1 << 25, 1 << 28, 1 << 20
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
@@ -567,7 +569,13 @@ class KernelTier:
             if not stored or shape is None or not native_code.ENABLED:
                 self.native = False
                 return None
-            least = NATIVE_LOAD_WORK if native_code.started() else NATIVE_IMPORT_WORK
+            least = (
+                NATIVE_LOAD_WORK
+                if native_code.started()
+                else NATIVE_IMPORT_WORK
+                if self.numpy_loop.blocked is not None
+                else NATIVE_WHOLE_WORK
+            )
             if self._work() - 4 * self._work(ops=1) < least:
                 return None  # asked again at the next call
             found = (native_code.kernel(v.source, shape) for v in stored)
