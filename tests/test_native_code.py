@@ -20,8 +20,8 @@ import numpy as np
 import fastgrad as fg, fastgrad.numpy as fnp
 from fastgrad.runtime import background, native_code
 
-background.NATIVE_IMPORT_WORK = background.NATIVE_WHOLE_WORK = 0  # every kernel, however small
-background.NATIVE_LOAD_WORK = 0
+native_code.IMPORT_WORK = native_code.WHOLE_WORK = 0  # every kernel, however small
+native_code.LOAD_WORK = 0
 calls = []
 call = native_code.NativeKernel.__call__
 # Numba imported or not as each kernel runs (after the first call, the compile thread

@@ -56,15 +56,6 @@ PENDING, READY, FAILED = "pending", "ready", "failed"
 # 0.86-1.03 s against 0.31-0.67 s in float32 (2^27.5); W2 (2^27.0, whole) in 0.41-0.76 s
 # waiting against 0.11-0.46 s on NumPy. W3 is 2^26.5.
 IMPORT_WORK, LOAD_WORK = 1 << 28, 1 << 24
-# The same for a kernel loaded before Numba's import (runtime.native_code), counted as
-# what NumPy costs beyond the kernel (its element-ops less 4 per element: a loop of a few
-# ops runs about as fast on NumPy's two threads, over blocks, as on one kernel's):
-# llvmlite's import ~26 ms of CPU once (30-70 wall under load), then ~0.5 ms a kernel and
-# its adapter. A loop NumPy runs whole (not over blocks: each op's call is long) needs
-# more: W2's loss (34 ops over 4096 x 1000 in f32, 2^26.9 counted so) answered its warm
-# first call in 110 ms on NumPy against 176 through its kernel, llvmlite imported (f32,
-# load 6); M3's 93 ops over 10^6 (2^25.4, over blocks) in 90-230 against 365-487.
-NATIVE_IMPORT_WORK, NATIVE_WHOLE_WORK, NATIVE_LOAD_WORK = 1 << 25, 1 << 28, 1 << 20
 DROPPED = "dropped"  # the process exited before its turn: neither built nor failed
 
 
@@ -548,45 +539,17 @@ class KernelTier:
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
-        native = self._native(step, env)
-        if native is not None:  # its stored machine code, before Numba is imported
+        if (native := self._native(step, env)) is not None:  # stored, before Numba's import
             step.kernel = native
             return False
         self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
         return True
 
     def _native(self, step: Any, env: list[Any]) -> Any:
-        """The kernel loaded without Numba (runtime.native_code) when its machine code is
-        on disk, it takes this call's operands (C-contiguous) and its loop does more work
-        than loading costs (llvmlite's import, if not made yet, then ~0.5 ms a file)."""
-        if self.native is False:
-            return None
-        from fastgrad.runtime import native_code
+        """The kernel loaded without Numba, or None (runtime.native_code.for_tier)."""
+        from fastgrad.runtime import native_code  # (imports no Numba, nor llvmlite)
 
-        if self.native is None:
-            stored = [v for v in reversed(self.stored) if not needs_build(v.source)]
-            shape = getattr(step, "adapter_signature", lambda: None)()
-            if not stored or shape is None or not native_code.ENABLED:
-                self.native = False
-                return None
-            least = (
-                NATIVE_LOAD_WORK
-                if native_code.started()
-                else NATIVE_IMPORT_WORK
-                if self.numpy_loop.blocked is not None
-                else NATIVE_WHOLE_WORK
-            )
-            if self._work() - 4 * self._work(ops=1) < least:
-                return None  # asked again at the next call
-            found = (native_code.kernel(v.source, shape) for v in stored)
-            self.native = next((k for k in found if k is not None), False)
-            if self.native is False:
-                return None
-        operands = [env[s] for s, flat in zip(step.ins, step._reshape_in, strict=True) if not flat]
-        operands += [env[b] for b in step._buffers if b is not None]  # (raveled ones: copies)
-        if not all(a.flags.c_contiguous for a in operands):
-            return None
-        return self.native
+        return None if self.native is False else native_code.for_tier(self, step, env)
 
     def _loading_beats_numpy(self) -> bool:
         """Whether to wait for the final kernel rather than run the loop with NumPy: its

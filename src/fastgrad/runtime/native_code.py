@@ -44,7 +44,7 @@ import numpy as np
 
 from fastgrad.compiler import machine_code
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
-from fastgrad.compiler.kernel_cache import FOLDER, kernel_key
+from fastgrad.compiler.kernel_cache import FOLDER, kernel_key, needs_build
 from fastgrad.runtime import numba_load
 
 # FASTGRAD_NATIVE=0 turns this path off: kernels wait for Numba as before.
@@ -313,3 +313,47 @@ def kernel(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> 
             found = NativeKernel(adapter, address, shape[0], shape[1])
     _KERNELS[key] = found
     return found
+
+
+# When a first call takes this path for a loop rather than NumPy (or waiting for Numba),
+# counted as what NumPy costs beyond the kernel (element-ops counted as float64's, less
+# 4 per element: a loop of a few ops runs about as fast on NumPy's two threads, over
+# blocks, as on one kernel's): llvmlite's import ~26 ms of CPU once (30-70 wall under
+# load), then ~0.5 ms a kernel and its adapter. A loop NumPy runs whole (not over blocks:
+# each op's call is long) needs more: W2's loss (34 ops over 4096 x 1000 in f32, 2^26.9
+# counted so) answered its warm first call in 110 ms on NumPy against 176 through its
+# kernel, llvmlite imported (f32, load 6); M3's 93 ops over 10^6 (2^25.4, over blocks)
+# in 90-230 against 365-487.
+IMPORT_WORK, WHOLE_WORK, LOAD_WORK = 1 << 25, 1 << 28, 1 << 20
+
+
+def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
+    """The kernel of `step` (a kernel step, runtime.plan_steps) loaded without Numba, for
+    its tier (runtime.background.KernelTier) while Numba's is not ready: when its machine
+    code is on disk (a serial variant: parallel ones need Numba), the loop's work is worth
+    loading it (above) and this call's operands are C-contiguous. The tier keeps it in
+    `tier.native` (False: never)."""
+    if tier.native is None:
+        stored = [v for v in reversed(tier.stored) if not needs_build(v.source)]
+        shape = getattr(step, "adapter_signature", lambda: None)()
+        if not stored or shape is None or not ENABLED:
+            tier.native = False
+            return None
+        least = (
+            LOAD_WORK
+            if started()
+            else IMPORT_WORK
+            if tier.numpy_loop.blocked is not None
+            else WHOLE_WORK
+        )
+        if tier._work() - 4 * tier._work(ops=1) < least:
+            return None  # asked again at the next call
+        found = (kernel(v.source, shape) for v in stored)
+        tier.native = next((k for k in found if k is not None), False)
+        if tier.native is False:
+            return None
+    operands = [env[s] for s, flat in zip(step.ins, step._reshape_in, strict=True) if not flat]
+    operands += [env[b] for b in step._buffers if b is not None]  # (raveled ones: copies)
+    if not all(a.flags.c_contiguous for a in operands):
+        return None
+    return tier.native  # type: ignore[no-any-return]
