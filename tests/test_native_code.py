@@ -106,3 +106,41 @@ def test_undefined_symbols_of_an_object_file():
     with pytest.raises(ValueError):
         native_code.undefined(b"not an object file")
     assert np  # (NumPy: the module's arrays)
+
+
+def _stored(tmp_path: Path, code: bytes, symbols: list[str], key: bytes) -> Path:
+    """A file laid out as compiler.machine_code stores a compile result."""
+    import hashlib
+    import pickle
+
+    payload = pickle.dumps((("f", "object", (code, b""), symbols), None))
+    path = tmp_path / "f.nbm"
+    path.write_bytes(hashlib.sha256(key + payload).digest() + payload)
+    return path
+
+
+def test_a_file_needing_an_unknown_symbol_or_damaged_is_not_loaded(tmp_path):
+    made = native_code.engine()
+    if made is None:
+        pytest.skip("no engine here")
+    llvm = made.llvm
+    machine = llvm.Target.from_default_triple().create_target_machine(codemodel="jitdefault")
+
+    def compiled(body: str, name: str) -> bytes:
+        source = f"declare double @{name}_other(double)\n" if "other" in body else ""
+        source += f'define double @"cfunc.{name}"(double %x) {{\n{body}}}\n'
+        return machine.emit_object(llvm.parse_assembly(source))
+
+    calls = "  %y = call double @g_other(double %x)\n  ret double %y\n"
+    path = _stored(tmp_path, compiled(calls, "g"), ["g", "cfunc.g"], b"key")
+    assert made.load(path, b"key") is None  # g_other: nobody gave LLVM its address
+    good = tmp_path / "good"
+    good.mkdir()
+    path = _stored(good, compiled("  %y = fadd double %x, 1.0\n  ret double %y\n", "h"),
+                   ["h", "cfunc.h"], b"key")  # fmt: skip
+    assert made.load(path, b"other key") is None  # its digest binds another key
+    address = made.load(path, b"key")
+    assert address
+    import ctypes
+
+    assert ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(address)(2.0) == 3.0

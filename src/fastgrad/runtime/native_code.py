@@ -71,15 +71,15 @@ class _Engine:
         target = llvm.Target.from_default_triple()
         machine = target.create_target_machine(codemodel="jitdefault", jit=True)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
-        self.loaded: dict[Path, int | None] = {}  # a file loaded twice would define twice
+        self.loaded: dict[tuple[Path, bytes], int | None] = {}  # (twice: defined twice)
         _add_numba_symbols(llvm)
 
     def load(self, path: Path, key: bytes) -> int | None:
         """The address of the C function stored in `path` (its digest checked against
         `key`), or None: missing, damaged, or needing a symbol not known yet."""
-        if path not in self.loaded:
-            self.loaded[path] = self._load(path, key)
-        return self.loaded[path]
+        if (path, key) not in self.loaded:
+            self.loaded[path, key] = self._load(path, key)
+        return self.loaded[path, key]
 
     def _load(self, path: Path, key: bytes) -> int | None:
         try:
@@ -99,7 +99,10 @@ class _Engine:
         entry = "cfunc." + symbols[0]
         if kind != "object" or entry not in symbols:
             return None
-        missing = [s for s in undefined(object_code) if not self.llvm.address_of_symbol(s)]
+        try:
+            missing = [s for s in undefined(object_code) if not self.llvm.address_of_symbol(s)]
+        except (ValueError, struct.error, IndexError):  # not an object file this reads
+            return None
         if missing:  # resolving it later would abort the process (LLVM's fatal error)
             return None
         self.engine.add_object_file(self.llvm.ObjectFileRef.from_data(object_code))
