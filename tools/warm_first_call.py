@@ -103,8 +103,11 @@ def main(argv: list[str]) -> None:
                 run_env = {**env, "PYTHONPATH": path, "FASTGRAD_CACHE_DIR": str(folder)}
                 run_env["PYTHONPYCACHEPREFIX"] = pyc + "-" + label.replace(" ", "-")
                 sync = {**run_env, "FASTGRAD_COMPILE": "sync"}
-                child("fastgrad", key, size, dtype, sync, [])  # the final kernels, plans
-                child("fastgrad", key, size, dtype, run_env, [])  # the serial variants
+                # Cold in background mode first, as a user's first run: the serial
+                # variants, then the final ones (a sync run first stored the final ones
+                # only, and a warm process never builds a serial variant after them)
+                child("fastgrad", key, size, dtype, run_env, [])
+                child("fastgrad", key, size, dtype, sync, [])  # the plans, all settled
                 runs[label] = ("fastgrad", run_env, [], [])
             if jax:
                 jax_cache = [str(Path(tmp) / "jax")]

@@ -185,10 +185,8 @@ class MachineCodeCache:
 
     def _entry(self, sig: Any, codegen: Any) -> tuple[Path, bytes]:
         """The file for `sig`, and the key its digest binds the payload to."""
-        parts = [environment_tag(), _FORMAT, self._name, str(sig), repr(codegen.magic_tuple())]
-        key = "\n".join(parts)
-        name = self._prefix + hashlib.sha256(key.encode()).hexdigest()[:40] + ".nbm"
-        return cache_dir() / self._folder / name, key.encode()
+        magic = repr(codegen.magic_tuple())
+        return file_for(self._folder, self._prefix, self._name, str(sig), magic)
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
         """The compile result stored for `sig`, or None (then Numba compiles)."""
@@ -248,6 +246,15 @@ class MachineCodeCache:
             cache_unusable(path, error)
             return
         COUNTERS.saved += 1
+
+
+def file_for(folder: str, prefix: str, name: str, signature: str, magic: str) -> tuple[Path, bytes]:
+    """The file of function `name` (module.qualname[tag]) compiled for `signature` (as
+    Numba writes it) by a codegen of `magic` (its magic tuple's repr), and the key its
+    digest binds the payload to (also read without Numba: runtime.native_code)."""
+    key = "\n".join([environment_tag(), _FORMAT, name, signature, magic])
+    file = prefix + hashlib.sha256(key.encode()).hexdigest()[:40] + ".nbm"
+    return cache_dir() / folder / file, key.encode()
 
 
 def _defined_symbols(library: Any) -> list[str]:

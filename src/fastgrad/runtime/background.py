@@ -480,11 +480,13 @@ class KernelTier:
         self.numpy_loop = numpy_loop
         # Serial first, the last one final (only the final one where it is on disk).
         self.variants = list(variants)
+        self.stored = list(variants)  # all of them (`variants` may keep the final one only)
         self.shape = shape
         self.jobs: list[Job] | None = None
         self.warned = False
         self.lock = threading.Lock()
         self.wait = False  # set by Executable.settle: the next call waits for the kernels
+        self.native: Any = None  # the kernel loaded without Numba; False: none (not asked)
 
     def answer(self, step: Any, env: list[Any], bound: Any = ()) -> bool:
         """Run the step's loop with NumPy and return True while no kernel is ready; else
@@ -492,7 +494,12 @@ class KernelTier:
         runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
         the call waits for it, unless the watchdog finds its compile overdue."""
         wait = self.wait or config.compile == "sync"
-        if self.jobs is None and not wait and self._loading_beats_numpy():
+        if (
+            self.jobs is None
+            and not wait
+            and self._loading_beats_numpy()
+            and self._native(step, env) is None  # faster than waiting for Numba
+        ):
             wait = self.wait = True
         if self.jobs is None:
             with self.lock:  # threads making the same first call submit the jobs once
@@ -532,8 +539,17 @@ class KernelTier:
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
+        if (native := self._native(step, env)) is not None:  # stored, before Numba's import
+            step.kernel = native
+            return False
         self.numpy_loop.run(env, bound)  # still compiling, overdue, or every variant failed
         return True
+
+    def _native(self, step: Any, env: list[Any]) -> Any:
+        """The kernel loaded without Numba, or None (runtime.native_code.for_tier)."""
+        from fastgrad.runtime import native_code  # (imports no Numba, nor llvmlite)
+
+        return None if self.native is False else native_code.for_tier(self, step, env)
 
     def _loading_beats_numpy(self) -> bool:
         """Whether to wait for the final kernel rather than run the loop with NumPy: its
@@ -541,12 +557,15 @@ class KernelTier:
         thread so far (none would compile ahead of it), and the loop does more work than
         loading takes (Numba's import, if not done yet, then a few ms a kernel), counted
         as float64's (`IMPORT_WORK`)."""
+        if self.numpy_loop.size * math.prod(self.shape) * 2 < LOAD_WORK:  # (np.prod: ~3 us)
+            return False  # (even at 16-byte items: no need to look at the ops)
+        return loading_beats_numpy(self._work(), [self.variants[-1].source])
+
+    def _work(self, ops: int = 0) -> int:
+        """The loop's element-ops (or `ops` ops' over its elements), counted as float64's."""
         loop = self.numpy_loop
-        work = loop.size * math.prod(self.shape)  # (np.prod: ~3 us)
-        if work * 2 < LOAD_WORK:  # (at most 16-byte items: no need to look at the ops)
-            return False
         itemsize = max((op[3].itemsize for op in loop.ops if op[3].kind in "fc"), default=8)
-        return loading_beats_numpy(work * itemsize // 8, [self.variants[-1].source])
+        return (ops or loop.size) * math.prod(self.shape) * itemsize // 8
 
     def _submit(self, step: Any, env: list[Any], waiting: list[KernelSource] | None) -> list[Job]:
         """Hand the variants to the compile thread: all of them, or only `waiting`, those

@@ -1,0 +1,146 @@
+"""Stored kernels run before Numba's import (runtime.native_code): a fresh process with
+its kernels on disk answers its first call through them, Numba not imported, with the
+bits of the compiled path; a damaged file leaves that kernel to NumPy and Numba."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastgrad.runtime import native_code
+
+SCRIPT = """
+import sys
+import numpy as np
+import fastgrad as fg, fastgrad.numpy as fnp
+from fastgrad.runtime import background, native_code
+
+native_code.IMPORT_WORK = native_code.WHOLE_WORK = 0  # every kernel, however small
+native_code.LOAD_WORK = 0
+calls = []
+call = native_code.NativeKernel.__call__
+# Numba imported or not as each kernel runs (after the first call, the compile thread
+# imports it at once)
+native_code.NativeKernel.__call__ = lambda self, *a: (
+    calls.append("numba" in sys.modules), call(self, *a)
+)[1]
+
+def loss(x, y):
+    return fnp.sum(fnp.tanh(x * y) * fnp.exp(-y * y) + fnp.log1p(x * x))
+
+rng = np.random.default_rng(0)
+x, y = (rng.standard_normal(301).astype(np.{dtype}) for _ in range(2))
+f = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))
+value, (gx, gy) = f(x, y)
+first = [np.asarray(value), gx, gy]
+print("numba", any(calls), "native calls", len(calls))
+f.compile(x, y)  # the usual path: Numba's kernels, the plan interpreter
+value, (gx, gy) = f(x, y)
+same = all(a.tobytes() == np.asarray(b).tobytes() for a, b in zip(first, [value, gx, gy]))
+print("same bits", same)
+"""
+
+
+def _run(cache: Path, dtype: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTGRAD_COMPILE", "FASTGRAD_NATIVE")}
+    env["FASTGRAD_CACHE_DIR"] = str(cache)
+    run = [sys.executable, "-c", SCRIPT.replace("{dtype}", dtype)]
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_warm_first_call_runs_stored_kernels_without_numba(tmp_path, dtype):
+    cold = _run(tmp_path, dtype)  # compiles and stores every kernel
+    assert "native calls 0" in cold, cold
+    warm = _run(tmp_path, dtype)
+    assert "numba False" in warm, warm  # the kernels ran compiled, Numba absent
+    assert "native calls 0" not in warm, warm
+    assert "same bits True" in warm, warm
+    for path in (tmp_path / "kernels").glob("*.nbm"):  # damaged: NumPy, then Numba compiles
+        blob = bytearray(path.read_bytes())
+        blob[-100] ^= 0xFF
+        path.write_bytes(bytes(blob))
+    damaged = _run(tmp_path, dtype)
+    assert "native calls 0" in damaged, damaged
+
+
+def test_kernel_types_are_numbas():
+    numba = pytest.importorskip("numba")
+    from fastgrad.runtime.kernel_entry import kernel_signature
+
+    shape = (2, ["float32", "int64", "bool"], [(1, "float64"), (3, "int32"), (0, "bool")])
+    assert native_code.kernel_types(*shape) == str(kernel_signature(*shape))
+    assert numba  # (imported for kernel_entry)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+def test_the_engine_keys_machine_code_as_numba_does():
+    from numba.core.registry import cpu_target
+
+    made = native_code.engine()
+    assert made is not None
+    assert made.magic == repr(cpu_target.target_context.codegen().magic_tuple())
+
+
+def test_undefined_symbols_of_an_object_file():
+    made = native_code.engine()
+    if made is None:
+        pytest.skip("no engine here")
+    llvm = made.llvm
+    module = llvm.parse_assembly(
+        "declare double @not_here(double)\n"
+        "define double @f(double %x) {\n  %y = call double @not_here(double %x)\n"
+        "  ret double %y\n}\n"
+    )
+    machine = llvm.Target.from_default_triple().create_target_machine()
+    code = machine.emit_object(module)
+    assert native_code.undefined(code) == ["not_here"]
+    with pytest.raises(ValueError):
+        native_code.undefined(b"not an object file")
+    assert np  # (NumPy: the module's arrays)
+
+
+def _stored(tmp_path: Path, code: bytes, symbols: list[str], key: bytes) -> Path:
+    """A file laid out as compiler.machine_code stores a compile result."""
+    import hashlib
+    import pickle
+
+    payload = pickle.dumps((("f", "object", (code, b""), symbols), None))
+    path = tmp_path / "f.nbm"
+    path.write_bytes(hashlib.sha256(key + payload).digest() + payload)
+    return path
+
+
+def test_a_file_needing_an_unknown_symbol_or_damaged_is_not_loaded(tmp_path):
+    made = native_code.engine()
+    if made is None:
+        pytest.skip("no engine here")
+    llvm = made.llvm
+    machine = llvm.Target.from_default_triple().create_target_machine(codemodel="jitdefault")
+
+    def compiled(body: str, name: str) -> bytes:
+        source = f"declare double @{name}_other(double)\n" if "other" in body else ""
+        source += f'define double @"cfunc.{name}"(double %x) {{\n{body}}}\n'
+        return machine.emit_object(llvm.parse_assembly(source))
+
+    calls = "  %y = call double @g_other(double %x)\n  ret double %y\n"
+    path = _stored(tmp_path, compiled(calls, "g"), ["g", "cfunc.g"], b"key")
+    assert made.load(path, b"key") is None  # g_other: nobody gave LLVM its address
+    good = tmp_path / "good"
+    good.mkdir()
+    path = _stored(good, compiled("  %y = fadd double %x, 1.0\n  ret double %y\n", "h"),
+                   ["h", "cfunc.h"], b"key")  # fmt: skip
+    assert made.load(path, b"other key") is None  # its digest binds another key
+    address = made.load(path, b"key")
+    assert address
+    import ctypes
+
+    assert ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(address)(2.0) == 3.0
