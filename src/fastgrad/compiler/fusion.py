@@ -467,30 +467,19 @@ def _copy_cheap_outputs(graph: Graph, steps: list[Step]) -> None:
     for loop in [s for s in steps if isinstance(s, Loop)]:
         made_here = {id(n.out): n for n in loop.nodes}
         for v in list(loop.outputs):
-            if id(v) in returned or loop.level[id(v)] != "elem":
-                continue
-            readers = [u for u in users[id(v)] if step_of[id(u.out)] is not loop]
-            targets = {id(step_of[id(u.out)]): step_of[id(u.out)] for u in readers}
-            if not all(
-                isinstance(t, Loop) and t.position > loop.position and t.shape == loop.shape
-                for t in targets.values()
-            ) or any(u.op.extra.get("positional") for u in readers):
+            targets = _later_readers(loop, v, users, step_of, returned)
+            if targets is None:
                 continue
             stop = {id(u) for u in loop.outputs if u is not v}  # read back, not recomputed
             cone = _cheap_cone(made_here[id(v)], made_here, stop, loop.shape)
-            inside = {id(n.out) for n in cone}
-            reads = {id(u): u for n in cone for u in n.inputs if id(u) not in inside}
-            # What every target reads already costs nothing more to read for the copy: a
-            # GELU's backward loop reads x, so its forward stores no 0.5 * x for it.
-            known = [{id(u) for u in t.inputs} for t in targets.values()]  # type: ignore[union-attr]
-            new = [u for key, u in reads.items() if not all(key in seen for seen in known)]
-            if not cone or sum(u.aval.size for u in new) * 2 > v.aval.size:
+            if not cone or _new_reads(cone, targets, None) * 2 > v.aval.size:
                 continue
-            for target in targets.values():
-                _paste(cone, v, target, users)  # type: ignore[arg-type]
-                changed.add(target.position)  # type: ignore[union-attr]
+            for target in targets:
+                _paste(cone, v, target, users, step_of)
+                changed.add(target.position)
             loop.outputs.remove(v)
             changed.add(loop.position)
+        _store_roots(loop, made_here, users, step_of, returned, changed)
         if not loop.outputs:
             loop.nodes = []  # nothing it makes is read any more
     for s in steps:
@@ -500,12 +489,74 @@ def _copy_cheap_outputs(graph: Graph, steps: list[Step]) -> None:
             s.inputs = list(ins.values())
 
 
+def _later_readers(
+    loop: Loop, v: Var, users: dict[int, list[Node]], step_of: dict[int, Step], returned: set[int]
+) -> list[Loop] | None:
+    """The loops reading elem output `v` (not returned), if all later, over loop's shape."""
+    if id(v) in returned or loop.level[id(v)] != "elem":
+        return None
+    readers = [u for u in users[id(v)] if step_of[id(u.out)] is not loop]
+    targets = list({id(step_of[id(u.out)]): step_of[id(u.out)] for u in readers}.values())
+    if not all(
+        isinstance(t, Loop) and t.position > loop.position and t.shape == loop.shape
+        for t in targets
+    ) or any(u.op.extra.get("positional") for u in readers):
+        return None
+    return targets  # type: ignore[return-value]
+
+
+def _new_reads(cone: list[Node], targets: list[Loop], root: Var | None) -> int:
+    """Elements `cone` reads that not all targets read anyway, `root` aside: a GELU's
+    backward loop reads x, so its forward loop stores no 0.5 * x for it."""
+    inside = {id(n.out) for n in cone}
+    reads = {id(u): u for n in cone for u in n.inputs if id(u) not in inside and u is not root}
+    known = [{id(u) for u in t.inputs} for t in targets]
+    return sum(u.aval.size for k, u in reads.items() if any(k not in seen for seen in known))
+
+
+def _store_roots(
+    loop: Loop, made_here: dict[int, Node], users: dict[int, list[Node]],
+    step_of: dict[int, Step], returned: set[int], changed: set[int],
+) -> None:  # fmt: skip
+    """Store one costly value for later loops to recompute two or more cheap functions of it
+    they read (as `_copy_cheap_outputs` copies them): bench M2's GELU forward loop stored
+    `1 + t` and `t * t` of t = tanh(...) for its backward loop, now t alone."""
+    stored = {id(u) for u in loop.outputs}
+    groups: dict[int, list[tuple[Var, list[Node], list[Loop]]]] = {}
+    for v in loop.outputs:
+        targets = _later_readers(loop, v, users, step_of, returned)
+        if targets is None:
+            continue
+        roots: dict[int, Var] = {}
+        cone = _cheap_cone(made_here[id(v)], made_here, stored - {id(v)}, loop.shape, roots)
+        reread = any(id(u) in stored for n in cone for u in n.inputs)  # moved, maybe
+        if len(roots) != 1 or not cone or reread:
+            continue
+        (root,) = roots.values()
+        if loop.level.get(id(root)) != "elem":
+            continue
+        if _new_reads(cone, targets, root) * 2 <= v.aval.size:
+            groups.setdefault(id(root), []).append((v, cone, targets))
+    for key, moved in groups.items():
+        if len(moved) < 2:
+            continue
+        for v, cone, targets in moved:
+            for target in targets:
+                _paste(cone, v, target, users, step_of)
+                changed.add(target.position)
+            loop.outputs.remove(v)
+        loop.outputs.append(made_here[key].out)
+        changed.add(loop.position)
+
+
 def _cheap_cone(
-    node: Node, made_here: dict[int, Node], stop: set[int], shape: tuple[int, ...]
-) -> list[Node]:
+    node: Node, made_here: dict[int, Node], stop: set[int], shape: tuple[int, ...],
+    roots: dict[int, Var] | None = None,
+) -> list[Node]:  # fmt: skip
     """`node` and what it needs of its loop, in the loop's order, when all of it is broadcast
     loads and cheap elementwise ops over `shape` (stopping at the loop's other stored
-    outputs, `stop`); else []."""
+    outputs, `stop`); else []. With `roots`, a costly value over `shape` other than `node`
+    is a place to stop too, put into `roots`."""
     cone: dict[int, Node] = {}
     stack = [node]
     while stack:
@@ -514,7 +565,11 @@ def _cheap_cone(
             continue
         load = n.op.name == "broadcast_to" and id(n.inputs[0]) not in made_here
         cheap = n.op.kind == "elementwise" and not (n.op.loop or "").startswith("call:")
-        if not (load or cheap) or n.out.aval.shape != shape:
+        costly = not (load or cheap) or n.out.aval.shape != shape
+        if costly and roots is not None and n is not node and n.out.aval.shape == shape:
+            roots[id(n.out)] = n.out  # stored, not recomputed
+            continue
+        if costly:
             return []
         cone[id(n.out)] = n
         stack.extend(made_here[id(u)] for u in n.inputs if id(u) in made_here and id(u) not in stop)
@@ -522,15 +577,18 @@ def _cheap_cone(
     return sorted(cone.values(), key=lambda n: order[id(n.out)])
 
 
-def _paste(cone: list[Node], v: Var, target: Loop, users: dict[int, list[Node]]) -> None:
+def _paste(
+    cone: list[Node], v: Var, target: Loop, users: dict[int, list[Node]], step_of: dict[int, Step]
+) -> None:
     """Put a copy of `cone` (which makes `v`) at the front of `target`, and make the target's
-    readers of `v` read the copy."""
+    readers of `v` read the copy (`users` and `step_of` kept up to date)."""
     fresh: dict[int, Var] = {}
     copies = []
     for n in cone:
         out = fresh[id(n.out)] = Var(n.out.aval, n.out.hint)
         copies.append(Node(n.op, [fresh.get(id(u), u) for u in n.inputs], n.params, out))
         target.level[id(out)] = "elem"
+        step_of[id(out)] = target
     for k, n in enumerate(target.nodes):
         if any(u is v for u in n.inputs):
             target.nodes[k] = Node(n.op, [fresh.get(id(u), u) for u in n.inputs], n.params, n.out)

@@ -1,7 +1,8 @@
 """Graph passes run before fusion: inline calls, erase stop_gradient, fold a broadcast of
 a broadcast (or a reshape of a reshape) into one, merge duplicates (and scans another scan
-repeats), drop dead nodes, and give each elementwise reader of a broadcast constant or
-argument a copy of its own (so it fuses where its reader does).
+repeats), drop dead nodes, give each elementwise reader of a broadcast constant or
+argument a copy of its own (so it fuses where its reader does), and fold transposes of
+transposes and of products (`fold_transposes`).
 
 Differentiation is over by the time these run, so stop_gradient has done its work and is
 the identity, and a custom_vjp call is just its forward graph. Common-subexpression
@@ -11,11 +12,13 @@ forward pass, a custom rule its residuals) and builds equal cotangent terms.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from fastgrad.core.ir import Graph, Node, Var, live_nodes
+from fastgrad.core.ir import Aval, Graph, Node, Var, live_nodes
+from fastgrad.core.primitive import REGISTRY
 from fastgrad.transforms.scan import merge_extended
 
 
@@ -64,7 +67,7 @@ _CHAINED = ("broadcast_to", "reshape")
 def simplify(graph: Graph) -> Graph:
     """Inline calls, erase stop_gradient, fold chained broadcasts and reshapes, merge
     structurally equal nodes, prune dead ones, copy broadcast constants and arguments per
-    elementwise reader."""
+    elementwise reader, fold transposes (`fold_transposes`)."""
     graph = inline_calls(graph)
     rename: dict[int, Var] = {}
     seen: dict[Any, Var] = {}
@@ -101,7 +104,79 @@ def simplify(graph: Graph) -> Graph:
         made_by[id(node.out)] = nodes[-1]
     outputs = [rename.get(id(v), v) for v in graph.outputs]
     nodes = live_nodes(merge_extended(nodes), outputs)
-    return Graph(graph.inputs, broadcast_per_use(nodes, outputs), outputs)
+    return fold_transposes(Graph(graph.inputs, broadcast_per_use(nodes, outputs), outputs))
+
+
+def _swap(ndim: int) -> tuple[int, ...]:
+    """The axes of a transpose that swaps the last two of `ndim` (a matrix's `.T`)."""
+    return (*range(ndim - 2), ndim - 1, ndim - 2)
+
+
+def fold_transposes(graph: Graph) -> Graph:
+    """`graph` with each transpose of a transpose one transpose of the first one's input,
+    or that input itself where the two undo each other, and each transpose swapping the
+    last two axes of a product read nowhere else (both operands at least 2-D) the product
+    of the operands so transposed, `(A @ B).T` as `B.T @ A.T` (an output stays a node:
+    the identity transpose of the first one's input where the two undo each other);
+    `graph` itself when it has none. Products take transposed operands as they are (BLAS
+    transpose flags), but a transposed product is a strided array that a reshape copies.
+    The VJP of `h @ w.T` reads `g @ w.T.T` and adds `(h.T @ g).T` to `w`'s gradient:
+    folded, its product reads `w` itself and its kernel a product's own array `g.T @ h`,
+    not transposed views (in a scan's body each iteration copied them: a host step, and
+    no LOOP, runtime.loop_hoisting). Likewise attention's `q @ swapaxes(k)`: the gradient
+    of k is `swapaxes(q.T @ ds)`, which its reshape to rows for the weight products
+    copied (bench M2, 0.12 ms of f32 a call); folded it is `ds.T @ q`, written in k's
+    layout."""
+    folded = {id(n.out) for n in graph.nodes if n.op.name in ("transpose", "matmul")}
+    if not any(n.op.name == "transpose" and id(n.inputs[0]) in folded for n in graph.nodes):
+        return graph  # nothing to fold (one quick pass: the unrolled RNN at T=200 has 5,402)
+    made: dict[int, Node] = {}
+    rename: dict[int, Var] = {}
+    nodes: list[Node] = []
+    uses = Counter(id(v) for n in graph.nodes for v in n.inputs)
+    uses.update(id(v) for v in graph.outputs)
+    kept = {id(v) for v in graph.outputs}
+
+    def transposed(v: Var) -> Var:
+        inner = made.get(id(v))
+        swap = _swap(v.aval.ndim)
+        # not the identity transpose left where two that undo each other make an output
+        if inner is not None and inner.op.name == "transpose":
+            if tuple(inner.params["axes"]) == swap:
+                return inner.inputs[0]
+        shape = v.aval.shape
+        out = Var(Aval((*shape[:-2], shape[-1], shape[-2]), v.aval.dtype))
+        nodes.append(Node(REGISTRY["transpose"], [v], {"axes": swap}, out))
+        made[id(out)] = nodes[-1]
+        return out
+
+    for node in graph.nodes:
+        inputs = [rename.get(id(v), v) for v in node.inputs]
+        inner = made.get(id(inputs[0])) if inputs else None
+        if node.op.name == "transpose" and inner is not None and inner.op.name == "transpose":
+            axes = tuple(inner.params["axes"][a] for a in node.params["axes"])
+            if axes == tuple(range(len(axes))) and id(node.out) not in kept:
+                rename[id(node.out)] = inner.inputs[0]
+                continue
+            node = Node(node.op, [inner.inputs[0]], {**node.params, "axes": axes}, node.out)
+        elif (
+            node.op.name == "transpose"
+            and inner is not None
+            and inner.op.name == "matmul"
+            and uses[id(inner.out)] == 1
+            and node.out.aval.ndim >= 2
+            and tuple(node.params["axes"]) == _swap(node.out.aval.ndim)
+            and all(v.aval.ndim >= 2 for v in inner.inputs)
+        ):
+            a, b = inner.inputs
+            node = Node(inner.op, [transposed(b), transposed(a)], inner.params, node.out)
+        elif any(a is not b for a, b in zip(inputs, node.inputs, strict=True)):
+            node = Node(node.op, inputs, node.params, node.out)
+        made[id(node.out)] = node
+        nodes.append(node)
+    if nodes == list(graph.nodes):  # the same nodes (Node compares by identity)
+        return graph
+    return Graph(graph.inputs, live_nodes(nodes, graph.outputs), graph.outputs).verify()
 
 
 def broadcast_per_use(nodes: list[Node], outputs: list[Var]) -> list[Node]:

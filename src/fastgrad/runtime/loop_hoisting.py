@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.compiler.passes import fold_transposes
 from fastgrad.core.ir import Aval, Graph, Node, Var, live_nodes
-from fastgrad.core.primitive import REGISTRY
 from fastgrad.transforms.scan import ScanCall, scan_loop
 
 # The operands stacked for the sums may take up to this many bytes; beyond it (a very
@@ -238,61 +238,6 @@ def hoist(call: ScanCall) -> HoistedScan | None:
     inner = ScanCall(graph, nc + len(transposed), ncar - len(sums), call.length, call.reverse)
     fixed = [(at[id(n.inputs[0])], tuple(n.params["axes"])) for n in transposed]
     return HoistedScan(call, inner, sums, len(added), xs_read, products, fixed, relaid)
-
-
-def fold_transposes(graph: Graph) -> Graph:
-    """`graph` with each transpose of a transpose one transpose of the first one's input,
-    or that input itself where the two undo each other, and each transpose of a 2-D
-    product read nowhere else the product of the transposed operands, `(A @ B).T` as
-    `B.T @ A.T` (an output stays a node: the identity transpose of the first one's input
-    where the two undo each other); `graph` itself when it has none. The VJP of
-    `h @ w.T` reads `g @ w.T.T` and adds `(h.T @ g).T` to `w`'s gradient: folded, its
-    product reads the const `w` itself and its kernel a product's own array `g.T @ h`, not
-    transposed views (which each iteration copied: a host step, and no LOOP), and the
-    weight gradient is a batch sum that is summed after the loop, as `w`'s is."""
-    made: dict[int, Node] = {}
-    rename: dict[int, Var] = {}
-    nodes: list[Node] = []
-    uses = Counter(id(v) for n in graph.nodes for v in n.inputs)
-    uses.update(id(v) for v in graph.outputs)
-    kept = {id(v) for v in graph.outputs}
-
-    def transposed(v: Var) -> Var:
-        inner = made.get(id(v))
-        # not the identity transpose left where two that undo each other make an output
-        swaps = inner is not None and tuple(inner.params.get("axes", ())) == (1, 0)
-        if swaps and inner.op.name == "transpose":
-            return inner.inputs[0]
-        out = Var(Aval(v.aval.shape[::-1], v.aval.dtype))
-        nodes.append(Node(REGISTRY["transpose"], [v], {"axes": (1, 0)}, out))
-        made[id(out)] = nodes[-1]
-        return out
-
-    for node in graph.nodes:
-        inputs = [rename.get(id(v), v) for v in node.inputs]
-        inner = made.get(id(inputs[0])) if inputs else None
-        if node.op.name == "transpose" and inner is not None and inner.op.name == "transpose":
-            axes = tuple(inner.params["axes"][a] for a in node.params["axes"])
-            if axes == tuple(range(len(axes))) and id(node.out) not in kept:
-                rename[id(node.out)] = inner.inputs[0]
-                continue
-            node = Node(node.op, [inner.inputs[0]], {**node.params, "axes": axes}, node.out)
-        elif (
-            node.op.name == "transpose"
-            and inner is not None
-            and inner.op.name == "matmul"
-            and uses[id(inner.out)] == 1
-            and all(v.aval.ndim == 2 for v in inner.inputs)
-        ):
-            a, b = inner.inputs
-            node = Node(inner.op, [transposed(b), transposed(a)], inner.params, node.out)
-        elif any(a is not b for a, b in zip(inputs, node.inputs, strict=True)):
-            node = Node(node.op, inputs, node.params, node.out)
-        made[id(node.out)] = node
-        nodes.append(node)
-    if nodes == list(graph.nodes):  # the same nodes (Node compares by identity)
-        return graph
-    return Graph(graph.inputs, live_nodes(nodes, graph.outputs), graph.outputs).verify()
 
 
 def _stacked_product(
