@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import gemm_split, vm
+from fastgrad.runtime import background, blas_calls, gemm_split, vm
 from fastgrad.runtime.blas import OneThread, blas_address, threads_local_address
 from fastgrad.runtime.plan_rows import NO_TRANS, TRANS
 from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def split() -> Iterator[np.ndarray]:
     """The worker serving, its settings restored after the test."""
-    gemm_split.state_address()
+    _serving()
     s = gemm_split.state()
     assert s is not None
     before = s.copy()
@@ -51,6 +51,14 @@ def split() -> Iterator[np.ndarray]:
     for entry in (gemm_split.SPIN, gemm_split.PIECE_WORK, gemm_split.MIN_WORK):
         s[entry] = before[entry]
     s[gemm_split.PAIR_PIECES] = before[gemm_split.PAIR_PIECES]
+
+
+def _serving() -> None:
+    """Ask for the worker as a plan does: its state, and its compile queued (once)."""
+    from fastgrad.runtime import adapters
+
+    gemm_split.state_address()
+    adapters.product_worker(False)
 
 
 def _wait_ready(s: np.ndarray) -> None:
@@ -283,8 +291,9 @@ def test_a_forked_child_cuts_products_after_restarting_the_worker(split: np.ndar
 def test_the_worker_does_not_keep_the_process_alive() -> None:
     code = (
         "import numpy as np\n"
-        "from fastgrad.runtime import gemm_split\n"
+        "from fastgrad.runtime import adapters, gemm_split\n"
         "gemm_split.state_address()\n"
+        "adapters.product_worker(True)\n"
         "print('started')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -360,21 +369,67 @@ def test_the_cut_can_be_turned_off(split: np.ndarray) -> None:
     assert cuts_products()
 
 
-def test_a_worker_that_cannot_be_compiled_says_so_and_leaves_products_whole(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    if gemm_split._semaphore_calls() is None:
+class _Serve:
+    """A stand-in for the worker's loop whose compile notes its thread, waits for
+    `release`, then fails."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+        self.release = threading.Event()
+
+    def compile(self, signature: Any) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.release.wait(60)
+        raise RuntimeError("no LLVM today")
+
+
+@pytest.fixture
+def broken(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, _Serve]]:
+    """A worker of its own whose loop does not compile, a fresh product-worker job."""
+    if blas_calls.semaphore_calls() is None:
         pytest.skip("products are not cut on this platform")
+    from fastgrad.runtime import adapters
 
-    class Broken:
-        def compile(self, signature: Any) -> None:
-            raise RuntimeError("no LLVM today")
+    serve, worker = _Serve(), gemm_split._Worker()
+    monkeypatch.setattr(gemm_split, "_serve", serve)
+    monkeypatch.setattr(gemm_split, "_WORKER", worker)
+    monkeypatch.setattr(adapters, "_JOBS", {})
+    yield worker, serve
+    serve.release.set()
 
-    monkeypatch.setattr(gemm_split, "_serve", Broken())
-    worker = gemm_split._Worker()
-    with pytest.warns(RuntimeWarning, match="could not be compiled.*no LLVM today"):
+
+def test_a_worker_that_cannot_be_compiled_says_so_and_leaves_products_whole(
+    broken: tuple[Any, _Serve],
+) -> None:
+    """The worker compiles on the compile thread, in turn with kernels (before, on its
+    own thread, it held Numba's compiler lock while a first adapter waited)."""
+    from fastgrad.runtime import adapters
+
+    worker, serve = broken
+    serve.release.set()
+    with pytest.warns(RuntimeWarning, match=r"loop \(_serve\).*could not be compiled.*no LLVM"):
         assert worker.address()
-        assert worker.thread is not None
-        worker.thread.join(timeout=60)
-    assert not worker.thread.is_alive()
-    assert worker.state is not None and worker.state[gemm_split.READY] == 0
+        adapters.product_worker(True)
+    assert serve.threads == ["fastgrad-compile"]
+    assert worker.thread is None and worker.state[gemm_split.READY] == 0
+
+
+def test_the_workers_compile_is_under_the_watchdog(broken: tuple[Any, _Serve]) -> None:
+    """A plan waiting for the worker waits at most `compile_timeout`: its products run
+    whole meanwhile."""
+    from fastgrad.core.config import config
+    from fastgrad.runtime import adapters
+
+    worker, serve = broken
+    before = config.compile_timeout
+    config.update("compile_timeout", 0.3)
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be compiled"):
+            assert worker.address()
+            adapters.product_worker(True)
+            assert worker.thread is None and worker.state[gemm_split.READY] == 0
+            assert serve.threads == ["fastgrad-compile"]
+            serve.release.set()
+            assert background.wait_idle(60)
+    finally:
+        config.update("compile_timeout", before)

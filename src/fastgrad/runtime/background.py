@@ -318,6 +318,7 @@ class _Worker:
         self.__init__()  # type: ignore[misc]
         self.stale = compile_fork.holds_stale_lock()
         for job in jobs:
+            getattr(job, "forked", int)()  # (a job whose run holds a lock of its own)
             self.submit(job)
 
     def stop(self) -> None:

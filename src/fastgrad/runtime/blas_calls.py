@@ -2,13 +2,17 @@
 products it cuts across the cores, runtime.gemm_split): `cblas_?gemm` in row-major order,
 its precision chosen at run time; the cast of an address to the int64 tables both read;
 and what the cut's worker calls by address or reads (`int f(sem_t*)` for the POSIX
-semaphores, an array element's address, the processor's cycle counter for its timeline)."""
+semaphores, an array element's address, the processor's cycle counter for its timeline,
+the C library's semaphore calls)."""
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -107,6 +111,29 @@ def _cycles_typing(typingctx: Any) -> Any:
         return builder.call(counter, [])
 
     return signature, codegen
+
+
+SEMAPHORE_CALLS = ("sem_wait", "sem_trywait", "sem_post")
+
+
+def semaphore_calls() -> dict[str, Any] | None:
+    """The C library's unnamed-semaphore calls (addresses, and sem_init as a ctypes
+    function), or None where products are not cut (runtime.gemm_split: not Linux, or
+    NumPy's OpenBLAS not found)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    from fastgrad.runtime.blas import blas_address
+
+    if blas_address("gemm", np.dtype(np.float32)) is None:
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        found = {n: ctypes.cast(getattr(libc, n), ctypes.c_void_p).value for n in SEMAPHORE_CALLS}
+        init = libc.sem_init
+    except (OSError, AttributeError):
+        return None
+    init.argtypes, init.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint], ctypes.c_int
+    return {**found, "sem_init": init}
 
 
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's.

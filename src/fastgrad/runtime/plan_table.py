@@ -62,6 +62,7 @@ class _Table:
         self.pointer: dict[int, int] = {}  # env slot -> index in the pointer table
         self.fixed: dict[int, int] = {}  # pointer index -> address known once for all
         self.pending: list[adapters.CompileJob] = []  # adapters still compiling
+        self.split = False  # whether a product is offered to the worker that cuts them
 
     def index(self, slot: int) -> int:
         return self.pointer.setdefault(slot, len(self.pointer))
@@ -232,8 +233,11 @@ class Segment:
         state = gemm_split.state()  # (tuning may have moved the threshold)
         least = gemm_split.DEFAULT_MIN_WORK if state is None else state[gemm_split.MIN_WORK]
         if self.table.cut and m * n * k * offsets[0] >= least:
-            state = gemm_split.state_address()  # the worker starts with the first one
+            state = gemm_split.state_address()
             split = self.table.function(state) if state else -1
+            if state and not self.table.split:  # the worker, built once (then it serves)
+                adapters.product_worker(False)
+                self.table.split = True
         return [GEMM, *functions, split, *params, *pointers, *offsets]
 
     def _vector(self, step: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
@@ -388,6 +392,8 @@ def lower(
             table.pending.append(job)
     if table.pending:
         return Waiting(table.pending)
+    if table.wait and table.split:  # (after the interpreter: it runs products whole)
+        adapters.product_worker(True)  # the worker's compile, waited for too
     _exports(steps, owner, segments, outputs)
     if table.cut:
         for segment in segments:
