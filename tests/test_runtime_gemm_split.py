@@ -433,3 +433,52 @@ def test_the_workers_compile_is_under_the_watchdog(broken: tuple[Any, _Serve]) -
             assert background.wait_idle(60)
     finally:
         config.update("compile_timeout", before)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_amid_the_workers_compile_leaves_the_child_cutting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Forked while the compile thread is inside the cut's compile (holding its lock, and
+    the job's): the child's compile thread builds the worker again and it serves. Before,
+    the child waited for locks no thread of its own would release: products never cut."""
+    if blas_calls.semaphore_calls() is None:
+        pytest.skip("products are not cut on this platform")
+    from fastgrad.runtime import adapters
+
+    parent, entered, release = os.getpid(), threading.Event(), threading.Event()
+    real = gemm_split.cached_cfunc
+
+    def held(*args: Any) -> Any:  # the parent's compile: held here until after the fork
+        if os.getpid() == parent:
+            entered.set()
+            release.wait(60)
+        return real(*args)
+
+    worker = gemm_split._Worker()
+    monkeypatch.setattr(gemm_split, "cached_cfunc", held)
+    monkeypatch.setattr(gemm_split, "_ROWS", [])
+    monkeypatch.setattr(gemm_split, "_WORKER", worker)
+    monkeypatch.setattr(adapters, "_JOBS", {})
+    try:
+        worker.address()
+        adapters.product_worker(False)
+        assert entered.wait(60)
+        pid = os.fork()
+        if pid == 0:  # the child: the worker serves once its compile thread has built it
+            code = 1
+            try:
+                for _ in range(3000):
+                    if worker.state is not None and worker.state[gemm_split.READY]:
+                        code = 0
+                        break
+                    threading.Event().wait(0.01)
+            finally:
+                os._exit(code)
+        release.set()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert background.wait_idle(60) and worker.state[gemm_split.READY]
+    finally:
+        release.set()
+        worker.stop()

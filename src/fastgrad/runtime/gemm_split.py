@@ -543,7 +543,12 @@ class _Worker:
         """In a forked child no worker survives: products are not cut until a plan is
         lowered again (runtime.plan_table calls `state_address`), which starts one, or
         the worker's compile, if it was under way in the parent, ends in the child
-        (runtime.background hands it to the child's compile thread)."""
+        (runtime.background hands it to the child's compile thread). The lock of the cut's
+        compile too: the parent's compile thread may have held it at the fork (waiting
+        for Numba's compiler lock, which the forking thread takes: runtime.compile_fork),
+        and the child's compile would wait for it forever."""
+        global _ROWS_LOCK
+        _ROWS_LOCK = threading.Lock()
         self.lock = threading.Lock()
         self.thread = None
         if self.state is not None:
