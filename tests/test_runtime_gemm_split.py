@@ -168,6 +168,29 @@ def test_the_cut_keeps_the_bits_of_one_gemm(split: np.ndarray, dtype: Any, flips
     assert split[gemm_split.JOBS] == jobs
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_batch_whose_operands_coincide_at_one_matrix_keeps_numpys_syrk(
+    split: np.ndarray, dtype: Any
+) -> None:
+    """A and B different arrays whose matrices coincide at one of the batch (there a
+    matrix times its own transpose): the interpreter, cut or not, computes that one as
+    NumPy's matmul does (syrk, whose bits differ from gemm's at 33 x 100), the others by
+    gemm; the cut leaves such a product whole. It once looked at the operands' base
+    addresses only, and cut it (gemm throughout)."""
+    _tiny_pieces(split)
+    x = np.random.default_rng(3).standard_normal((2, 33, 100)).astype(dtype)
+    a, b = x, x[1:].swapaxes(-1, -2)  # a[1] @ b[0]: x[1] @ x[1].T
+    with OneThread():
+        expected = np.matmul(a, b)
+    assert not np.array_equal(expected[1], x[1] @ x[1].T.copy())  # else nothing to see
+    for cut in (False, True):
+        c = np.full((2, 33, 33), np.nan, dtype)
+        jobs = split[gemm_split.JOBS]
+        _table(a, b, c, 0, cut=cut)()
+        assert np.array_equal(c, expected), cut
+        assert split[gemm_split.JOBS] == jobs  # left whole to the interpreter
+
+
 def test_two_threads_cut_products_at_once(split: np.ndarray) -> None:
     """Two Python threads each run cut products (one holds the worker, the other runs its
     products whole; OpenBLAS is called from three threads at once)."""

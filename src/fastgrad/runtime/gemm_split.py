@@ -60,6 +60,7 @@ from fastgrad.runtime.blas_calls import (
     cycles,
     gemm,
     int64_pointer,
+    may_be_syrk,
     sem_call,
     semaphore_calls,
 )
@@ -253,8 +254,6 @@ def product(
     work = m * n * k * count
     if s[READY] == 0 or work < s[MIN_WORK]:
         return False
-    if a == b and m == n and ta != tb and lda == ldb and beta == 0:
-        return False
     if count == 1 and n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
         return False
     if sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
@@ -264,7 +263,7 @@ def product(
     s[j + M], s[j + N], s[j + K], s[j + LDA], s[j + LDB], s[j + LDC] = m, n, k, lda, ldb, ldc
     s[j + BETA], s[j + A], s[j + B], s[j + C] = beta, a, b, c
     s[j + OFFSETS], s[j + COUNT] = address_of(table, at), count
-    pieces = _cut(s, j, MAX_PIECES)
+    pieces = 0 if _syrk(s, j) else _cut(s, j, MAX_PIECES)
     if pieces < 2:
         sem_call(s[POST], _semaphore(state, LOCK))
         return False
@@ -287,6 +286,20 @@ def _load_row(
         s[j + A + e] = table[ptrs + table[p + 14 + e]]
     s[j + OFFSETS], s[j + COUNT] = address_of(table, p + 18), table[p + 17]
     s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
+
+
+@_helper
+def _syrk(s: Any, j: int) -> bool:  # pragma: no cover - compiled
+    """Whether a matrix of the product in block `j` is one times its own transpose, which
+    the interpreter computes with syrk as NumPy's matmul does (blas_calls.may_be_syrk)."""
+    offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
+    for u in range(s[j + COUNT]):
+        a, b = s[j + A] + offsets[3 * u], s[j + B] + offsets[3 * u + 1]
+        if may_be_syrk(
+            a, b, s[j + M], s[j + N], s[j + TA], s[j + TB], s[j + LDA], s[j + LDB], s[j + BETA]
+        ):
+            return True
+    return False
 
 
 @_helper
@@ -336,16 +349,7 @@ def pair(
     first, second = JOB, JOB + BLOCK
     _load_row(s, first, table, functions, ptrs, p)
     _load_row(s, second, table, functions, ptrs, q)
-    ok = True
-    for j in (first, second):
-        offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
-        for u in range(s[j + COUNT]):  # a matrix times its transpose: the interpreter's syrk
-            if (
-                s[j + BETA] == 0 and s[j + M] == s[j + N] and s[j + TA] != s[j + TB]
-                and s[j + LDA] == s[j + LDB]
-                and s[j + A] + offsets[3 * u] == s[j + B] + offsets[3 * u + 1]
-            ):  # fmt: skip
-                ok = False
+    ok = not (_syrk(s, first) or _syrk(s, second))
     if ok:
         for operand in (A, B, C):
             ok = ok and _apart(s, first, operand, second)
