@@ -235,9 +235,7 @@ class Segment:
         if self.table.cut and m * n * k * offsets[0] >= least:
             state = gemm_split.state_address()
             split = self.table.function(state) if state else -1
-            if state and not self.table.split:  # the worker, built once (then it serves)
-                adapters.product_worker(False)
-                self.table.split = True
+            self.table.split = self.table.split or split >= 0
         return [GEMM, *functions, split, *params, *pointers, *offsets]
 
     def _vector(self, step: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
@@ -390,10 +388,10 @@ def lower(
             return list(calls)  # no interpreter for it (or the process is exiting)
         if not job.settled.is_set():
             table.pending.append(job)
+    if table.split:  # the worker's compile, once, behind the interpreter (which runs
+        adapters.product_worker(table.wait)  # products whole until the worker serves)
     if table.pending:
         return Waiting(table.pending)
-    if table.wait and table.split:  # (after the interpreter: it runs products whole)
-        adapters.product_worker(True)  # the worker's compile, waited for too
     _exports(steps, owner, segments, outputs)
     if table.cut:
         for segment in segments:
