@@ -487,7 +487,7 @@ class KernelTier:
         self.lock = threading.Lock()
         self.wait = False  # set by Executable.settle: the next call waits for the kernels
 
-    def answer(self, step: Any, env: list[Any]) -> bool:
+    def answer(self, step: Any, env: list[Any], into: dict[int, Any] | None = None) -> bool:
         """Run the step's loop with NumPy and return True while no kernel is ready; else
         install the newest ready kernel as `step.kernel` and return False (the step then
         runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
@@ -533,7 +533,7 @@ class KernelTier:
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
-        self.numpy_loop.run(env)  # still compiling, overdue, or every variant failed
+        self.numpy_loop.run(env, into)  # still compiling, overdue, or all variants failed
         return True
 
     def _loading_beats_numpy(self) -> bool:

@@ -201,14 +201,15 @@ class _KernelStep:
             if b is not None
         ]
         first = tier.jobs is None
-        answered = tier.answer(self, env)
+        answered = tier.answer(self, env, dict(bound))
         if first and tier.jobs is not None:  # its kernel just handed to the compile thread
             adapters.ahead(self)
         if not answered:
             return False
         for slot, buffer in bound:
-            np.copyto(buffer, env[slot])
-            env[slot] = buffer
+            if env[slot] is not buffer:  # (a blocked loop writes into it: NumpyLoop.run)
+                np.copyto(buffer, env[slot])
+                env[slot] = buffer
         return True
 
 
