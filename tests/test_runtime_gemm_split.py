@@ -505,3 +505,53 @@ def test_a_fork_amid_the_workers_compile_leaves_the_child_cutting(
     finally:
         release.set()
         worker.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize(
+    "module, lock, build",
+    [
+        ("gemm_split", "_ROWS_LOCK", "rows_function"),
+        ("vm", "_TABLE_LOCK", "table_function"),
+        ("vm_vectors", "_LOCK", "vector_function"),
+    ],
+)
+def test_a_child_forked_while_a_once_compile_holds_its_lock_compiles_it(
+    module: str, lock: str, build: str
+) -> None:
+    """The compile thread holds the lock of a compile made once per process while it
+    waits for Numba's compiler lock, which a fork takes: the child, which has no such
+    thread, makes the lock anew and compiles (or loads) the function itself. Before, it
+    waited for ever (the cut's lock: products never cut; the interpreter's loop: plans
+    run step by step, the child's compile thread stuck)."""
+    import importlib
+
+    owner = importlib.import_module(f"fastgrad.runtime.{module}")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with getattr(owner, lock):
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(60)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the function within 30 s
+            code = 1
+            try:
+                done: list[int] = []
+                worker = threading.Thread(target=lambda: done.append(getattr(owner, build)()))
+                worker.daemon = True
+                worker.start()
+                worker.join(30)
+                code = 0 if done and done[0] else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        holder.join(60)

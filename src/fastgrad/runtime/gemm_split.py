@@ -52,7 +52,13 @@ from typing import Any
 import numpy as np
 from numba import carray, types
 
-from fastgrad.compiler.machine_code import cached_cfunc, cached_njit, helper_njit, source_tag
+from fastgrad.compiler.machine_code import (
+    OnceLock,
+    cached_cfunc,
+    cached_njit,
+    helper_njit,
+    source_tag,
+)
 from fastgrad.runtime.blas import BAND_ALIGN, TRANS
 from fastgrad.runtime.blas_calls import (
     SEMAPHORE_CALLS,
@@ -430,12 +436,11 @@ def _serve(state: int) -> None:  # pragma: no cover - compiled
 
 
 _ROWS: list[Any] = []  # the compiled `_rows`, kept alive
-_ROWS_LOCK = threading.Lock()
+_ROWS_LOCK = OnceLock()
 
 
 def rows_function() -> int:
-    """The address of `_rows` (`ROWS_SIGNATURE`), compiled (or loaded from fastgrad's
-    cache) on first use (`build`)."""
+    """The address of `_rows` (`ROWS_SIGNATURE`), compiled or loaded on first use."""
     with _ROWS_LOCK:
         if not _ROWS:
             _ROWS.append(cached_cfunc(_rows, ROWS_SIGNATURE, _source_tag()))
@@ -546,13 +551,8 @@ class _Worker:
     def after_fork(self) -> None:
         """In a forked child no worker survives: products are not cut until a plan is
         lowered again (runtime.plan_table calls `state_address`), which starts one, or
-        the worker's compile, if it was under way in the parent, ends in the child
-        (runtime.background hands it to the child's compile thread). The lock of the cut's
-        compile too: the parent's compile thread may have held it at the fork (waiting
-        for Numba's compiler lock, which the forking thread takes: runtime.compile_fork),
-        and the child's compile would wait for it forever."""
-        global _ROWS_LOCK
-        _ROWS_LOCK = threading.Lock()
+        the worker's compile under way in the parent ends in the child's compile thread
+        (runtime.background; the cut's lock made anew: machine_code.OnceLock)."""
         self.lock = threading.Lock()
         self.thread = None
         if self.state is not None:

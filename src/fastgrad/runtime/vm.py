@@ -29,7 +29,6 @@ buffers and constants).
 from __future__ import annotations
 
 import sys
-import threading
 from types import ModuleType
 from typing import Any
 
@@ -40,6 +39,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import (
+    OnceLock,
     cached_cfunc,
     cached_njit,
     source_tag,
@@ -402,7 +402,7 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
 
 
 _TABLE_FUNCTION: list[Any] = []  # the compiled `_run_table`, kept alive
-_TABLE_LOCK = threading.Lock()
+_TABLE_LOCK = OnceLock()
 
 
 def table_function() -> int:
