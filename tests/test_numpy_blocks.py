@@ -309,3 +309,38 @@ def test_the_whole_loop_tier_writes_large_results_into_memory_nobody_holds(monke
         want_value, want_grad = expected(logits, labels)
         np.testing.assert_allclose(value, want_value, **TOL)
         np.testing.assert_allclose(grad, want_grad, **TOL)
+
+
+def test_a_blocked_loop_writes_into_its_steps_buffers(monkeypatch):
+    """A loop run over blocks writes the outputs the plan keeps in buffers of its own
+    straight into them, not into fresh arrays the step then copies (bench M4's first call
+    copied 96 MB in float32, 192 MB in float64)."""
+    from fastgrad.runtime import plan_steps
+
+    copied = []
+
+    class Counting:  # NumPy as the kernel steps see it, copyto counted
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        def copyto(self, to, source, **options):
+            copied.append(to.nbytes)
+            np.copyto(to, source, **options)
+
+    monkeypatch.setattr(plan_steps, "np", Counting())
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((64, 4)), rng.standard_normal((4, 3))
+
+    def f(x, w):  # tanh(x * 2) feeds a product: kept in a buffer of the plan's
+        return fnp.sum(fnp.tanh(x * 2.0) @ w)
+
+    h = np.tanh(x * 2.0)
+    expected = [np.sum(h @ w), (1 - h * h) * 2.0 * np.sum(w, axis=1), h.T @ np.ones((64, 3))]
+    vg = fg.value_and_grad(f, argnums=(0, 1))
+    first_call(vg, (x, w), 1 << 40)
+    assert copied  # whole loops' results are copied into the buffers
+    copied.clear()
+    (value, (dx, dw)), blocked, whole = first_call(vg, (x, w), 8)
+    assert blocked > 0 and whole == 0 and not copied, copied
+    for got, want in zip([value, dx, dw], expected, strict=True):
+        np.testing.assert_allclose(got, want, **TOL)

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import gemm_split, vm
+from fastgrad.runtime import background, blas_calls, gemm_split, vm
 from fastgrad.runtime.blas import OneThread, blas_address, threads_local_address
 from fastgrad.runtime.plan_rows import NO_TRANS, TRANS
 from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def split() -> Iterator[np.ndarray]:
     """The worker serving, its settings restored after the test."""
-    gemm_split.state_address()
+    _serving()
     s = gemm_split.state()
     assert s is not None
     before = s.copy()
@@ -51,6 +51,14 @@ def split() -> Iterator[np.ndarray]:
     for entry in (gemm_split.SPIN, gemm_split.PIECE_WORK, gemm_split.MIN_WORK):
         s[entry] = before[entry]
     s[gemm_split.PAIR_PIECES] = before[gemm_split.PAIR_PIECES]
+
+
+def _serving() -> None:
+    """Ask for the worker as a plan does: its state, and its compile queued (once)."""
+    from fastgrad.runtime import adapters
+
+    gemm_split.state_address()
+    adapters.product_worker(False)
 
 
 def _wait_ready(s: np.ndarray) -> None:
@@ -158,6 +166,29 @@ def test_the_cut_keeps_the_bits_of_one_gemm(split: np.ndarray, dtype: Any, flips
     jobs = split[gemm_split.JOBS]
     _table(a, b, np.empty((1024, 700), dtype), 0, cut=True)()
     assert split[gemm_split.JOBS] == jobs
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_batch_whose_operands_coincide_at_one_matrix_keeps_numpys_syrk(
+    split: np.ndarray, dtype: Any
+) -> None:
+    """A and B different arrays whose matrices coincide at one of the batch (there a
+    matrix times its own transpose): the interpreter, cut or not, computes that one as
+    NumPy's matmul does (syrk, whose bits differ from gemm's at 33 x 100), the others by
+    gemm; the cut leaves such a product whole. It once looked at the operands' base
+    addresses only, and cut it (gemm throughout)."""
+    _tiny_pieces(split)
+    x = np.random.default_rng(3).standard_normal((2, 33, 100)).astype(dtype)
+    a, b = x, x[1:].swapaxes(-1, -2)  # a[1] @ b[0]: x[1] @ x[1].T
+    with OneThread():
+        expected = np.matmul(a, b)
+    assert not np.array_equal(expected[1], x[1] @ x[1].T.copy())  # else nothing to see
+    for cut in (False, True):
+        c = np.full((2, 33, 33), np.nan, dtype)
+        jobs = split[gemm_split.JOBS]
+        _table(a, b, c, 0, cut=cut)()
+        assert np.array_equal(c, expected), cut
+        assert split[gemm_split.JOBS] == jobs  # left whole to the interpreter
 
 
 def test_two_threads_cut_products_at_once(split: np.ndarray) -> None:
@@ -283,8 +314,9 @@ def test_a_forked_child_cuts_products_after_restarting_the_worker(split: np.ndar
 def test_the_worker_does_not_keep_the_process_alive() -> None:
     code = (
         "import numpy as np\n"
-        "from fastgrad.runtime import gemm_split\n"
+        "from fastgrad.runtime import adapters, gemm_split\n"
         "gemm_split.state_address()\n"
+        "adapters.product_worker(True)\n"
         "print('started')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -360,21 +392,166 @@ def test_the_cut_can_be_turned_off(split: np.ndarray) -> None:
     assert cuts_products()
 
 
+class _Serve:
+    """A stand-in for the worker's loop whose compile notes its thread, waits for
+    `release`, then fails."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+        self.release = threading.Event()
+
+    def compile(self, signature: Any) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.release.wait(60)
+        raise RuntimeError("no LLVM today")
+
+
+@pytest.fixture
+def broken(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, _Serve]]:
+    """A worker of its own whose loop does not compile, a fresh product-worker job."""
+    if blas_calls.semaphore_calls() is None:
+        pytest.skip("products are not cut on this platform")
+    from fastgrad.runtime import adapters
+
+    serve, worker = _Serve(), gemm_split._Worker()
+    monkeypatch.setattr(gemm_split, "_serve", serve)
+    monkeypatch.setattr(gemm_split, "_WORKER", worker)
+    monkeypatch.setattr(adapters, "_JOBS", {})
+    yield worker, serve
+    serve.release.set()
+
+
 def test_a_worker_that_cannot_be_compiled_says_so_and_leaves_products_whole(
+    broken: tuple[Any, _Serve],
+) -> None:
+    """The worker compiles on the compile thread, in turn with kernels (before, on its
+    own thread, it held Numba's compiler lock while a first adapter waited)."""
+    from fastgrad.runtime import adapters
+
+    worker, serve = broken
+    serve.release.set()
+    with pytest.warns(RuntimeWarning, match=r"loop \(_serve\).*could not be compiled.*no LLVM"):
+        assert worker.address()
+        adapters.product_worker(True)
+    assert serve.threads == ["fastgrad-compile"]
+    assert worker.thread is None and worker.state[gemm_split.READY] == 0
+
+
+def test_the_workers_compile_is_under_the_watchdog(broken: tuple[Any, _Serve]) -> None:
+    """A plan waiting for the worker waits at most `compile_timeout`: its products run
+    whole meanwhile."""
+    from fastgrad.core.config import config
+    from fastgrad.runtime import adapters
+
+    worker, serve = broken
+    before = config.compile_timeout
+    config.update("compile_timeout", 0.3)
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be compiled"):
+            assert worker.address()
+            adapters.product_worker(True)
+            assert worker.thread is None and worker.state[gemm_split.READY] == 0
+            assert serve.threads == ["fastgrad-compile"]
+            serve.release.set()
+            assert background.wait_idle(60)
+    finally:
+        config.update("compile_timeout", before)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_amid_the_workers_compile_leaves_the_child_cutting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if gemm_split._semaphore_calls() is None:
+    """Forked while the compile thread is inside the cut's compile (holding its lock, and
+    the job's): the child's compile thread builds the worker again and it serves. Before,
+    the child waited for locks no thread of its own would release: products never cut."""
+    if blas_calls.semaphore_calls() is None:
         pytest.skip("products are not cut on this platform")
+    from fastgrad.runtime import adapters
 
-    class Broken:
-        def compile(self, signature: Any) -> None:
-            raise RuntimeError("no LLVM today")
+    parent, entered, release = os.getpid(), threading.Event(), threading.Event()
+    real = gemm_split.cached_cfunc
 
-    monkeypatch.setattr(gemm_split, "_serve", Broken())
+    def held(*args: Any) -> Any:  # the parent's compile: held here until after the fork
+        if os.getpid() == parent:
+            entered.set()
+            release.wait(60)
+        return real(*args)
+
     worker = gemm_split._Worker()
-    with pytest.warns(RuntimeWarning, match="could not be compiled.*no LLVM today"):
-        assert worker.address()
-        assert worker.thread is not None
-        worker.thread.join(timeout=60)
-    assert not worker.thread.is_alive()
-    assert worker.state is not None and worker.state[gemm_split.READY] == 0
+    monkeypatch.setattr(gemm_split, "cached_cfunc", held)
+    monkeypatch.setattr(gemm_split, "_ROWS", [])
+    monkeypatch.setattr(gemm_split, "_WORKER", worker)
+    monkeypatch.setattr(adapters, "_JOBS", {})
+    try:
+        worker.address()
+        adapters.product_worker(False)
+        assert entered.wait(60)
+        pid = os.fork()
+        if pid == 0:  # the child: the worker serves once its compile thread has built it
+            code = 1
+            try:
+                for _ in range(3000):
+                    if worker.state is not None and worker.state[gemm_split.READY]:
+                        code = 0
+                        break
+                    threading.Event().wait(0.01)
+            finally:
+                os._exit(code)
+        release.set()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert background.wait_idle(60) and worker.state[gemm_split.READY]
+    finally:
+        release.set()
+        worker.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize(
+    "module, lock, build",
+    [
+        ("gemm_split", "_ROWS_LOCK", "rows_function"),
+        ("vm", "_TABLE_LOCK", "table_function"),
+        ("vm_vectors", "_LOCK", "vector_function"),
+    ],
+)
+def test_a_child_forked_while_a_once_compile_holds_its_lock_compiles_it(
+    module: str, lock: str, build: str
+) -> None:
+    """The compile thread holds the lock of a compile made once per process while it
+    waits for Numba's compiler lock, which a fork takes: the child, which has no such
+    thread, makes the lock anew and compiles (or loads) the function itself. Before, it
+    waited for ever (the cut's lock: products never cut; the interpreter's loop: plans
+    run step by step, the child's compile thread stuck)."""
+    import importlib
+
+    owner = importlib.import_module(f"fastgrad.runtime.{module}")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with getattr(owner, lock):
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(60)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the function within 30 s
+            code = 1
+            try:
+                done: list[int] = []
+                worker = threading.Thread(target=lambda: done.append(getattr(owner, build)()))
+                worker.daemon = True
+                worker.start()
+                worker.join(30)
+                code = 0 if done and done[0] else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        holder.join(60)

@@ -9,12 +9,14 @@ Each process times, from the first line of its script: `import fastgrad`, the in
 `fg.jit(f)` (which loads the compiler and runtime layers), the first call (on NumPy while
 the compile thread imports Numba and loads or compiles the kernels), then `fg.warmup`
 (waits for the kernels and the plan interpreter and makes one more call, now compiled:
-its end is the steady state). Meanwhile it notes when Numba, SciPy and scipy.linalg were
-imported (and on which thread), Numba's first load of its typing and lowering registries,
-and each job of the compile thread (kernels, adapters, the interpreter). Times are wall
-ms from the script's start (Python's own start-up, ~20 ms, is before it), each with the
-CPU ms its thread spent in it (summed over jobs of a kind); "process CPU" is the
-process's CPU time at the steady state. Rows are the process whose steady state came
+its end is the steady state; where the plan cuts matrix products across the cores, also
+when the worker that cuts them serves, which may be later). Meanwhile it notes when Numba,
+SciPy and scipy.linalg were imported (and on which thread), Numba's first load of its
+typing and lowering registries, and each job of the compile thread (kernels, adapters,
+the interpreter, the product worker). Times are wall ms from the script's start
+(Python's own start-up, ~20 ms, is before it), each with the CPU ms its thread spent in
+it (summed over jobs of a kind); "process CPU" is the process's CPU time at the steady
+state. Rows are the process whose steady state came
 first of N (the machine may be shared); `--all` prints every process. `--against SRC`
 runs every other process on the fastgrad package found in SRC (another checkout's `src`,
 on a cache of its own), so that two versions are compared on the same machine state.
@@ -118,6 +120,12 @@ phases["first call cpu"] = round((time.thread_time() - cpu) * 1e3, 1)
 fg.warmup(fn, *args)
 phases["steady"] = ms(time.perf_counter())
 phases["cpu"] = round(time.process_time() * 1e3, 1)
+split = sys.modules.get("fastgrad.runtime.gemm_split")
+state = None if split is None else split.state()
+if state is not None:  # a plan cuts products: when the worker serves (it may come later)
+    while not state[split.READY] and time.perf_counter() - T0 < 300:
+        time.sleep(0.001)
+    phases["cut"] = ms(time.perf_counter())
 print(json.dumps({"phases": phases, "events": EVENTS}))
 """
 
@@ -138,6 +146,7 @@ def show(label: str, result: dict) -> None:
         f"{phases['jit']:.0f}, first call {phases['first call']:.0f} "
         f"(main thread CPU {phases['first call cpu']:.0f}), steady {phases['steady']:.0f} "
         f"(process CPU {phases['cpu']:.0f})"
+        + (f", products cut from {phases['cut']:.0f}" if "cut" in phases else "")
     )
     events = sorted(result["events"], key=lambda e: e[2])
     merged: dict[str, list] = {}  # an unrolled loop's kernels: summed per kind of job

@@ -463,6 +463,29 @@ def cached_njit(tag: str, **options: Any) -> Callable[[Callable[..., Any]], Any]
     return decorate
 
 
+class OnceLock:
+    """The lock of a compile made once per process (the plan interpreter's loop, the cut
+    of matrix products, the vector rows), made anew in a forked child: the compile thread
+    that held it at the fork, waiting there for Numba's compiler lock, which the forking
+    thread takes (runtime.compile_fork), does not exist in the child, whose own compile
+    would wait for it forever (its plans running step by step, or products never cut)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._renew)
+
+    def _renew(self) -> None:
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> OnceLock:
+        self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 def cached_cfunc(fn: Callable[..., Any], signature: Any, tag: str | None) -> Any:
     """`fn` compiled as a C function (Numba's CFunc, without the GIL) of Numba signature
     `signature`, its machine code kept in fastgrad's cache under `tag` (as `cached_njit`;

@@ -77,6 +77,12 @@ class CompileJob:
     def drop(self) -> None:
         self.settled.set()
 
+    def forked(self) -> None:
+        """In a forked child, before the job is handed to the child's compile thread: the
+        parent's compile thread may have held the run lock at the fork (waiting there for
+        Numba's compiler lock, runtime.compile_fork), and the child has no such thread."""
+        self._run_lock = threading.Lock()
+
 
 def _job(
     key: Any,
@@ -204,3 +210,22 @@ def vector_rows(wait: bool) -> CompileJob:
         return None, vector_function()
 
     return _job("vector rows", wait, lambda: CompileJob("vector rows", "vector rows", build))
+
+
+def product_worker(wait: bool) -> CompileJob:
+    """The job compiling (or loading) the loop of the worker that cuts matrix products
+    across the cores and the cut itself (runtime.gemm_split.build, ~0.9 and ~2.4 s of CPU
+    cold), then starting the worker; once per process, asked for when a plan is lowered
+    with a product big enough to cut (products run whole, compiled, meanwhile). Queued
+    behind the kernels, adapters and the interpreter's loop already queued, and behind
+    the interpreter that lowering then asks for (queued ahead of these); a plan told to
+    wait waits for it after its interpreter."""
+
+    def build() -> tuple[Any, int]:
+        from fastgrad.runtime import gemm_split
+
+        return None, gemm_split.build()
+
+    label = "product worker (its loop and the cut)"
+    make = lambda: CompileJob(label, label, build)  # noqa: E731
+    return _job("product worker", wait, make, later=True)

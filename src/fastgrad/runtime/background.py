@@ -318,6 +318,7 @@ class _Worker:
         self.__init__()  # type: ignore[misc]
         self.stale = compile_fork.holds_stale_lock()
         for job in jobs:
+            getattr(job, "forked", int)()  # (a job whose run holds a lock of its own)
             self.submit(job)
 
     def stop(self) -> None:
@@ -557,9 +558,8 @@ class KernelTier:
         thread so far (none would compile ahead of it), and the loop does more work than
         loading takes (Numba's import, if not done yet, then a few ms a kernel), counted
         as float64's (`IMPORT_WORK`)."""
-        if self.numpy_loop.size * math.prod(self.shape) * 2 < LOAD_WORK:  # (np.prod: ~3 us)
-            return False  # (even at 16-byte items: no need to look at the ops)
-        return loading_beats_numpy(self._work(), [self.variants[-1].source])
+        small = self.numpy_loop.size * math.prod(self.shape) * 2 < LOAD_WORK  # (16-byte items)
+        return not small and loading_beats_numpy(self._work(), [self.variants[-1].source])
 
     def _work(self, ops: int = 0) -> int:
         """The loop's element-ops (or `ops` ops' over its elements), counted as float64's."""

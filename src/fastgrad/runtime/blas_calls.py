@@ -1,19 +1,25 @@
 """Calls into BLAS by address from compiled code (the plan interpreter, runtime.vm, and the
 products it cuts across the cores, runtime.gemm_split): `cblas_?gemm` in row-major order,
 its precision chosen at run time; the cast of an address to the int64 tables both read;
-and what the cut's worker calls by address or reads (`int f(sem_t*)` for the POSIX
-semaphores, an array element's address, the processor's cycle counter for its timeline)."""
+what the cut's worker calls by address or reads (`int f(sem_t*)` for the POSIX
+semaphores, an array element's address, the processor's cycle counter for its timeline,
+the C library's semaphore calls); and the test both make of each matrix before a
+product, whether it is a syrk (`may_be_syrk`)."""
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from fastgrad.compiler.machine_code import helper_njit
 from fastgrad.runtime.blas import ROW_MAJOR
 
 
@@ -109,9 +115,46 @@ def _cycles_typing(typingctx: Any) -> Any:
     return signature, codegen
 
 
+SEMAPHORE_CALLS = ("sem_wait", "sem_trywait", "sem_post")
+
+
+def semaphore_calls() -> dict[str, Any] | None:
+    """The C library's unnamed-semaphore calls (addresses, and sem_init as a ctypes
+    function), or None where products are not cut (runtime.gemm_split: not Linux, or
+    NumPy's OpenBLAS not found)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    from fastgrad.runtime.blas import blas_address
+
+    if blas_address("gemm", np.dtype(np.float32)) is None:
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        found = {n: ctypes.cast(getattr(libc, n), ctypes.c_void_p).value for n in SEMAPHORE_CALLS}
+        init = libc.sem_init
+    except (OSError, AttributeError):
+        return None
+    init.argtypes, init.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint], ctypes.c_int
+    return {**found, "sem_init": init}
+
+
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's.
 gemm: Any = intrinsic(_gemm_typing)
 int64_pointer: Any = intrinsic(_int64_pointer_typing)
 sem_call: Any = intrinsic(_sem_typing)
 address_of: Any = intrinsic(_address_typing)
 cycles: Any = intrinsic(_cycles_typing)
+
+
+@helper_njit()
+def may_be_syrk(
+    a: int, b: int, m: int, n: int, ta: int, tb: int, lda: int, ldb: int, beta: int
+) -> bool:  # pragma: no cover - compiled
+    """Whether the product of one matrix at address `a` by one at `b` (BLAS's flags and
+    leading dimensions; `beta`: added to C) is a matrix times its own transpose, which
+    NumPy's matmul computes with syrk (then its upper triangle mirrored: other bits than
+    gemm's in the last place, a 33 x 100 float32 matrix for one) and so does the plan
+    interpreter, matrix by matrix of a batch (runtime.vm), and runtime.gemm_split, which
+    then leaves the product to it. Asked of each matrix: a batch's operands may be
+    different arrays that coincide at one matrix."""
+    return beta == 0 and a == b and m == n and ta != tb and lda == ldb

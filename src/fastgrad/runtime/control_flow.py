@@ -32,7 +32,6 @@ from fastgrad.runtime.loop_table import ScanLoop
 from fastgrad.runtime.recycling import unheld
 from fastgrad.runtime.scan_call import ThinScan
 from fastgrad.runtime.small_call import drop, take
-from fastgrad.runtime.thread_budget import largest_gemm
 from fastgrad.transforms.calls import GroupCall
 from fastgrad.transforms.control_flow import (
     SWITCH,
@@ -367,13 +366,8 @@ def _nested_loops(bodies: list[Body]) -> list[LoopStep]:
 
 def _largest_matmul(bodies: list[Body]) -> int:
     """Multiply-adds of the largest matmul in the bodies and the loops nested in them (0:
-    none)."""
-    sizes = [s.largest_matmul for s in _nested_loops(bodies)]
-    # A batched product counts one matrix: the rule a plan outside loops follows
-    # (Executable.small_matmuls), so a product is small or not the same in a loop body
-    # and out of one.
-    sizes += [largest_gemm(body.graph) for body in bodies]
-    return max(sizes, default=0)
+    none): each body's plan counts its own and its loops' (Executable.largest_matmul)."""
+    return max((body.largest_matmul for body in bodies), default=0)
 
 
 def one_blas_thread() -> AbstractContextManager[Any]:

@@ -143,10 +143,13 @@ class Executable:
         self._small: Any = None  # runtime.small_call's Plan, or False
         # (stored: what thread_budget reads of the graph's matmuls, a pass over its nodes)
         self.products = products(graph) if tables is None else tables.products
-        # (a loop's products too: its LOOP may run from this plan's table, runtime.loop_row)
+        # Multiply-adds of its largest single product (a batched one counts one matrix),
+        # its loops' too: a loop's LOOP may run from this plan's table (runtime.loop_row),
+        # and a loop reads its bodies' (control_flow), so that a product is small or not
+        # the same in a loop body and out of one.
         in_loops = [s.largest_matmul for s in self.plan if isinstance(s, LoopStep)]
-        largest = max([size for _, size in self.products] + in_loops, default=0)
-        self.small_matmuls = 0 < largest <= SMALL_MATMUL
+        self.largest_matmul = max([size for _, size in self.products] + in_loops, default=0)
+        self.small_matmuls = 0 < self.largest_matmul <= SMALL_MATMUL
         self.one_blas_thread = one = self.small_matmuls or shares_cores(kept, self.products)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
         # What a process reading this plan from disk may take as it is (runtime.build_tables):

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import threading
 import warnings
 from pathlib import Path
@@ -53,9 +52,24 @@ from typing import Any
 import numpy as np
 from numba import carray, types
 
-from fastgrad.compiler.machine_code import cached_cfunc, cached_njit, helper_njit, source_tag
+from fastgrad.compiler.machine_code import (
+    OnceLock,
+    cached_cfunc,
+    cached_njit,
+    helper_njit,
+    source_tag,
+)
 from fastgrad.runtime.blas import BAND_ALIGN, TRANS
-from fastgrad.runtime.blas_calls import address_of, cycles, gemm, int64_pointer, sem_call
+from fastgrad.runtime.blas_calls import (
+    SEMAPHORE_CALLS,
+    address_of,
+    cycles,
+    gemm,
+    int64_pointer,
+    may_be_syrk,
+    sem_call,
+    semaphore_calls,
+)
 
 MAX_PIECES = 8
 # The state's entries: the semaphore calls' addresses; whether the worker serves (READY)
@@ -100,9 +114,8 @@ TRACE_SIZE = 1 << 14
 POSTED, STARTED, FINISHED, WAITED, WOKEN = range(1, 6)
 
 
-# The helpers below are compiled functions of their own, called (not inlined into their
-# callers' Numba IR: inlined, the plan interpreter that called `pair` and `product` took
-# 15 s of CPU to compile, cold), and typed once per kind of arguments (helper_njit).
+# The helpers below are compiled functions of their own, called, not inlined into their
+# callers' Numba IR (see `_rows`), and typed once per kind of arguments (helper_njit).
 _helper: Any = helper_njit()
 
 
@@ -247,8 +260,6 @@ def product(
     work = m * n * k * count
     if s[READY] == 0 or work < s[MIN_WORK]:
         return False
-    if a == b and m == n and ta != tb and lda == ldb and beta == 0:
-        return False
     if count == 1 and n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
         return False
     if sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
@@ -258,7 +269,7 @@ def product(
     s[j + M], s[j + N], s[j + K], s[j + LDA], s[j + LDB], s[j + LDC] = m, n, k, lda, ldb, ldc
     s[j + BETA], s[j + A], s[j + B], s[j + C] = beta, a, b, c
     s[j + OFFSETS], s[j + COUNT] = address_of(table, at), count
-    pieces = _cut(s, j, MAX_PIECES)
+    pieces = 0 if _syrk(s, j) else _cut(s, j, MAX_PIECES)
     if pieces < 2:
         sem_call(s[POST], _semaphore(state, LOCK))
         return False
@@ -273,8 +284,7 @@ def _load_row(
     s: Any, j: int, table: Any, functions: int, ptrs: int, p: int
 ) -> None:  # pragma: no cover - compiled
     """Block `j` of the job: the product of the interpreter's GEMM row at `table[p]`
-    (runtime.vm's layout: [GEMM, gemm, syrk, split, float64?, trans a, trans b, m, n, k,
-    lda, ldb, ldc, beta, pointers a, b, c, count, offsets]), whole."""
+    (runtime.vm's layout, as `ROWS_SIGNATURE` says), whole."""
     s[j + GEMM] = table[functions + table[p + 1]]
     for e in range(10):  # DOUBLE .. BETA, in the row's order
         s[j + DOUBLE + e] = table[p + 4 + e]
@@ -282,6 +292,20 @@ def _load_row(
         s[j + A + e] = table[ptrs + table[p + 14 + e]]
     s[j + OFFSETS], s[j + COUNT] = address_of(table, p + 18), table[p + 17]
     s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
+
+
+@_helper
+def _syrk(s: Any, j: int) -> bool:  # pragma: no cover - compiled
+    """Whether a matrix of the product in block `j` is one times its own transpose, which
+    the interpreter computes with syrk as NumPy's matmul does (blas_calls.may_be_syrk)."""
+    offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
+    for u in range(s[j + COUNT]):
+        a, b = s[j + A] + offsets[3 * u], s[j + B] + offsets[3 * u + 1]
+        if may_be_syrk(
+            a, b, s[j + M], s[j + N], s[j + TA], s[j + TB], s[j + LDA], s[j + LDB], s[j + BETA]
+        ):
+            return True
+    return False
 
 
 @_helper
@@ -318,13 +342,12 @@ def pair(
 ) -> bool:  # pragma: no cover - compiled
     """The interpreter's GEMM rows at `table[p]` and `table[q]` run at once: this thread
     takes the one with the longer sums (k) whole, whose bands would each read and pack
-    all of its other operand again (a weight gradient A.T @ g over a batch of 1024 rows
-    cost 1.3x the CPU time cut into 8 bands); the other is cut as `product` cuts it (into
-    PAIR_PIECES bands at most where it has no more multiply-adds), the worker taking its
-    bands from the back and this thread the rest once its own product is done. So a late
-    worker costs at most one band. Each product keeps the bits it has alone. False, and
-    nothing done, where the worker is not serving, another thread is cutting a product,
-    either product may be a syrk, or the second reads or writes what the first writes, or
+    all of its other operand again (module doc); the other is cut as `product` cuts it
+    (into PAIR_PIECES bands at most where it has no more multiply-adds), the worker
+    taking its bands from the back and this thread the rest once its own is done: a late
+    worker costs at most one band. Each keeps the bits it has alone. False, and nothing
+    done, where the worker is not serving, another thread is cutting a product, either
+    product may be a syrk, or the second reads or writes what the first writes, or
     writes what it reads (bounds of the bytes each may touch)."""
     s = carray(int64_pointer(state), (SIZE,))
     if s[READY] == 0 or s[PAIRING] == 0 or sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
@@ -332,16 +355,7 @@ def pair(
     first, second = JOB, JOB + BLOCK
     _load_row(s, first, table, functions, ptrs, p)
     _load_row(s, second, table, functions, ptrs, q)
-    ok = True
-    for j in (first, second):
-        offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
-        for u in range(s[j + COUNT]):  # a matrix times its transpose: the interpreter's syrk
-            if (
-                s[j + BETA] == 0 and s[j + M] == s[j + N] and s[j + TA] != s[j + TB]
-                and s[j + LDA] == s[j + LDB]
-                and s[j + A] + offsets[3 * u] == s[j + B] + offsets[3 * u + 1]
-            ):  # fmt: skip
-                ok = False
+    ok = not (_syrk(s, first) or _syrk(s, second))
     if ok:
         for operand in (A, B, C):
             ok = ok and _apart(s, first, operand, second)
@@ -376,11 +390,8 @@ ROWS_SIGNATURE = types.int64(types.CPointer(types.int64), types.int64, types.int
 def _rows(pointer: Any, p: int, q: int) -> int:  # pragma: no cover - compiled
     """`ROWS_SIGNATURE`'s function over the interpreter's table at `pointer` (its header
     says where its functions and pointers are, and its length: entry 6). A C function of
-    its own, which the interpreter's loop calls by address (runtime.vm): compiled into
-    that loop, which every plan needs, with these helpers inlined (Numba's `inline=
-    "always"` types inlined code again at each call site), it made the loop take 15 s of
-    CPU to compile in a process with an empty cache (2.2 s before `pair`); the loop now
-    takes ~1.7 s, and this ~2.4 s only in plans that cut products."""
+    its own, which the interpreter's loop calls by address (runtime.vm): inlined into
+    that loop, it made it take 15 s of CPU to compile cold (~1.7 s now; this, ~2.4 s)."""
     table = carray(pointer, (pointer[6],))
     functions, ptrs = table[1], table[2]
     state = table[functions + table[p + 3]]
@@ -425,38 +436,38 @@ def _serve(state: int) -> None:  # pragma: no cover - compiled
 
 
 _ROWS: list[Any] = []  # the compiled `_rows`, kept alive
-_ROWS_LOCK = threading.Lock()
+_ROWS_LOCK = OnceLock()
 
 
 def rows_function() -> int:
-    """The address of `_rows` (`ROWS_SIGNATURE`), compiled (or loaded from fastgrad's
-    cache) on first use: the worker's thread asks for it before it serves."""
+    """The address of `_rows` (`ROWS_SIGNATURE`), compiled or loaded on first use."""
     with _ROWS_LOCK:
         if not _ROWS:
             _ROWS.append(cached_cfunc(_rows, ROWS_SIGNATURE, _source_tag()))
         return int(_ROWS[0].address)
 
 
-_CALLS = ("sem_wait", "sem_trywait", "sem_post")
-
-
-def _semaphore_calls() -> dict[str, Any] | None:
-    """The C library's unnamed-semaphore calls (addresses, and sem_init as a ctypes
-    function), or None where products are not cut."""
-    if not sys.platform.startswith("linux"):
-        return None
-    from fastgrad.runtime.blas import blas_address
-
-    if blas_address("gemm", np.dtype(np.float32)) is None:
-        return None
+def build() -> int:
+    """Compile (or load) the worker's loop and the cut, then start the worker (unless
+    stopped meanwhile); the cut's address. Run once per process by the compile thread
+    (runtime.adapters.product_worker), in turn with kernels and under its watchdog (on
+    a thread of its own it held Numba's compiler lock 3-4 s while a cold plan's first
+    adapter waited). Where either fails to compile, products run whole, with a warning."""
+    what = "loop (_serve)"
     try:
-        libc = ctypes.CDLL(None)
-        found = {n: ctypes.cast(getattr(libc, n), ctypes.c_void_p).value for n in _CALLS}
-        init = libc.sem_init
-    except (OSError, AttributeError):
-        return None
-    init.argtypes, init.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint], ctypes.c_int
-    return {**found, "sem_init": init}
+        _serve.compile((types.int64,))
+        what = "cut (_rows)"
+        cut = rows_function()
+    except Exception as error:
+        warnings.warn(
+            f"fastgrad: the {what} of the worker that cuts matrix products across the cores"
+            f" could not be compiled ({type(error).__name__}: {error}); products run whole",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+        raise
+    _WORKER.serve(cut)
+    return cut
 
 
 class _Worker:
@@ -468,19 +479,19 @@ class _Worker:
         self.thread: threading.Thread | None = None
         self.calls: dict[str, Any] | None = None
         self.looked = False
+        self.wanted = False  # serve once built: `address` asked, `stop` not called since
 
     def address(self) -> int:
         with self.lock:
             if not self.looked:
-                self.calls, self.looked = _semaphore_calls(), True
+                self.calls, self.looked = semaphore_calls(), True
             if self.calls is None:
                 return 0
             if self.state is None:
                 self.state = np.zeros(SIZE, np.int64)
                 self._reset()
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="fastgrad-gemm", daemon=True)
-                self.thread.start()
+            self.wanted = True
+            self._start()
             return int(self.state.ctypes.data)
 
     def _reset(self) -> None:
@@ -488,11 +499,26 @@ class _Worker:
         s, calls = self.state, self.calls
         assert s is not None and calls is not None
         s[:CUT], s[CUT + 1 :] = 0, 0  # (the cut's address stays valid: same process)
-        s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in _CALLS)
+        s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in SEMAPHORE_CALLS)
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
         s[WAIT_SPIN], s[PAIRING], s[PAIR_PIECES] = DEFAULT_WAIT_SPIN, 1, DEFAULT_PAIR_PIECES
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
+
+    def serve(self, cut: int) -> None:
+        """Serve, the cut at `cut` (`build` calls this once the worker's loop and the cut
+        are built), unless stopped since the last `address()`."""
+        with self.lock:
+            assert self.state is not None
+            self.state[CUT] = cut
+            self._start()
+
+    def _start(self) -> None:
+        """Start the worker thread (the lock held) if asked for, not running, and built."""
+        assert self.state is not None
+        if self.wanted and self.thread is None and self.state[CUT] != 0:
+            self.thread = threading.Thread(target=self._run, name="fastgrad-gemm", daemon=True)
+            self.thread.start()
 
     def _run(self) -> None:
         from fastgrad.runtime.blas import OneThread
@@ -500,17 +526,6 @@ class _Worker:
         state = self.state
         assert state is not None
         with OneThread():  # this thread's BLAS calls run on it, never on BLAS's threads
-            try:
-                _serve.compile((types.int64,))
-                state[CUT] = rows_function()
-            except Exception as error:  # products stay whole (READY is 0): say why, once
-                warnings.warn(
-                    f"fastgrad: the worker that cuts matrix products across the cores could"
-                    f" not be compiled ({type(error).__name__}: {error}); products run whole",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
-                return
             state[READY] = 1
             _serve(int(state.ctypes.data))
 
@@ -518,6 +533,7 @@ class _Worker:
         """Stop the worker and wait for it; products are not cut until `address()`."""
         with self.lock:
             thread, s = self.thread, self.state
+            self.wanted = False
             if thread is None or s is None:
                 return
             # Take the product lock first: a product under way in another thread holds it
@@ -534,7 +550,9 @@ class _Worker:
 
     def after_fork(self) -> None:
         """In a forked child no worker survives: products are not cut until a plan is
-        lowered again (runtime.plan_table calls `state_address`), which starts one."""
+        lowered again (runtime.plan_table calls `state_address`), which starts one, or
+        the worker's compile under way in the parent ends in the child's compile thread
+        (runtime.background; the cut's lock made anew: machine_code.OnceLock)."""
         self.lock = threading.Lock()
         self.thread = None
         if self.state is not None:
@@ -551,8 +569,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def state_address() -> int:
-    """The address of the state (for the plan table), the worker started on first use;
-    0 where products are not cut."""
+    """The address of the state (for the plan table); 0 where products are not cut. The
+    worker serves from then on once built (`build`: runtime.adapters.product_worker
+    queues it; products run whole until then)."""
     return _WORKER.address()
 
 

@@ -115,15 +115,17 @@ class BlockedLoop:
         except _Unblockable:
             return None
 
-    def run(self, env: list[Any]) -> None:
+    def run(self, env: list[Any], into: dict[int, np.ndarray] | None = None) -> None:
+        """The loop over `env`; outputs computed a block at a time go into `into`'s array
+        for their slot where it fits (the step's own buffer: see NumpyLoop.run)."""
         first, rows = self.shape[0], self.rows
         size = len(self.ops)
         values: list[Any] = [None] * size
         starts = range(0, first, rows)
         partials: list[list[Any]] = [[None] * len(starts) for _ in range(size)]
         full: dict[int, np.ndarray] = {
-            k: np.empty(self.out_shapes[k], self.dtypes[k])
-            for k, _ in self.outputs
+            k: _fitting((into or {}).get(slot), self.out_shapes[k], self.dtypes[k])
+            for k, slot in self.outputs
             if self.kinds[k] == BLOCKED
         }
         with np.errstate(all="ignore"):  # as the kernels: inf and nan, never an exception
@@ -208,6 +210,20 @@ class BlockedLoop:
             return impl(*args, out=out, casting="unsafe", **params)
         out[...] = impl(*args, **params)
         return out
+
+
+def _fitting(buffer: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """`buffer` if an output of `shape` and `dtype` may be written into it as it is, else
+    a fresh array."""
+    if (
+        buffer is not None
+        and buffer.shape == shape
+        and buffer.dtype == dtype
+        and buffer.flags.c_contiguous
+        and buffer.flags.writeable
+    ):
+        return buffer
+    return np.empty(shape, dtype)
 
 
 def _kind_of(node: Any, blocked: list[bool], spans: Callable[[tuple[int, ...]], bool]) -> int:

@@ -126,11 +126,13 @@ class NumpyLoop:
 
     def run(self, env: list[Any], bound: Sequence[tuple[int, np.ndarray]] = ()) -> None:
         """Run the loop on `env`'s slots; `bound`: (slot, array) of outputs that have
-        memory of their own (the arena's buffers), which a ufunc computing one writes
-        into rather than into fresh memory copied there afterwards (plan_steps'
-        `_numpy_answers` copies what is not written so)."""
+        memory of their own (the arena's buffers, overlapping none of the loop's inputs,
+        as a kernel's outputs), which a ufunc computing one, or a blocked loop computing
+        it a block at a time, writes into rather than into fresh memory copied there
+        afterwards (plan_steps' `_numpy_answers` copies what is not written so; bench
+        M4's first call copied 96 MB in float32, 192 MB in float64: 12-370 ms of CPU)."""
         if self.blocked is not None:
-            self.blocked.run(env)
+            self.blocked.run(env, dict(bound) if bound else None)
             return
         values: list[Any] = [None] * self.size
         dests = _destinations(self.outputs, bound) if bound else {}

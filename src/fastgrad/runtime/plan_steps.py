@@ -207,7 +207,7 @@ class _KernelStep:
         if not answered:
             return False
         for slot, buffer in bound:
-            if env[slot] is not buffer:  # (not written there by the tier itself)
+            if env[slot] is not buffer:  # (not written there by the tier: NumpyLoop.run)
                 np.copyto(buffer, env[slot])
                 env[slot] = buffer
         return True

@@ -62,6 +62,7 @@ class _Table:
         self.pointer: dict[int, int] = {}  # env slot -> index in the pointer table
         self.fixed: dict[int, int] = {}  # pointer index -> address known once for all
         self.pending: list[adapters.CompileJob] = []  # adapters still compiling
+        self.split = False  # whether a product is offered to the worker that cuts them
 
     def index(self, slot: int) -> int:
         return self.pointer.setdefault(slot, len(self.pointer))
@@ -232,8 +233,9 @@ class Segment:
         state = gemm_split.state()  # (tuning may have moved the threshold)
         least = gemm_split.DEFAULT_MIN_WORK if state is None else state[gemm_split.MIN_WORK]
         if self.table.cut and m * n * k * offsets[0] >= least:
-            state = gemm_split.state_address()  # the worker starts with the first one
+            state = gemm_split.state_address()
             split = self.table.function(state) if state else -1
+            self.table.split = self.table.split or split >= 0
         return [GEMM, *functions, split, *params, *pointers, *offsets]
 
     def _vector(self, step: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
@@ -394,6 +396,8 @@ def lower(
             return list(calls)  # no interpreter for it (or the process is exiting)
         if not job.settled.is_set():
             table.pending.append(job)
+    if table.split:  # the worker's compile, once, behind the interpreter (which runs
+        adapters.product_worker(table.wait)  # products whole until the worker serves)
     if table.pending:
         return Waiting(table.pending)
     _exports(steps, owner, segments, outputs)

@@ -39,12 +39,6 @@ def numba_threads() -> int:
     return os.cpu_count() or 1
 
 
-def largest_gemm(graph: Graph) -> int:
-    """Multiply-adds of the largest single product BLAS computes in `graph` (a batched
-    matmul is one product per matrix); 0: none."""
-    return max((size for _, size in products(graph)), default=0)
-
-
 Products = tuple[tuple[tuple[int, ...], int], ...]
 
 

@@ -29,7 +29,6 @@ buffers and constants).
 from __future__ import annotations
 
 import sys
-import threading
 from types import ModuleType
 from typing import Any
 
@@ -40,13 +39,14 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import (
+    OnceLock,
     cached_cfunc,
     cached_njit,
     source_tag,
 )
 from fastgrad.runtime import blas, blas_calls, gemm_split, vm_arrays, vm_vectors
 from fastgrad.runtime.blas import ROW_MAJOR
-from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer
+from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer, may_be_syrk
 from fastgrad.runtime.gemm_split import CUT
 from fastgrad.runtime.vm_vectors import GEMV
 from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
@@ -294,7 +294,7 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
                     continue
             for q in range(p + 18, p + 18 + 3 * count, 3):
                 pa, pb, pc = a + table[q], b + table[q + 1], c + table[q + 2]
-                if beta == 0 and pa == pb and m == n and ta != tb and lda == ldb:
+                if may_be_syrk(pa, pb, m, n, ta, tb, lda, ldb, beta):
                     _syrk(table[functions + table[p + 2]], double, ta, n, k, pa, lda, pc, ldc)
                     _mirror_upper(double, pc, n, ldc)
                 else:
@@ -402,7 +402,7 @@ def _run_loop(table: Any, p: int) -> None:  # pragma: no cover - compiled
 
 
 _TABLE_FUNCTION: list[Any] = []  # the compiled `_run_table`, kept alive
-_TABLE_LOCK = threading.Lock()
+_TABLE_LOCK = OnceLock()
 
 
 def table_function() -> int:

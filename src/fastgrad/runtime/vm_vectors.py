@@ -18,7 +18,6 @@ Each row's second entry is the index of `vector_function` among the table's func
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from fastgrad.compiler.machine_code import cached_cfunc, source_tag
+from fastgrad.compiler.machine_code import OnceLock, cached_cfunc, source_tag
 from fastgrad.runtime import blas, vm_arrays
 from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.vm_arrays import COPY, run_array, typed_pointer
@@ -154,7 +153,7 @@ def _vector_row(pointer: Any, p: int) -> None:  # pragma: no cover - compiled
 
 
 _FUNCTION: list[Any] = []  # the compiled `_vector_row`, kept alive
-_LOCK = threading.Lock()
+_LOCK = OnceLock()
 
 
 def vector_function() -> int:
