@@ -270,3 +270,36 @@ def test_rnn_buffers_share_memory_by_liveness():
     arena = f.lower(*args).executable.arena
     _, total = plan_offsets([(b.nbytes, b.first, b.last) for b in arena.buffers])
     assert total < sum(b.nbytes for b in arena.buffers) / 2
+
+
+def test_first_preparation_binds_each_step_once():
+    """The first run gives each step one call: its prepared one where `prepare` gives it,
+    else the step run on the arena's values (a step without `prepare`, or not settled
+    yet). A step bound by `prepare` is never also wrapped to run step by step (the T=200
+    RNN's 1,000 matmuls were, then replaced). Oracle: counts of what was asked."""
+    from fastgrad.runtime.arena import Arena
+
+    asked: list[str] = []
+
+    class Step:
+        def __init__(self, name, prepared):
+            self.name, self.prepared = name, prepared
+
+        @property
+        def run(self):  # looked up once per step-by-step call made
+            asked.append(self.name)
+            return lambda env: env.append(self.name)
+
+        def prepare(self, env, static):
+            return None if self.prepared is None else (lambda: env.append(self.prepared))
+
+    class Plain:
+        def run(self, env):
+            env.append("plain")
+
+    steps = [Step("a", "A"), Step("b", None), Plain(), Step("c", "C")]
+    arena = Arena([None], [], [], steps, [0], set())
+    arena.run([1])
+    assert asked == ["b"] and arena.unsettled == [1] and not arena.settled
+    assert arena.env is not None and arena.env[1:] == ["A", "b", "plain", "C"]
+
