@@ -303,3 +303,30 @@ def test_first_preparation_binds_each_step_once():
     assert asked == ["b"] and arena.unsettled == [1] and not arena.settled
     assert arena.env is not None and arena.env[1:] == ["A", "b", "plain", "C"]
 
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adapter_signatures_name_the_arguments_dtypes(dtype):
+    """What the plan interpreter's adapter is built for (`adapter_signature`, its dtype
+    names remembered per dtype) names the dtypes and ranks of the arguments a kernel step
+    is called with. Oracle: the arrays `arguments` hands the kernel after a run."""
+    from fastgrad.runtime.plan_steps import dtype_name
+
+    for d in ["float32", ">f8", "<f8", "int64", ">i4", "bool", "complex64"]:
+        assert dtype_name(np.dtype(d)) == np.dtype(d).name
+    f = fg.jit(lambda x, y: fnp.sum(fnp.tanh(x * 0.5 + y) * 3.0))
+    args = (rng.standard_normal((4, 6)).astype(dtype), rng.standard_normal(6).astype(dtype))
+    f(*args)
+    executable = f.lower(*args).executable
+    env = list(executable.arena.env or [])
+    env[: len(args)] = args
+    steps = [s for s in executable.plan if isinstance(s, _KernelStep)]
+    assert steps
+    for step in steps:
+        rank, scalars, operands = step.adapter_signature()
+        arguments = step.arguments(env)
+        head, arrays = arguments[: len(step.sizes) + 1], arguments[len(step.sizes) + 1 :]
+        assert rank == len(step.sizes) and head[:rank] == list(step.sizes)
+        values = [np.asarray(s) for s in arrays[: len(scalars)]]
+        assert scalars == [v.dtype.name for v in values]
+        named = [(a.ndim, a.dtype.name) for a in arrays[len(scalars) :]]
+        assert operands == named
