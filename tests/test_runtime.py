@@ -330,3 +330,24 @@ def test_adapter_signatures_name_the_arguments_dtypes(dtype):
         assert scalars == [v.dtype.name for v in values]
         named = [(a.ndim, a.dtype.name) for a in arrays[len(scalars) :]]
         assert operands == named
+
+
+def test_alike_kernel_steps_share_what_their_avals_decide():
+    """The kernel steps of an unrolled loop (a step per iteration) work out what their
+    operands' avals decide (shapes the kernel writes and sees, adapter signature) once:
+    the steps whose kernel and avals agree share it. Oracle: the avals themselves."""
+    f = fg.jit(fg.value_and_grad(rnn, argnums=(0, 1, 2)))
+    args = rnn_inputs(np.float64, steps=6)
+    f(*args)
+    steps = [s for s in f.lower(*args).executable.plan if isinstance(s, _KernelStep)]
+    groups: dict = {}
+    for step in steps:
+        avals = [(v.aval.shape, v.aval.dtype) for v in step.source.inputs + step.source.outputs]
+        groups.setdefault((step.source.source, str(avals)), []).append(step)
+        for (shape, dtype), v in zip(step.allocations, step.source.outputs, strict=True):
+            assert dtype == v.aval.dtype and int(np.prod(shape)) == int(np.prod(v.aval.shape))
+    alike = [g for g in groups.values() if len(g) > 1]
+    assert alike  # the iterations' steps
+    for group in alike:
+        assert all(s.allocations is group[0].allocations for s in group)
+        assert all(s.adapter_signature() == group[0].adapter_signature() for s in group)
