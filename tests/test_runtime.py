@@ -351,3 +351,26 @@ def test_alike_kernel_steps_share_what_their_avals_decide():
     for group in alike:
         assert all(s.allocations is group[0].allocations for s in group)
         assert all(s.adapter_signature() == group[0].adapter_signature() for s in group)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_step_layouts_are_its_arguments(dtype):
+    """What a first call keys the compile thread's jobs by (`layouts`) is the layout of
+    the arguments the kernel is handed, its outputs' taken from the step's form without
+    looking at the buffers (preallocated or fresh, all C-contiguous and aligned).
+    Oracle: background.layout of `arguments`' arrays."""
+    from fastgrad.runtime.background import layout
+
+    f = fg.jit(fg.value_and_grad(rnn, argnums=(0, 1, 2)))
+    args = rnn_inputs(dtype)
+    f(*args)
+    executable = f.lower(*args).executable
+    env = list(executable.arena.env or [])
+    env[: len(args)] = args
+    for step in [s for s in executable.plan if isinstance(s, _KernelStep)]:
+        expected = tuple(map(layout, step.arguments(list(env))))
+        unseen = list(env)
+        for slot in step._buffers:
+            if slot is not None:
+                unseen[slot] = None
+        assert step.layouts(unseen) == expected

@@ -41,7 +41,7 @@ class _KernelStep:
     tier: KernelTier | None = None  # NumPy, then kernels as they are ready (None: settled)
 
     def __post_init__(self) -> None:
-        form = _form(self.source)
+        self._form = form = _form(self.source)
         self._reshape_in = form.reshape_in
         self._any_reshape = form.any_reshape
         self._head = (*self.sizes, self.nchunks, *self.scalars)
@@ -129,13 +129,9 @@ class _KernelStep:
             )
         else:
             ins = tuple([layout(env[slot]) for slot in self.ins])
-        outs = tuple(
-            [
-                _fresh_layout(*self.allocations[k]) if b is None else layout(env[b])
-                for k, b in enumerate(self._buffers)
-            ]
-        )
-        return head + ins + outs
+        # An output's buffer, preallocated (Arena) or fresh, is a C-contiguous, aligned,
+        # writeable array of the form's shape and dtype: its layout is the form's.
+        return head + ins + self._form.out_layouts
 
     def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None] | None:
         """This step as a call with its arguments bound: the buffers, constants and views in
@@ -218,6 +214,11 @@ class _Form:
     allocations: tuple[tuple[tuple[int, ...], np.dtype], ...]
     views: tuple[tuple[int, ...] | None, ...]
     operands: tuple[tuple[int, str], ...]
+
+    @functools.cached_property
+    def out_layouts(self) -> tuple[Any, ...]:
+        """The outputs' layouts (background.layout), as `_KernelStep.layouts` gives them."""
+        return tuple([_fresh_layout(shape, dtype) for shape, dtype in self.allocations])
 
 
 def _form(source: KernelSource) -> _Form:
