@@ -270,3 +270,107 @@ def test_rnn_buffers_share_memory_by_liveness():
     arena = f.lower(*args).executable.arena
     _, total = plan_offsets([(b.nbytes, b.first, b.last) for b in arena.buffers])
     assert total < sum(b.nbytes for b in arena.buffers) / 2
+
+
+def test_first_preparation_binds_each_step_once():
+    """The first run gives each step one call: its prepared one where `prepare` gives it,
+    else the step run on the arena's values (a step without `prepare`, or not settled
+    yet). A step bound by `prepare` is never also wrapped to run step by step (the T=200
+    RNN's 1,000 matmuls were, then replaced). Oracle: counts of what was asked."""
+    from fastgrad.runtime.arena import Arena
+
+    asked: list[str] = []
+
+    class Step:
+        def __init__(self, name, prepared):
+            self.name, self.prepared = name, prepared
+
+        @property
+        def run(self):  # looked up once per step-by-step call made
+            asked.append(self.name)
+            return lambda env: env.append(self.name)
+
+        def prepare(self, env, static):
+            return None if self.prepared is None else (lambda: env.append(self.prepared))
+
+    class Plain:
+        def run(self, env):
+            env.append("plain")
+
+    steps = [Step("a", "A"), Step("b", None), Plain(), Step("c", "C")]
+    arena = Arena([None], [], [], steps, [0], set())
+    arena.run([1])
+    assert asked == ["b"] and arena.unsettled == [1] and not arena.settled
+    assert arena.env is not None and arena.env[1:] == ["A", "b", "plain", "C"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adapter_signatures_name_the_arguments_dtypes(dtype):
+    """What the plan interpreter's adapter is built for (`adapter_signature`, its dtype
+    names remembered per dtype) names the dtypes and ranks of the arguments a kernel step
+    is called with. Oracle: the arrays `arguments` hands the kernel after a run."""
+    from fastgrad.runtime.plan_steps import dtype_name
+
+    for d in ["float32", ">f8", "<f8", "int64", ">i4", "bool", "complex64"]:
+        assert dtype_name(np.dtype(d)) == np.dtype(d).name
+    f = fg.jit(lambda x, y: fnp.sum(fnp.tanh(x * 0.5 + y) * 3.0))
+    args = (rng.standard_normal((4, 6)).astype(dtype), rng.standard_normal(6).astype(dtype))
+    f(*args)
+    executable = f.lower(*args).executable
+    env = list(executable.arena.env or [])
+    env[: len(args)] = args
+    steps = [s for s in executable.plan if isinstance(s, _KernelStep)]
+    assert steps
+    for step in steps:
+        rank, scalars, operands = step.adapter_signature()
+        arguments = step.arguments(env)
+        head, arrays = arguments[: len(step.sizes) + 1], arguments[len(step.sizes) + 1 :]
+        assert rank == len(step.sizes) and head[:rank] == list(step.sizes)
+        values = [np.asarray(s) for s in arrays[: len(scalars)]]
+        assert scalars == [v.dtype.name for v in values]
+        named = [(a.ndim, a.dtype.name) for a in arrays[len(scalars) :]]
+        assert operands == named
+
+
+def test_alike_kernel_steps_share_what_their_avals_decide():
+    """The kernel steps of an unrolled loop (a step per iteration) work out what their
+    operands' avals decide (shapes the kernel writes and sees, adapter signature) once:
+    the steps whose kernel and avals agree share it. Oracle: the avals themselves."""
+    f = fg.jit(fg.value_and_grad(rnn, argnums=(0, 1, 2)))
+    args = rnn_inputs(np.float64, steps=6)
+    f(*args)
+    steps = [s for s in f.lower(*args).executable.plan if isinstance(s, _KernelStep)]
+    groups: dict = {}
+    for step in steps:
+        avals = [(v.aval.shape, v.aval.dtype) for v in step.source.inputs + step.source.outputs]
+        groups.setdefault((step.source.source, str(avals)), []).append(step)
+        for (shape, dtype), v in zip(step.allocations, step.source.outputs, strict=True):
+            assert dtype == v.aval.dtype and int(np.prod(shape)) == int(np.prod(v.aval.shape))
+    alike = [g for g in groups.values() if len(g) > 1]
+    assert alike  # the iterations' steps
+    for group in alike:
+        assert all(s.allocations is group[0].allocations for s in group)
+        assert all(s.adapter_signature() == group[0].adapter_signature() for s in group)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_step_layouts_are_its_arguments(dtype):
+    """What a first call keys the compile thread's jobs by (`layouts`) is the layout of
+    the arguments the kernel is handed, its outputs' taken from the step's form without
+    looking at the buffers (preallocated or fresh, all C-contiguous and aligned).
+    Oracle: background.layout of `arguments`' arrays."""
+    from fastgrad.runtime.background import layout
+
+    f = fg.jit(fg.value_and_grad(rnn, argnums=(0, 1, 2)))
+    args = rnn_inputs(dtype)
+    f(*args)
+    executable = f.lower(*args).executable
+    env = list(executable.arena.env or [])
+    env[: len(args)] = args
+    for step in [s for s in executable.plan if isinstance(s, _KernelStep)]:
+        expected = tuple(map(layout, step.arguments(list(env))))
+        unseen = list(env)
+        for slot in step._buffers:
+            if slot is not None:
+                unseen[slot] = None
+        assert step.layouts(unseen) == expected

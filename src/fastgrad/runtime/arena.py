@@ -222,19 +222,22 @@ class Arena:
         """Bind each step's call; after the first time, only those of the steps that were
         not settled then (a step once prepared stays so): rebinding all 2,600 steps of
         the T=200 RNN after each run until its kernels were ready cost ~20-50 ms a run."""
-        if self.unsettled is None:
-            self.calls = [partial(step.run, env) for step in self.steps]
-            indices: Sequence[int] = range(len(self.steps))
-        else:
-            indices = self.unsettled
+        first = self.unsettled is None
+        indices = range(len(self.steps)) if self.unsettled is None else self.unsettled
+        calls: list[Callable[[], None]] = [] if first else self.calls
+        steps, static = self.steps, self.static
         unsettled = []
         for k in indices:
-            prepare = getattr(self.steps[k], "prepare", None)
-            call = prepare(env, self.static) if prepare is not None else None
-            if call is not None:
-                self.calls[k] = call
-            elif prepare is not None:
+            step = steps[k]
+            prepare = getattr(step, "prepare", None)
+            call = prepare(env, static) if prepare is not None else None
+            if call is None and prepare is not None:
                 unsettled.append(k)
+            if first:  # a call per step: its prepared one, else step by step
+                calls.append(partial(step.run, env) if call is None else call)
+            elif call is not None:
+                calls[k] = call
+        self.calls = calls
         self.unsettled = unsettled
         self.settled = not unsettled
         self.lowering = self.settled and self.lower is not None

@@ -5,6 +5,7 @@ flat list of values (runtime.executable builds them from a partitioned graph).""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -40,23 +41,13 @@ class _KernelStep:
     tier: KernelTier | None = None  # NumPy, then kernels as they are ready (None: settled)
 
     def __post_init__(self) -> None:
-        # Which operands the kernel sees in another shape: 0-d as (1,), and all raveled in a
-        # flat loop. Decided once here, so a call does no more than it must.
-        flat = self.source.flat
-        self._reshape_in = [
-            not (n := len(v.aval.shape)) or (flat and n > 1) for v in self.source.inputs
-        ]
-        self._any_reshape = any(self._reshape_in)
+        self._form = form = _form(self.source)
+        self._reshape_in = form.reshape_in
+        self._any_reshape = form.any_reshape
         self._head = (*self.sizes, self.nchunks, *self.scalars)
-        # Per output: the shape and dtype the kernel writes, and the shape the graph sees
-        # (None when equal).
-        self.allocations: list[tuple[tuple[int, ...], np.dtype]] = []
-        self._views: list[tuple[int, ...] | None] = []
-        for v in self.source.outputs:
-            shape = v.aval.shape
-            kernel_shape = (v.aval.size,) if (flat or not shape) and len(shape) != 1 else shape
-            self.allocations.append((kernel_shape, v.aval.dtype))
-            self._views.append(None if kernel_shape == shape else shape)
+        self.allocations = form.allocations
+        self._views = form.views
+        self._operands = form.operands
         self.bind([None] * len(self.outs))
 
     def bind(self, buffers: list[int | None]) -> None:
@@ -75,15 +66,14 @@ class _KernelStep:
         `adapter_source` arguments): its sizes, its scalars' dtypes, its operands' ranks
         and dtypes as it sees them (inputs, then outputs); None for a dtype adapters do
         not take."""
-        operands = [
-            (1 if reshape else len(v.aval.shape), v.aval.dtype.name)
-            for v, reshape in zip(self.source.inputs, self._reshape_in, strict=True)
+        operands = self._operands
+        scalars = [
+            dtype_name(s.dtype if isinstance(s, np.generic) else np.asarray(s).dtype)
+            for s in self.scalars
         ]
-        operands += [(len(shape), dtype.name) for shape, dtype in self.allocations]
-        scalars = [np.asarray(s).dtype.name for s in self.scalars]
         if any(d not in ADAPTED for d in [*scalars, *(d for _, d in operands)]):
             return None
-        return len(self.sizes), scalars, operands
+        return len(self.sizes), scalars, list(operands)
 
     def check_indices(self, env: list[Any]) -> None:
         """Raise NumPy's IndexError for an index out of bounds: kernels do not check."""
@@ -139,13 +129,9 @@ class _KernelStep:
             )
         else:
             ins = tuple([layout(env[slot]) for slot in self.ins])
-        outs = tuple(
-            [
-                _fresh_layout(*self.allocations[k]) if b is None else layout(env[b])
-                for k, b in enumerate(self._buffers)
-            ]
-        )
-        return head + ins + outs
+        # An output's buffer, preallocated (Arena) or fresh, is a C-contiguous, aligned,
+        # writeable array of the form's shape and dtype: its layout is the form's.
+        return head + ins + self._form.out_layouts
 
     def prepare(self, env: list[Any], static: AbstractSet[int]) -> Callable[[], None] | None:
         """This step as a call with its arguments bound: the buffers, constants and views in
@@ -212,6 +198,72 @@ class _KernelStep:
                 env[slot] = buffer
         return True
 
+
+@dataclass(frozen=True)
+class _Form:
+    """What a kernel step derives from its operands' shapes and dtypes alone, worked out
+    once for the steps that share them (the T=200 RNN's 599 kernel steps: a handful).
+
+    `reshape_in`: which inputs the kernel sees in another shape (0-d as (1,), all raveled
+    in a flat loop); per output, the shape and dtype the kernel writes (`allocations`)
+    and the shape the graph sees (`views`, None when equal); `operands`: the ranks and
+    dtype names the kernel sees, inputs then outputs (`adapter_signature`)."""
+
+    reshape_in: tuple[bool, ...]
+    any_reshape: bool
+    allocations: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    views: tuple[tuple[int, ...] | None, ...]
+    operands: tuple[tuple[int, str], ...]
+
+    @functools.cached_property
+    def out_layouts(self) -> tuple[Any, ...]:
+        """The outputs' layouts (background.layout), as `_KernelStep.layouts` gives them."""
+        return tuple([_fresh_layout(shape, dtype) for shape, dtype in self.allocations])
+
+
+def _form(source: KernelSource) -> _Form:
+    """The `_Form` of `source`'s operands."""
+    ins = tuple([(v.aval.shape, v.aval.dtype) for v in source.inputs])
+    outs = tuple([(v.aval.shape, v.aval.dtype) for v in source.outputs])
+    key = (source.flat, ins, outs)
+    form = _FORMS.get(key)
+    if form is not None:
+        return form
+    flat = source.flat
+    reshape_in = tuple([not (n := len(shape)) or (flat and n > 1) for shape, _ in ins])
+    allocations = []
+    views = []
+    for shape, dtype in outs:
+        kernel_shape = (math.prod(shape),) if (flat or not shape) and len(shape) != 1 else shape
+        allocations.append((kernel_shape, dtype))
+        views.append(None if kernel_shape == shape else shape)
+    operands = [
+        (1 if reshape else len(shape), dtype_name(dtype))
+        for (shape, dtype), reshape in zip(ins, reshape_in, strict=True)
+    ]
+    operands += [(len(shape), dtype_name(dtype)) for shape, dtype in allocations]
+    if len(_FORMS) >= 4096:  # (a process planning many programs)
+        _FORMS.clear()
+    form = _FORMS[key] = _Form(
+        reshape_in, any(reshape_in), tuple(allocations), tuple(views), tuple(operands)
+    )
+    return form
+
+
+# Kernel steps' forms, by (flat, inputs' and outputs' shapes and dtypes).
+_FORMS: dict[tuple[Any, ...], _Form] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """`dtype.name`, remembered: NumPy works it out in Python (~2.5 us), asked for each
+    operand of each kernel step of a first call (the T=200 RNN's 599 steps: ~3,200)."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = dtype.name
+    return name
+
+
+_NAMES: dict[np.dtype, str] = {}
 
 # The layouts of kernels' leading arguments (sizes, chunks, scalars), by their types.
 _HEADS: dict[tuple[type, ...], tuple[Any, ...]] = {}
