@@ -144,3 +144,32 @@ def test_a_file_needing_an_unknown_symbol_or_damaged_is_not_loaded(tmp_path):
     import ctypes
 
     assert ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(address)(2.0) == 3.0
+
+
+class _Tier:
+    """What for_tier reads of a kernel tier (runtime.background.KernelTier)."""
+
+    def __init__(self) -> None:
+        self.native = None
+        self.stored = [type("Variant", (), {"source": "def k(): pass"})()]
+        self.numpy_loop = type("Loop", (), {"blocked": None})()
+
+    def _work(self, ops: int = 0) -> int:
+        return 1 << 40 if not ops else 1
+
+
+def test_a_loop_asked_while_numbas_import_holds_the_engine_is_asked_again(monkeypatch):
+    """engine() is None while Numba's import (on the compile thread) holds its lock: the
+    tier asks again at its next call; only a machine where the path cannot run (the
+    engine made as None) ends the question for good."""
+    monkeypatch.setattr(native_code, "needs_build", lambda source: False)
+    monkeypatch.setattr(native_code, "ENABLED", True)
+    step = type("Step", (), {"adapter_signature": lambda self: (1, [], [(1, "float64")])})()
+    monkeypatch.setattr(native_code, "_ENGINE", [])
+    monkeypatch.setattr(native_code, "engine", lambda: None)  # busy: nothing kept
+    tier = _Tier()
+    assert native_code.for_tier(tier, step, []) is None
+    assert tier.native is None
+    monkeypatch.setattr(native_code, "_ENGINE", [None])  # cannot run here
+    assert native_code.for_tier(tier, step, []) is None
+    assert tier.native is False

@@ -214,3 +214,25 @@ def test_a_warm_call_makes_no_node_of_the_backward_graph(plans: Path, vg: Any) -
     _same_bits(_leaves(got), _leaves(want))
     assert not isinstance(plain, DeferredGraph)  # (nothing held back with the cache off)
     assert str(traced.graph) == str(plain) and traced.graph.made
+
+
+def test_a_graph_made_lets_go_of_what_it_was_made_from(plans: Path) -> None:
+    """Once a held-back graph's nodes are made (a plan not on disk), the trace it was
+    recorded in and the stored graph go (they would live as long as the jitted function);
+    asked again, its key is worked out the same way, and the plan reads back."""
+    import gc
+    import weakref
+
+    from fastgrad.core.tracing import Trace
+
+    f = fg.jit(fg.value_and_grad(_rnn))
+    _check(f(*RNN_ARGS))
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, Trace)]
+    traced = _traced(fg.value_and_grad(_rnn), *RNN_ARGS)
+    key = plan_cache.inlined_key(traced.graph, traced.inlined)
+    held = weakref.ref(traced.graph.deferred.trace)
+    assert traced.graph.nodes  # made
+    gc.collect()
+    assert held() is None
+    assert plan_cache.inlined_key(traced.graph, traced.inlined) == key

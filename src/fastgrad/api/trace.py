@@ -248,6 +248,8 @@ def _inlined(trace: Trace, graph: Graph) -> tuple[Any, ...] | None:
     nodes are not made for this."""
     if trace.inlined is None or trace.captured or not isinstance(graph, DeferredGraph):
         return None
+    if graph.deferred is None:  # its nodes already made (and what they came from let go)
+        return None
     key, args, count, outs = trace.inlined
     held = graph.deferred.outs
     if len(outs) != len(held) or any(a is not b for a, b in zip(outs, held, strict=True)):

@@ -12,6 +12,7 @@ fastgrad.core.compile_log. Threads asking for the same kernel get one dispatcher
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import linecache
 import os
@@ -30,6 +31,7 @@ from fastgrad.core.config import cache_dir
 FOLDER = "kernels"
 
 
+@functools.lru_cache(maxsize=1 << 12)  # (an unrolled loop's steps ask for a few sources)
 def kernel_key(source: str) -> str:
     digest = hashlib.sha256((environment_tag() + "\n" + source).encode())
     return digest.hexdigest()[:32]

@@ -63,9 +63,10 @@ _DIGEST = 32
 # planning layers' source digest once per process, a file per graph), and a 64-node
 # gradient (W4, the MLP) took 3.7 ms to prepare, 5.4 ms through the cache.
 MIN_NODES = 200
-# The layers whose code decides what a traced graph's plan is (api and runtime take the
-# plan as it is: the executable is built afresh from it in every process).
-_PLANNING = ("core", "ops", "transforms", "compiler")
+# The layers whose code decides what a traced graph's plan is, and what names it (api:
+# trace's `_inlined` and grad's stored backward graph make an inlined plan's key). The
+# runtime takes the plan as it is: the executable is built afresh in every process.
+_PLANNING = ("api", "core", "ops", "transforms", "compiler")
 
 Plan = tuple[Graph, list[Step], dict[tuple[int, bool], KernelSource]]
 T = TypeVar("T")
@@ -142,7 +143,8 @@ def inlined_key(graph: Graph, parts: tuple[Any, ...]) -> str | None:
     sizes), with no digest of its nodes, which follow from those parts; what planning
     reads of its ops' records is read still (one changed at run time is another key):
     those of the graph inlined (`source`, read from its rows if stored) and constants'."""
-    source = graph.source if isinstance(graph, DeferredGraph) else graph
+    held = isinstance(graph, DeferredGraph) and graph.source is not None  # (nodes unmade)
+    source = graph.source if held else graph
     if node_count(source) < MIN_NODES:  # (a graph held back keeps its nodes unmade)
         return None
     try:

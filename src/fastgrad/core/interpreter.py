@@ -181,6 +181,10 @@ class DeferredGraph(Graph):
                 outs = [deferred.outs[k]._var for k in self.chosen]
                 graph = Graph(self.inputs, live_nodes(trace.nodes, outs), outs)
                 self._made = graph.verify(types=config.check_graphs)
+                # What the nodes were made from is let go: the trace (all it recorded) and
+                # the stored graph would live as long as the jitted function (T=200 RNN:
+                # 14,811 nodes kept against 9,607). A key is worked out before this.
+                self.deferred = self.source = None  # type: ignore[assignment]
             return self._made
 
     @property  # type: ignore[override]

@@ -337,9 +337,7 @@ def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
     loading it (above) and this call's operands are C-contiguous. The tier keeps it in
     `tier.native` (False: never)."""
     if tier.native is None:
-        stored = [v for v in reversed(tier.stored) if not needs_build(v.source)]
-        shape = getattr(step, "adapter_signature", lambda: None)()
-        if not stored or shape is None or not ENABLED:
+        if not ENABLED:
             tier.native = False
             return None
         least = (
@@ -349,8 +347,18 @@ def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
             if tier.numpy_loop.blocked is not None
             else WHOLE_WORK
         )
-        if tier._work() - 4 * tier._work(ops=1) < least:
+        if tier._work() - 4 * tier._work(ops=1) < least:  # (first: the cheapest question)
             return None  # asked again at the next call
+        stored = [v for v in reversed(tier.stored) if not needs_build(v.source)]
+        shape = getattr(step, "adapter_signature", lambda: None)()
+        if not stored or shape is None:
+            tier.native = False
+            return None
+        if engine() is None:
+            if not _ENGINE:  # Numba's import on the compile thread holds its lock
+                return None  # asked again at the next call
+            tier.native = False
+            return None
         found = (kernel(v.source, shape) for v in stored)
         tier.native = next((k for k in found if k is not None), False)
         if tier.native is False:
