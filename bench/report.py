@@ -46,7 +46,7 @@ def _rel_err(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-30)
 
 
-def _compare(fp: dict, ref: dict) -> float:
+def compare(fp: dict, ref: dict) -> float:
     """Largest relative difference between two fingerprints (inf: NaN or shapes differ)."""
     if len(fp["grads"]) != len(ref["grads"]):
         return math.inf
@@ -79,7 +79,7 @@ def derive(entry: dict, bandwidth_gbps: float | None) -> None:
         if fastest:
             r["ratio_to_fastest_peer"] = r["median_s"] / fastest["median_s"]
         if check_ref and r.get("fingerprint") and check_ref.get("fingerprint"):
-            err = _compare(r["fingerprint"], check_ref["fingerprint"])
+            err = compare(r["fingerprint"], check_ref["fingerprint"])
             r["check_rel_err"] = err if math.isfinite(err) else None
             rtol = entry.get("check_rtol") or CHECK_RTOL[entry["dtype"]]
             r["check"] = "ok" if err <= rtol else "mismatch"

@@ -36,9 +36,10 @@ class FakeChild:
     """Stands for child.launch: a first call that compiles into the cache it is pointed
     at (slow) unless the executable is already there (fast)."""
 
-    def __init__(self, fail_warm=False):
+    def __init__(self, fail_warm=False, warm_value=1.0):
         self.calls: list[tuple[dict, dict, list[str]]] = []
         self.fail_warm = fail_warm
+        self.warm_value = warm_value  # what the warm process's first call computes
 
     def __call__(self, spec, env=None, timeout=None):
         env = env or {}
@@ -52,6 +53,8 @@ class FakeChild:
             (cache / "executable").write_text("compiled")
         first = WARM_S if hit else COLD_S
         result = {"status": "ok", "first_call_s": first, "steady_after_s": first + SETTLE_S}
+        value = self.warm_value if spec.get("first_call_only") else 1.0
+        result["fingerprint"] = {"value": value, "grads": []}
         if not spec.get("first_call_only"):
             result["median_s"] = 1e-3
         return result
@@ -109,6 +112,14 @@ def test_a_failed_warm_run_keeps_the_cold_figures_with_a_note(suite, monkeypatch
     result = suite.run_system(suite.args.selected[0], "fake")
     assert result["status"] == "ok" and result["first_call_s"] == COLD_S
     assert "first_call_warm_s" not in result and "warm run died" in result["note"]
+
+
+def test_a_warm_run_computing_other_values_is_not_timed(suite, monkeypatch):
+    """A stale or damaged cache that answers otherwise is a note, not a warm figure."""
+    monkeypatch.setattr(child, "launch", FakeChild(warm_value=1.5))
+    result = suite.run_system(suite.args.selected[0], "fake")
+    assert result["status"] == "ok" and result["first_call_s"] == COLD_S
+    assert "first_call_warm_s" not in result and "other values" in result["note"]
 
 
 def test_the_table_prints_a_peers_warm_columns(suite, monkeypatch):
