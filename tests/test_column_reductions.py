@@ -240,3 +240,25 @@ def test_column_extrema_with_infinities_and_nans(dtype):
     for u, r in zip(fg.jit(f)(x), (x.max(0), x.min(0), (-x).max(0)), strict=True):
         np.testing.assert_array_equal(u, r)
     assert _raveled(f, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_column_kernel_with_a_fold_numbered_like_a_dtype(dtype):
+    """Ten chained tanh with a bias each: the gradients of the biases are folded in a
+    column kernel whose 32nd or 64th value used to be named `f32` or `f64`, the dtype
+    every kernel imports (Numba refused the kernel; the loop ran NumPy with a warning)."""
+    data = rng.standard_normal((600, 4)).astype(dtype)
+    w = (rng.standard_normal((4, 8)) * 0.3).astype(dtype)
+    b = (rng.standard_normal(8) * 0.3).astype(dtype)
+
+    def loss(w, b):
+        h = data @ w
+        for _ in range(10):
+            h = fnp.tanh(h + b)
+        return fnp.mean(h * h)
+
+    got = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))(w, b)
+    want = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)), fuse=False)(w, b)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for a, e in zip(fg.pytree.flatten(got)[0], fg.pytree.flatten(want)[0], strict=True):
+        np.testing.assert_allclose(a, e, rtol=tol, atol=tol)

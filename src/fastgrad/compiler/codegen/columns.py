@@ -320,7 +320,7 @@ def _flat_run(state: KernelState) -> KernelSource:
         acc = f"v{g.index[id(n.out)]}"
         if n in elem_sums:
             _fold(w, n, f"q{k}", f"q{k}", "for p in range(L):", "p")
-            w(f"{acc} = {narrow(n, f'fq{k}')}")
+            w(f"{acc} = {narrow(n, f'foldq{k}')}")
         else:
             w(f"{acc} = {narrow(n, f's{k}')}")
     g.flat_columns = None
@@ -328,14 +328,14 @@ def _flat_run(state: KernelState) -> KernelSource:
 
 
 def row_values(state: KernelState) -> None:
-    """At a kept position j whose reductions are folded (`f{k}`): the row values."""
+    """At a kept position j whose reductions are folded (`fold{k}`): the row values."""
     g, w, level, reduce_phase = state.g, state.w, state.level, state.sched.reduce_phase
     scalar_index = state.sched.scalar_index
     for n in state.nodes:
         if level[id(n.out)] != "row":
             continue
         k = g.index[id(n.out)]
-        expr = narrow(n, f"f{k}") if id(n.out) in reduce_phase else g.expression(n, "row")
+        expr = narrow(n, f"fold{k}") if id(n.out) in reduce_phase else g.expression(n, "row")
         g.assign(w, f"v{k}", expr)
         g.after_value(w, n, "row", state.outputs, scalar_index)
 
@@ -394,9 +394,10 @@ def fold_in(g: _Generator, n: Node, acc: str, x: str) -> str:
 
 
 def _fold(w: Writer, n: Node, partial: str, tag: str, positions: str, at: str) -> None:
-    """`f{tag}` = the partials of `partial` at the positions `positions` walks, block after
-    block, combined in order."""
-    acc = f"f{tag}"
+    """`fold{tag}` = the partials of `partial` at the positions `positions` walks, block
+    after block, combined in order. (Not `f{tag}`: node 32's or 64's would be `f32` or
+    `f64`, the dtypes support.py gives every kernel: Numba refused the kernel.)"""
+    acc = f"fold{tag}"
     w(f"{acc} = {accumulator_init(n)}")
     w("for b in range(nb):")
     w(f"    {positions}")
