@@ -144,3 +144,13 @@ def test_a_file_needing_an_unknown_symbol_or_damaged_is_not_loaded(tmp_path):
     import ctypes
 
     assert ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(address)(2.0) == 3.0
+
+
+def test_lowering_a_plan_imports_no_numba():
+    """What lays out the interpreter's table (runtime.vm_rows) and lowers plans to it
+    imports NumPy alone: a warm process may lower before Numba's import."""
+    modules = "plan_table, loop_row, loop_table, small_call, vm_rows"
+    code = f"import sys; from fastgrad.runtime import {modules}; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]
