@@ -24,6 +24,7 @@ import numpy as np
 
 from fastgrad.compiler import machine_code
 from fastgrad.compiler.kernel_cache import needs_build
+from fastgrad.core.config import config
 from fastgrad.runtime import native_code
 
 #: The least work (multiply-adds) of a product the cut's worker splits:
@@ -45,6 +46,7 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
     shape = getattr(step, "adapter_signature", lambda: None)()
     if (
         not native_code.ENABLED
+        or config.runtime != "vm"  # (step by step, Numba's dispatcher costs less a call)
         or shape is None
         or getattr(step, "parallel", False)
         or needs_build(final.source)
@@ -86,17 +88,80 @@ def loop() -> int | None:
     return _LOOP_ADDRESS[0]
 
 
+# Where CPython and NumPy keep what the entry reads (their C structs' layouts on a 64-bit
+# build, as their C APIs' macros read them): a tuple's items after its variable-size
+# object head (PyTupleObject.ob_item), an array's data pointer after its object head
+# (PyArrayObject_fields.data).
+_TUPLE_ITEMS, _ARRAY_DATA = 24, 16
+
+
+def _entry_ir() -> str:
+    """LLVM IR of `entry(int64* table, int64 at, PyObject* arrays)`: run_steps without
+    Numba: the data pointers of the tuple `arrays` into the pointer entries the
+    segment's record at `table[at]` names, then the loop at `table[5]` called."""
+    from llvmlite import ir
+
+    i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+    loop_type = ir.FunctionType(ir.VoidType(), [i64.as_pointer(), i64])
+    module = ir.Module("fastgrad_native_entry")
+    function = ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [i64.as_pointer(), i64, i8p]), "native_entry"
+    )
+    table, at, arrays = function.args
+    start, body, end = (function.append_basic_block(n) for n in ("start", "body", "end"))
+    b = ir.IRBuilder(start)
+
+    def entry(index: Any) -> Any:
+        return b.load(b.gep(table, [index]))
+
+    count = entry(b.add(at, i64(2)))
+    ptrs = entry(i64(2))
+    b.cbranch(b.icmp_signed(">", count, i64(0)), body, end)
+    b.position_at_end(body)
+    k = b.phi(i64)
+    k.add_incoming(i64(0), start)
+    item = b.gep(arrays, [b.add(i64(_TUPLE_ITEMS), b.mul(k, i64(8)))])
+    array = b.load(b.bitcast(item, i8p.as_pointer()))
+    data = b.load(b.bitcast(b.gep(array, [i64(_ARRAY_DATA)]), i64.as_pointer()))
+    slot = b.add(ptrs, entry(b.add(b.add(at, i64(3)), k)))
+    b.store(data, b.gep(table, [slot]))
+    following = b.add(k, i64(1))
+    k.add_incoming(following, body)
+    b.cbranch(b.icmp_signed("<", following, count), body, end)
+    b.position_at_end(end)
+    b.call(b.inttoptr(entry(i64(5)), loop_type.as_pointer()), [table, at])
+    b.ret_void()
+    return str(module)
+
+
+#: The entry's C type: the table's address, the record's place, the tuple of arrays.
+ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.py_object)
+_ENTRY: list[Any] = []
+
+
+def _entry() -> Any:
+    """The entry (`_entry_ir`), compiled once into the engine holding the loaded files."""
+    made = native_code.engine()
+    assert made is not None  # (the loop, loaded by it, is what runs)
+    with native_code._LOCK:
+        if not _ENTRY:
+            module = made.llvm.parse_assembly(_entry_ir())
+            module.verify()
+            made.engine.add_module(module)
+            made.engine.finalize_object()
+            _ENTRY.append(ENTRY(made.engine.get_function_address("native_entry")))
+        return _ENTRY[0]
+
+
 class Runner:
-    """A segment's entry (the signature of runtime.small_call's `entry_point`): writes the
-    addresses of `arrays` into the pointer entries the segment's record at `at` names,
-    then calls the loop at `address` on the table (ctypes lets the GIL go meanwhile)."""
+    """A segment's entry (the signature of runtime.small_call's `entry_point`): the
+    compiled `_entry_ir` on the table, which the loop at `address` runs; ctypes lets
+    the GIL go meanwhile (the caller holds the arrays)."""
 
     def __init__(self, address: int, table: np.ndarray, at: int):
-        self.call = LOOP(address)
-        count = int(table[at + 2])
-        self.slots = table[2] + table[at + 3 : at + 3 + count]
+        assert table[5] == address
+        self.call = _entry()
         self.table, self.address = table, table.ctypes.data  # (the table never moves)
 
     def __call__(self, table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> None:
-        table[self.slots] = [a.__array_interface__["data"][0] for a in arrays]
-        self.call(self.address, at)
+        self.call(self.address, at, arrays)
