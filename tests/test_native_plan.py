@@ -62,3 +62,26 @@ def test_the_cut_threshold_is_gemm_splits():
     from fastgrad.runtime import gemm_split
 
     assert native_plan.CUT_WORK == gemm_split.DEFAULT_MIN_WORK
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+def test_the_native_entry_sets_the_pointers_run_steps_sets():
+    """The entry compiled with llvmlite writes each array's address where the segment's
+    record says, then runs the loop: the table run_steps leaves (0.1 s)."""
+    import numpy as np
+
+    from fastgrad.runtime import vm, vm_rows
+
+    loop = vm.table_function()  # (stored in the cache as it compiles or loads)
+    address = native_plan.loop()  # the same machine code, loaded again without Numba
+    assert address is not None
+    code = [vm_rows.VIEW, 0, 1, 8, vm_rows.VIEW, 2, 3, 16]
+    x, y = np.arange(4.0), np.arange(6.0)
+    tables = []
+    for function in (address, loop):
+        table, at = vm_rows.pack(code, [0, 4], [], 5, [], [[0, 2, 2, 0, 2]], 0, function)
+        run = native_plan.Runner(address, table, at[0]) if function == address else vm.run_steps
+        run(table, at[0], (x, y))
+        tables.append(table[table[2] : table[2] + 4])
+    assert list(tables[0]) == list(tables[1])
+    assert list(tables[0]) == [x.ctypes.data, x.ctypes.data + 8, y.ctypes.data, y.ctypes.data + 16]
