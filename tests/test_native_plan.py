@@ -58,10 +58,13 @@ def test_a_warm_process_runs_its_plan_natively_with_the_usual_bits(tmp_path):
     assert warm.splitlines()[-1] == usual.splitlines()[-1]  # the same bits
 
 
-def test_the_cut_threshold_is_gemm_splits():
-    from fastgrad.runtime import gemm_split
+def test_what_native_plan_mirrors_without_numba_agrees():
+    """The cut's threshold and the loop's source tag, written without importing the
+    modules that hold them (they import Numba)."""
+    from fastgrad.runtime import gemm_split, vm
 
     assert native_plan.CUT_WORK == gemm_split.DEFAULT_MIN_WORK
+    assert native_plan._loop_tag() == vm._source_tag()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
