@@ -39,7 +39,7 @@ f = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))
 value, (gx, gy) = f(x, y)
 first = [np.asarray(value), gx, gy]
 print("numba", any(calls), "native calls", len(calls))
-f.compile(x, y)  # the usual path: Numba's kernels, the plan interpreter
+f.compile(x, y)  # settled: Numba's kernels (cold), or the plan run natively (warm)
 value, (gx, gy) = f(x, y)
 same = all(a.tobytes() == np.asarray(b).tobytes() for a, b in zip(first, [value, gx, gy]))
 print("same bits", same)
