@@ -39,7 +39,7 @@ f = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))
 value, (gx, gy) = f(x, y)
 first = [np.asarray(value), gx, gy]
 print("numba", any(calls), "native calls", len(calls))
-f.compile(x, y)  # the usual path: Numba's kernels, the plan interpreter
+f.compile(x, y)  # settled: Numba's kernels (cold), or the plan run natively (warm)
 value, (gx, gy) = f(x, y)
 same = all(a.tobytes() == np.asarray(b).tobytes() for a, b in zip(first, [value, gx, gy]))
 print("same bits", same)
@@ -173,3 +173,13 @@ def test_a_loop_asked_while_numbas_import_holds_the_engine_is_asked_again(monkey
     monkeypatch.setattr(native_code, "_ENGINE", [None])  # cannot run here
     assert native_code.for_tier(tier, step, []) is None
     assert tier.native is False
+
+
+def test_lowering_a_plan_imports_no_numba():
+    """What lays out the interpreter's table (runtime.vm_rows) and lowers plans to it
+    imports NumPy alone: a warm process may lower before Numba's import."""
+    modules = "plan_table, loop_row, loop_table, small_call, vm_rows"
+    code = f"import sys; from fastgrad.runtime import {modules}; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]

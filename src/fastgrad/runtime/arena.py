@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fastgrad.core.collector import no_full_collections
+from fastgrad.core.config import config
 from fastgrad.runtime import recycling
 
 # Every buffer starts on a cache line; successive large ones are pushed a few lines further
@@ -280,7 +281,15 @@ class Arena:
             with no_full_collections():
                 self.env = self._fill()
                 self._prepare(self.env)
-                return self._run(self.env, args)
+                # Steps that settle in this call (runtime.native_plan) are lowered at the
+                # next one: a first call does not pay for lowering as well.
+                if not self.waits and config.compile != "sync":
+                    self.lower_when = _NOT_YET
+                try:
+                    return self._run(self.env, args)
+                finally:
+                    if self.lower_when is _NOT_YET:
+                        self.lower_when = None
         return self._run(self.env, args)
 
     def _run(self, env: list[Any], args: Sequence[Any]) -> list[Any]:
@@ -301,3 +310,13 @@ class Arena:
                 self._lower(env)
             for slot in self.dynamic:
                 env[slot] = None
+
+
+class _NotYet:
+    """What lowering waits for in an arena's first run: the next run."""
+
+    def ready(self) -> bool:
+        return False
+
+
+_NOT_YET = _NotYet()

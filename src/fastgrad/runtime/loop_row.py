@@ -35,9 +35,22 @@ import numpy as np
 
 from fastgrad.runtime import adapters
 from fastgrad.runtime.plan_rows import gemm_row, vector_row
-from fastgrad.runtime.vm import GEMM, HEADER, LOOP_CARRY, LOOP_COPY, LOOP_HEAD, LOOP_IN, LOOP_OUT
-from fastgrad.runtime.vm_arrays import ADD, COPY, MAX_AXES, SUM
-from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
+from fastgrad.runtime.vm_rows import (
+    ADD,
+    COPY,
+    DOT,
+    GEMM,
+    GEMV,
+    HEADER,
+    LOOP_CARRY,
+    LOOP_COPY,
+    LOOP_HEAD,
+    LOOP_IN,
+    LOOP_OUT,
+    MAX_AXES,
+    NOBLAS,
+    SUM,
+)
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

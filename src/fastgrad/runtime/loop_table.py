@@ -253,7 +253,7 @@ class _Program:
     ) -> _Program | None:
         """The row for `call` whose body's arenas are the single `segments` (by parity),
         whose outputs had the layouts `seen`; None when a layout does not allow it."""
-        from fastgrad.runtime import vm
+        from fastgrad.runtime import vm_rows as vm
 
         nc, ncar = call.n_consts, call.n_carry
         inputs, outputs = body.graph.inputs, body.outputs
@@ -384,7 +384,7 @@ class _Program:
         loop's too): the bodies' tables need not set and restore it at each iteration
         (two calls into OpenBLAS, ~12 ns a step, 7% of a 200-step LOOP of (16, 16)
         products)."""
-        from fastgrad.runtime.vm import THREADS
+        from fastgrad.runtime.vm_rows import THREADS
 
         for table in self.keep:
             table[THREADS] = 0

@@ -257,6 +257,7 @@ class NativeKernel:
 
     def __init__(self, adapter: int, address: int, nsizes: int, scalars: Sequence[str]):
         self.call = ADAPTER(adapter)
+        self.adapter = adapter  # (the plan interpreter calls it so: runtime.plan_table)
         self.address, self.head = address, nsizes + 1 + len(scalars)
         self.floats = [dtype in FLOATS for dtype in scalars]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -187,6 +188,8 @@ class _KernelStep:
             if b is not None
         ]
         first = tier.jobs is None
+        if first and "numba" not in sys.modules and _settles_natively(tier, self, env):
+            return False  # its final kernel loaded without Numba: settled (runtime.native_plan)
         answered = tier.answer(self, env, bound)
         if first and tier.jobs is not None:  # its kernel just handed to the compile thread
             adapters.ahead(self)
@@ -267,6 +270,13 @@ _NAMES: dict[np.dtype, str] = {}
 
 # The layouts of kernels' leading arguments (sizes, chunks, scalars), by their types.
 _HEADS: dict[tuple[type, ...], tuple[Any, ...]] = {}
+
+
+def _settles_natively(tier: KernelTier, step: _KernelStep, env: list[Any]) -> bool:
+    """runtime.native_plan's `settle`, imported (without Numba) when first asked."""
+    from fastgrad.runtime.native_plan import settle
+
+    return settle(tier, step, env)
 
 
 @functools.lru_cache(maxsize=256)

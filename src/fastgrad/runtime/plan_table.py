@@ -14,6 +14,7 @@ its steps one by one: never a wrong answer.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -24,16 +25,16 @@ import numpy as np
 
 from fastgrad.compiler.codegen.adapter import ADAPTED, FLOATS, adapter_source
 from fastgrad.core.config import config
-from fastgrad.runtime import adapters, gemm_split, loop_table
+from fastgrad.runtime import adapters, loop_table
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
-from fastgrad.runtime.kernel_entry import kernel_signature
 from fastgrad.runtime.loop_row import rows as loop_rows
+from fastgrad.runtime.native_plan import CUT_WORK, Runner
+from fastgrad.runtime.native_plan import loop as native_loop
 from fastgrad.runtime.plan_rows import gemm_row, vector_row, view_offset
 from fastgrad.runtime.small_call import drop, entry_point, take
 from fastgrad.runtime.thread_budget import cuts_products
-from fastgrad.runtime.vm import GEMM, KERNEL, VIEW, pack
-from fastgrad.runtime.vm_vectors import DOT, GEMV, NOBLAS
+from fastgrad.runtime.vm_rows import DOT, GEMM, GEMV, KERNEL, NOBLAS, VIEW, pack
 
 
 class Waiting:
@@ -63,6 +64,9 @@ class _Table:
         self.fixed: dict[int, int] = {}  # pointer index -> address known once for all
         self.pending: list[adapters.CompileJob] = []  # adapters still compiling
         self.split = False  # whether a product is offered to the worker that cuts them
+        # Before Numba's import: the loop's stored machine code (runtime.native_plan), or
+        # None (then Numba's path); its rows take no piece Numba builds.
+        self.native: int | None = None
 
     def index(self, slot: int) -> int:
         return self.pointer.setdefault(slot, len(self.pointer))
@@ -140,6 +144,8 @@ class Segment:
     def add(self, step: Any, call: Callable[[], None]) -> bool:
         """Append a step; False (nothing added) if it cannot run in the interpreter."""
         kind = type(step).__name__
+        if kind == "LoopStep" and self.table.native:
+            return False  # its bodies' tables need Numba's entry
         if kind == "LoopStep":  # a scan whose LOOP is built: its rows
             return self._rows(loop_rows(self, step), call)
         row = (
@@ -184,17 +190,18 @@ class Segment:
             return None
         table = self.table
         shape = step.adapter_signature()
-        signature = None if shape is None else kernel_signature(*shape)
-        if shape is None or signature is None:
+        if shape is None:
             return None
-        job = adapters.adapter(adapter_source(*shape), table.wait)
-        entry = adapters.entry(step.kernel, source.source, signature, table.wait)
-        for needed in (job, entry):
-            if needed.settled.is_set() and needed.address is None:
-                return None  # failed to compile, or the process is exiting
-            if not needed.settled.is_set():
-                table.pending.append(needed)
-        row = [entry.address or 0, *step.sizes, step.nchunks, *map(table.scalar, step.scalars)]
+        native = getattr(step.kernel, "adapter", None)  # loaded without Numba: native_plan
+        if native is not None:
+            entry_address, adapter = step.kernel.address, native
+        elif table.native:
+            return None  # a dispatcher's entry needs Numba
+        else:
+            entry_address, adapter = self._entry(step, shape)
+            if adapter is None:
+                return None
+        row = [entry_address, *step.sizes, step.nchunks, *map(table.scalar, step.scalars)]
         for var, slot, reshape in zip(source.inputs, step.ins, step._reshape_in, strict=True):
             row += [self.operand(slot), *((var.aval.size,) if reshape else var.aval.shape)]
         fresh = {k: entry for k, *entry in step._fresh}
@@ -206,10 +213,28 @@ class Segment:
                 continue
             _, _, view, _ = fresh[k]
             row += [self.output(slot, (shape, dtype, k, view)), *shape]
-        function = table.function(job.address) if job.address is not None else -1
+        function = table.function(adapter) if adapter >= 0 else -1
         if step.checks:
             self.checks.append(step.check_indices)
         return [KERNEL, function, *row]
+
+    def _entry(self, step: Any, shape: Any) -> tuple[int, int | None]:
+        """The addresses of the kernel's C entry and of its adapter, built on the compile
+        thread (0 and -1 while they are, their jobs then pending); None: no adapter."""
+        from fastgrad.runtime.kernel_entry import kernel_signature  # (imports Numba)
+
+        signature = kernel_signature(*shape)
+        if signature is None:
+            return 0, None
+        table = self.table
+        job = adapters.adapter(adapter_source(*shape), table.wait)
+        entry = adapters.entry(step.kernel, step.source.source, signature, table.wait)
+        for needed in (job, entry):
+            if needed.settled.is_set() and needed.address is None:
+                return 0, None  # failed to compile, or the process is exiting
+            if not needed.settled.is_set():
+                table.pending.append(needed)
+        return entry.address or 0, -1 if job.address is None else job.address
 
     def _matmul(self, step: Any) -> list[int] | None:
         arrays = self._arrays(step.ins)
@@ -229,19 +254,31 @@ class Segment:
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
         functions = [self.table.function(gemm), self.table.function(syrk)]
         split = -1  # a big product cut across the cores (runtime.gemm_split)
-        m, n, k = params[3:6]
+        work = params[3] * params[4] * params[5] * offsets[0]
+        if self.table.cut and self.table.native and work >= CUT_WORK:
+            return None  # the cut's worker needs Numba: np.matmul, as a host step
+        if self.table.cut and not self.table.native:
+            split = self._split(work)
+        return [GEMM, *functions, split, *params, *pointers, *offsets]
+
+    def _split(self, work: int) -> int:
+        """The function index of runtime.gemm_split's state for a product of `work`
+        multiply-adds big enough to cut, else -1."""
+        from fastgrad.runtime import gemm_split  # (imports Numba)
+
         state = gemm_split.state()  # (tuning may have moved the threshold)
         least = gemm_split.DEFAULT_MIN_WORK if state is None else state[gemm_split.MIN_WORK]
-        if self.table.cut and m * n * k * offsets[0] >= least:
-            state = gemm_split.state_address()
-            split = self.table.function(state) if state else -1
-            self.table.split = self.table.split or split >= 0
-        return [GEMM, *functions, split, *params, *pointers, *offsets]
+        if work < least:
+            return -1
+        address = gemm_split.state_address()
+        split = self.table.function(address) if address else -1
+        self.table.split = self.table.split or split >= 0
+        return split
 
     def _vector(self, step: Any, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
         """The row of a product with a dimension of 1 (runtime.vm_vectors), or None."""
         fields = vector_row(a, b, out)
-        if fields is None:
+        if fields is None or self.table.native:  # (its C function needs Numba)
             return None
         kind, address, params, order, offsets = fields
         table = self.table
@@ -302,7 +339,8 @@ class Segment:
         # skipping Numba's type resolution, an argument that differs only in what the
         # layout check does not look at (read-only) does not make Numba compile a new kind
         # in the call.
-        self.run = entry_point(self.stand_ins())
+        native = self.table.native
+        self.run = Runner(native, table, at) if native else entry_point(self.stand_ins())
 
     def __call__(self) -> None:
         env = self.env
@@ -366,6 +404,8 @@ def lower(
     `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread and
     big products are cut across the cores (runtime.gemm_split)."""
     table = _Table(env, static, wait or config.compile == "sync", one_thread)
+    if "numba" not in sys.modules:
+        table.native = native_loop()
     out: list[Callable[[], None]] = []
     owner: list[Segment | None] = []  # the segment of each step
     segments: list[Segment] = []
@@ -383,7 +423,7 @@ def lower(
         out.append(call)
         if segment.count:
             segment = None
-    for segment in segments:
+    for segment in [] if table.native else segments:
         job = adapters.interpreter(segment.stand_ins(), table.wait)
         if job.settled.is_set() and (job.error is not None or not job.done.is_set()):
             if job.error is not None:  # a bug: say so, never hide it behind the slower path
@@ -413,12 +453,20 @@ def lower(
         table.floats,
         [segment.record() for segment in segments],
         threads_local_address() if one_thread else 0,
+        table.native or _table_function(),
     )
     for index, address in table.fixed.items():
         array[array[2] + index] = address
     for segment, place in zip(segments, at, strict=True):
         segment.finish(array, place, one_thread)
     return out
+
+
+def _table_function() -> int:
+    """runtime.vm's `table_function` (the loop Numba compiles or loads), imported then."""
+    from fastgrad.runtime.vm import table_function
+
+    return table_function()
 
 
 def _products_side_by_side(table: _Table, segment: Segment) -> None:

@@ -44,27 +44,31 @@ from fastgrad.compiler.machine_code import (
     cached_njit,
     source_tag,
 )
-from fastgrad.runtime import blas, blas_calls, gemm_split, vm_arrays, vm_vectors
+from fastgrad.runtime import blas, blas_calls, gemm_split, vm_arrays, vm_rows, vm_vectors
 from fastgrad.runtime.blas import ROW_MAJOR
 from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer, may_be_syrk
 from fastgrad.runtime.gemm_split import CUT
-from fastgrad.runtime.vm_vectors import GEMV
+from fastgrad.runtime.vm_rows import (  # the table's layout (NumPy alone)
+    FIXED,
+    GEMM,
+    GEMV,
+    INPUT,
+    KERNEL,
+    LOOP,
+    LOOP_CARRY,
+    LOOP_COPY,
+    LOOP_HEAD,
+    LOOP_IN,
+    LOOP_OUT,
+    POINTER,
+    SLICE,
+    THREADS,
+    VIEW,
+)
 from fastgrad.runtime.vm_vectors import typed_pointer as _typed_pointer
 
-KERNEL, VIEW, GEMM, LOOP = 1, 2, 3, 4
-# LOOP's entries: where a body input's address comes from (FIXED: an outer pointer; SLICE:
-# an outer pointer plus the step times a stride; CARRY: an outer pointer at the first
-# iteration, then the previous iteration's output), and a body output's (ADDRESS: fixed;
-# POINTER: an entry of the body's pointer table; INPUT: one of its inputs passed through).
-FIXED, SLICE, CARRY = 0, 1, 2
-ADDRESS, POINTER, INPUT = 0, 1, 2
-LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 10, 4
-# The table starts with where its steps' starts, functions, pointers and floats are, the
-# address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small enough
-# to run on one thread (0: leave BLAS's threads as they are), the address of the
-# interpreter's loop (`table_function`) and the table's length.
-HEADER = 7
-THREADS = 4  # the header's entry of OpenBLAS's thread setter
+# Callers' names for the layout's pieces that this module does not use itself.
+ADDRESS, CARRY, HEADER = vm_rows.ADDRESS, vm_rows.CARRY, vm_rows.HEADER
 UPPER = 121  # CBLAS: the upper triangle
 
 #: The interpreter loop's C signature: the table, where the segment's record is.
@@ -222,7 +226,7 @@ def _source_tag() -> str:
     """What the interpreter's cached machine code is keyed by besides Numba's: this
     module's source and that of the modules whose code it inlines, so that a changed
     interpreter is never loaded from an older cache."""
-    inlined = (blas, blas_calls, gemm_split, vm_arrays, vm_vectors)  # blas: constants
+    inlined = (blas, blas_calls, gemm_split, vm_arrays, vm_rows, vm_vectors)  # blas: constants
     return source_tag("plan interpreter", __file__, *(module.__file__ for module in inlined))
 
 
@@ -439,39 +443,10 @@ def pack(
     segments: list[list[int]],
     threads: int = 0,
 ) -> tuple[np.ndarray, list[int]]:
-    """The table `run_steps` reads: the HEADER (where the step starts, the functions, the
-    pointers and the floats begin; `threads`), the steps' rows (`code`, rows starting at
-    `starts`), then those parts and the segments' records. Returns it and where each
-    segment's record is. Floats are kept as their bits.
-
-    >>> table, at = pack([VIEW, 0, 1, 8], [0], [], 2, [], [[0, 1, 1, 0]])
-    >>> x = np.arange(3.0)
-    >>> run_steps(table, at[0], (x,))
-    >>> int(table[table[2] + 1] - table[table[2]])  # pointer 1 is 8 bytes past pointer 0
-    8
-    """
-    body = HEADER + len(code)
-    parts = [starts, functions, [0] * pointers, np.array(floats, np.float64).view(np.int64)]
-    heads, where = [], body
-    for part in parts:
-        heads.append(where)
-        where += len(part)
-    at = []
-    for record in segments:
-        at.append(where)
-        where += len(record)
-    table = np.concatenate(
-        [
-            np.array([*heads, threads, table_function(), 0], np.int64),
-            np.array(code, np.int64) if code else np.zeros(0, np.int64),
-            np.array([HEADER + s for s in starts], np.int64),
-            *(np.asarray(part, np.int64) for part in parts[1:]),
-            *(np.array(record, np.int64) for record in segments),
-            np.zeros(1, np.int64),  # never empty
-        ]
+    """The table `run_steps` reads (runtime.vm_rows' `pack`), with the loop compiled here."""
+    return vm_rows.pack(
+        code, starts, functions, pointers, floats, segments, threads, table_function()
     )
-    table[6] = len(table)
-    return table, at
 
 
 def compile_adapter(source: str, tag: str = "") -> Any:

@@ -27,9 +27,8 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-COPY, ADD, SUM = 8, 9, 10
-# COPY's sizes and strides: at most this many axes (a row with more is not made).
-MAX_AXES = 8
+from fastgrad.runtime.vm_rows import ADD, COPY, MAX_AXES
+from fastgrad.runtime.vm_rows import SUM as SUM  # (re-exported)
 
 
 def typed_pointer(dtype: Any) -> Any:

@@ -26,12 +26,10 @@ from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import OnceLock, cached_cfunc, source_tag
-from fastgrad.runtime import blas, vm_arrays
+from fastgrad.runtime import blas, vm_arrays, vm_rows
 from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.vm_arrays import COPY, run_array, typed_pointer
-
-GEMV, DOT, NOBLAS = 5, 6, 7
-
+from fastgrad.runtime.vm_rows import DOT, GEMV, NOBLAS
 
 _f64, _f32 = typed_pointer(types.float64), typed_pointer(types.float32)
 
@@ -161,7 +159,9 @@ def vector_function() -> int:
     function `(int64* table, int64 at)` as the interpreter's loop is."""
     with _LOCK:
         if not _FUNCTION:
-            tag = source_tag("vector rows", __file__, blas.__file__, vm_arrays.__file__)
+            tag = source_tag(
+                "vector rows", __file__, blas.__file__, vm_arrays.__file__, vm_rows.__file__
+            )
             signature = types.void(types.CPointer(types.int64), types.int64)
             _FUNCTION.append(cached_cfunc(_vector_row, signature, tag))
         return int(_FUNCTION[0].address)

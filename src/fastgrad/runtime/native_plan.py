@@ -1,0 +1,167 @@
+"""A warm process's plans lowered and run before Numba is imported: the kernels' final
+variants, their adapters and the interpreter's loop (runtime.vm's `_run_table`) loaded
+from their stored machine code by runtime.native_code, the loop called through ctypes.
+
+A kernel step whose final variant is stored and loads this way (a serial one: parallel
+variants need Numba's threading layer) settles at once on it (`settle`): the same
+machine code Numba would load, so its tier has nothing left to wait for and hands the
+compile thread nothing (no Numba import). A plan whose steps all settle so is lowered
+at the end of that run (runtime.plan_table, with `loop()`), its segments run by
+`Runner`: the arrays' addresses written into the table from Python, then the loop
+called, what run_steps does in compiled code. Rows that need code only Numba's import
+gives (a product the cut's worker would split, products with a dimension of 1, scan
+loops) stay host steps. A plan with a parallel final variant keeps the usual path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastgrad.compiler import machine_code
+from fastgrad.compiler.kernel_cache import needs_build
+from fastgrad.core.config import config
+from fastgrad.runtime import native_code
+
+#: The least work (multiply-adds) of a product the cut's worker splits:
+#: gemm_split.DEFAULT_MIN_WORK (which imports Numba; a test checks they agree).
+CUT_WORK = 1 << 21
+#: The interpreter loop's C type: `void f(int64* table, int64 at)` (vm.TABLE_SIGNATURE).
+LOOP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+_LOOP_SIGNATURE = "(int64*, int64) -> none"  # str() of vm.TABLE_SIGNATURE
+# The modules whose source keys the loop's machine code (vm._source_tag), by file name.
+_LOOP_SOURCES = ("vm", "blas", "blas_calls", "gemm_split", "vm_arrays", "vm_rows", "vm_vectors")
+
+
+def settle(tier: Any, step: Any, env: list[Any]) -> bool:
+    """Install the final variant of `step`'s kernel loaded without Numba as `step.kernel`
+    and settle the step (`step.tier = None`): True if it is stored, serial and loads, and
+    this call's operands are C-contiguous (the layouts the plan keeps); else False (asked
+    once per tier)."""
+    final = tier.stored[-1]
+    shape = getattr(step, "adapter_signature", lambda: None)()
+    if (
+        not native_code.ENABLED
+        or config.runtime != "vm"  # (step by step, Numba's dispatcher costs less a call)
+        or shape is None
+        or getattr(step, "parallel", False)
+        or needs_build(final.source)
+    ):
+        return False
+    operands = [env[s] for s, flat in zip(step.ins, step._reshape_in, strict=True) if not flat]
+    operands += [env[b] for b in step._buffers if b is not None]
+    if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in operands):
+        return False
+    kernel = native_code.kernel(final.source, shape)
+    if kernel is None:
+        return False
+    step.kernel, step.tier = kernel, None
+    return True
+
+
+@functools.cache
+def _loop_tag() -> str:
+    """vm._source_tag() without importing runtime.vm (it imports Numba)."""
+    here = Path(__file__).parent
+    paths = [here / f"{name}.py" for name in _LOOP_SOURCES]
+    return machine_code.source_tag("plan interpreter", *paths)
+
+
+_LOOP_ADDRESS: list[int | None] = []
+
+
+def loop() -> int | None:
+    """The address of the interpreter's loop loaded from its stored machine code (as
+    runtime.vm's `table_function` stores it), or None: not stored, or not loadable."""
+    if not _LOOP_ADDRESS:
+        made = native_code.engine()
+        if made is None:
+            return None  # (asked again: Numba's import may have been under way)
+        name = f"fastgrad.runtime.vm._run_table[{_loop_tag()}]"
+        path, key = machine_code.file_for("adapters", "", name, _LOOP_SIGNATURE, made.magic)
+        with native_code._LOCK:
+            _LOOP_ADDRESS.append(made.load(path, key))
+    return _LOOP_ADDRESS[0]
+
+
+# Where CPython and NumPy keep what the entry reads (their C structs' layouts on a 64-bit
+# build, as their C APIs' macros read them): a tuple's items after its variable-size
+# object head (PyTupleObject.ob_item), an array's data pointer after its object head
+# (PyArrayObject_fields.data).
+_TUPLE_ITEMS, _ARRAY_DATA = 24, 16
+
+
+def _entry_ir() -> str:
+    """LLVM IR of `entry(int64* table, int64 at, PyObject* arrays)`: run_steps without
+    Numba: the data pointers of the tuple `arrays` into the pointer entries the
+    segment's record at `table[at]` names, then the loop at `table[5]` called."""
+    from llvmlite import ir
+
+    i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+    loop_type = ir.FunctionType(ir.VoidType(), [i64.as_pointer(), i64])
+    module = ir.Module("fastgrad_native_entry")
+    function = ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [i64.as_pointer(), i64, i8p]), "native_entry"
+    )
+    table, at, arrays = function.args
+    start, body, end = (function.append_basic_block(n) for n in ("start", "body", "end"))
+    b = ir.IRBuilder(start)
+
+    def entry(index: Any) -> Any:
+        return b.load(b.gep(table, [index]))
+
+    count = entry(b.add(at, i64(2)))
+    ptrs = entry(i64(2))
+    b.cbranch(b.icmp_signed(">", count, i64(0)), body, end)
+    b.position_at_end(body)
+    k = b.phi(i64)
+    k.add_incoming(i64(0), start)
+    item = b.gep(arrays, [b.add(i64(_TUPLE_ITEMS), b.mul(k, i64(8)))])
+    array = b.load(b.bitcast(item, i8p.as_pointer()))
+    data = b.load(b.bitcast(b.gep(array, [i64(_ARRAY_DATA)]), i64.as_pointer()))
+    slot = b.add(ptrs, entry(b.add(b.add(at, i64(3)), k)))
+    b.store(data, b.gep(table, [slot]))
+    following = b.add(k, i64(1))
+    k.add_incoming(following, body)
+    b.cbranch(b.icmp_signed("<", following, count), body, end)
+    b.position_at_end(end)
+    b.call(b.inttoptr(entry(i64(5)), loop_type.as_pointer()), [table, at])
+    b.ret_void()
+    return str(module)
+
+
+#: The entry's C type: the table's address, the record's place, the tuple of arrays.
+ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.py_object)
+_ENTRY: list[Any] = []
+
+
+def _entry() -> Any:
+    """The entry (`_entry_ir`), compiled once into the engine holding the loaded files."""
+    made = native_code.engine()
+    assert made is not None  # (the loop, loaded by it, is what runs)
+    with native_code._LOCK:
+        if not _ENTRY:
+            module = made.llvm.parse_assembly(_entry_ir())
+            module.verify()
+            made.engine.add_module(module)
+            made.engine.finalize_object()
+            _ENTRY.append(ENTRY(made.engine.get_function_address("native_entry")))
+        return _ENTRY[0]
+
+
+class Runner:
+    """A segment's entry (the signature of runtime.small_call's `entry_point`): the
+    compiled `_entry_ir` on the table, which the loop at `address` runs; ctypes lets
+    the GIL go meanwhile (the caller holds the arrays)."""
+
+    def __init__(self, address: int, table: np.ndarray, at: int):
+        assert table[5] == address
+        self.call = _entry()
+        self.table, self.address = table, table.ctypes.data  # (the table never moves)
+
+    def __call__(self, table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> None:
+        self.call(self.address, at, arrays)

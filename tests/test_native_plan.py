@@ -1,0 +1,90 @@
+"""Plans lowered and run before Numba's import (runtime.native_plan): a fresh process
+whose kernels and interpreter loop are on disk settles its kernels on their stored
+final variants and runs its plan as interpreter segments through ctypes, Numba never
+imported, with the bits of a process that takes the usual path (FASTGRAD_NATIVE=0:
+Numba's kernels and the interpreter's Numba entry)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastgrad.runtime import native_plan
+
+SCRIPT = """
+import sys
+import numpy as np
+import fastgrad as fg, fastgrad.numpy as fnp
+
+def loss(w1, w2, x):
+    h = fnp.tanh(x @ w1 + 0.5)
+    return fnp.sum(fnp.exp(-h @ w2) * h[:, :3])
+
+rng = np.random.default_rng(0)
+w1, w2, x = (rng.standard_normal(s).astype(np.float32) for s in [(24, 16), (16, 3), (40, 24)])
+f = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))
+f(w1, w2, x)
+fg.warmup(f, w1, w2, x)
+value, (g1, g2) = f(w1 + 1, w2, x)
+from fastgrad.runtime.executable import Executable
+import gc
+plans = [o for o in gc.get_objects() if isinstance(o, Executable)]
+runs = {type(c.run).__name__ for p in plans for c in p.arena.calls if hasattr(c, "run")}
+print("numba", "numba" in sys.modules, "runs", sorted(runs))
+print("bits", b"".join(np.asarray(a).tobytes() for a in [value, g1, g2]).hex())
+"""
+
+
+def _run(cache: Path, native: bool) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTGRAD_COMPILE", "FASTGRAD_NATIVE")}
+    env.update(FASTGRAD_CACHE_DIR=str(cache), FASTGRAD_NATIVE="1" if native else "0")
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+def test_a_warm_process_runs_its_plan_natively_with_the_usual_bits(tmp_path):
+    usual = _run(tmp_path, native=False)  # compiles and stores kernels, adapters, loop
+    assert "numba True" in usual, usual
+    warm = _run(tmp_path, native=True)
+    assert "numba False" in warm and "'Runner'" in warm, warm  # lowered, Numba absent
+    assert warm.splitlines()[-1] == usual.splitlines()[-1]  # the same bits
+
+
+def test_what_native_plan_mirrors_without_numba_agrees():
+    """The cut's threshold and the loop's source tag, written without importing the
+    modules that hold them (they import Numba)."""
+    from fastgrad.runtime import gemm_split, vm
+
+    assert native_plan.CUT_WORK == gemm_split.DEFAULT_MIN_WORK
+    assert native_plan._loop_tag() == vm._source_tag()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+def test_the_native_entry_sets_the_pointers_run_steps_sets():
+    """The entry compiled with llvmlite writes each array's address where the segment's
+    record says, then runs the loop: the table run_steps leaves (0.1 s)."""
+    import numpy as np
+
+    from fastgrad.runtime import vm, vm_rows
+
+    loop = vm.table_function()  # (stored in the cache as it compiles or loads)
+    address = native_plan.loop()  # the same machine code, loaded again without Numba
+    assert address is not None
+    code = [vm_rows.VIEW, 0, 1, 8, vm_rows.VIEW, 2, 3, 16]
+    x, y = np.arange(4.0), np.arange(6.0)
+    tables = []
+    for function in (address, loop):
+        table, at = vm_rows.pack(code, [0, 4], [], 5, [], [[0, 2, 2, 0, 2]], 0, function)
+        run = native_plan.Runner(address, table, at[0]) if function == address else vm.run_steps
+        run(table, at[0], (x, y))
+        tables.append(table[table[2] : table[2] + 4])
+    assert list(tables[0]) == list(tables[1])
+    assert list(tables[0]) == [x.ctypes.data, x.ctypes.data + 8, y.ctypes.data, y.ctypes.data + 16]
