@@ -217,7 +217,7 @@ TWO_PROCESSES = textwrap.dedent(
     assert traced.executable.compiled
     expected = (1 / (1 + x * x) - 0.75 * np.arctan(x)) * np.exp(-x * 0.75)
     np.testing.assert_allclose(f(x), expected, rtol=1e-12)
-    print(STATS.numba_compiles(), STATS.numba_cache_hits())
+    print(STATS.numba_compiles(), STATS.cache_loads())
     """
 )
 

@@ -208,7 +208,7 @@ def test_the_jitted_function_compiles_once_per_worker(client):
         from fastgrad.compiler.kernel_cache import STATS
 
         traced = {k: len(j._cache) for k, j in _LIVE.items()}
-        return STATS.numba_compiles() + STATS.numba_cache_hits(), STATS.modules_loaded, traced
+        return STATS.numba_compiles() + STATS.cache_loads(), STATS.modules_loaded, traced
 
     before = client.run(counters)
     for step in range(3):
@@ -281,7 +281,7 @@ def test_workers_restarted_on_an_empty_cache(client, cache_dir):
     def compiles():
         from fastgrad.compiler.kernel_cache import STATS
 
-        return STATS.numba_compiles(), STATS.numba_cache_hits()
+        return STATS.numba_compiles(), STATS.cache_loads()
 
     def run():
         xs = client.persist(da.from_array(x, chunks=(30, 2)))

@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     value, (gx, gy) = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)))(x, y)
     ref = fg.jit(fg.value_and_grad(loss, argnums=(0, 1)), fuse=False)(x, y)
     assert np.allclose(value, ref[0]) and np.allclose(gx, ref[1][0]) and np.allclose(gy, ref[1][1])
-    print(STATS.numba_compiles(), STATS.numba_cache_hits())
+    print(STATS.numba_compiles(), STATS.cache_loads())
     """
 )
 

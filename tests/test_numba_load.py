@@ -83,6 +83,7 @@ print("ok")
 def test_the_compile_thread_loads_numba_without_scipy_linalg(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FASTGRAD_COMPILE"}
     env["FASTGRAD_CACHE_DIR"] = str(tmp_path)
+    env["FASTGRAD_NATIVE"] = "0"  # (else a warm process runs its stored kernel without Numba)
     values = []
     for _ in range(2):  # compiled into an empty cache, then loaded from it
         out = subprocess.run(

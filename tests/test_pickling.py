@@ -75,7 +75,7 @@ SCRIPT = textwrap.dedent(
     again = pickle.loads(open(sys.argv[1], "rb").read())
     same = all(again[k][0] is payload[k][0] for k in payload if hasattr(payload[k][0], "lower"))
     with open(sys.argv[2], "wb") as f:
-        pickle.dump((results, STATS.numba_compiles(), STATS.numba_cache_hits(), same), f)
+        pickle.dump((results, STATS.numba_compiles(), STATS.cache_loads(), same), f)
     """
 )
 

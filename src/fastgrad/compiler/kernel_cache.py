@@ -42,6 +42,7 @@ class Stats:
 
     def __init__(self) -> None:
         self.modules_loaded = 0  # kernel modules run in this process
+        self.native_loads = 0  # kernels loaded before Numba's import (runtime.native_code)
 
     def numba_compiles(self) -> int:
         """Kernels Numba compiled in this process (not loaded from its disk cache)."""
@@ -49,10 +50,10 @@ class Stats:
             sum(d.stats.cache_misses.values()) for d in _MEMORY.values() if hasattr(d, "stats")
         )
 
-    def numba_cache_hits(self) -> int:
-        return sum(
-            sum(d.stats.cache_hits.values()) for d in _MEMORY.values() if hasattr(d, "stats")
-        )
+    def cache_loads(self) -> int:
+        """Kernels loaded from fastgrad's disk cache: by Numba, or before its import."""
+        hits = (sum(d.stats.cache_hits.values()) for d in _MEMORY.values() if hasattr(d, "stats"))
+        return sum(hits) + self.native_loads
 
 
 STATS = Stats()

@@ -44,7 +44,7 @@ import numpy as np
 
 from fastgrad.compiler import machine_code
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
-from fastgrad.compiler.kernel_cache import FOLDER, kernel_key, needs_build
+from fastgrad.compiler.kernel_cache import FOLDER, STATS, kernel_key, needs_build
 from fastgrad.runtime import numba_load
 
 # FASTGRAD_NATIVE=0 turns this path off: kernels wait for Numba as before.
@@ -315,6 +315,7 @@ def kernel(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> 
             adapter = made.load(adapter_path, adapter_key) if address else None
         if address and adapter:
             found = NativeKernel(adapter, address, shape[0], shape[1])
+            STATS.native_loads += 1
     _KERNELS[key] = found
     return found
 
