@@ -34,9 +34,11 @@ class HeldCompiles:
     def __init__(self):
         self.jobs = []  # kernels'
         self.others = []  # the plan interpreter's (adapters queued behind kernels), kept
+        self.submitted = []  # all of them, run at the end (`held`)
 
     def submit(self, job):
         (self.jobs if isinstance(job, background.Job) else self.others).append(job)
+        self.submitted.append(job)
 
     def release(self, n=None):
         n = len(self.jobs) if n is None else n
@@ -50,7 +52,13 @@ def held(monkeypatch):
     worker = HeldCompiles()
     monkeypatch.setattr(background, "_WORKER", worker)
     monkeypatch.setattr(fg.config, "compile", "background")
-    return worker
+    yield worker
+    # Jobs it kept are cached by what they build (runtime.adapters: the interpreter's loop,
+    # adapters): left unrun, a later test's plan would wait on them for good (a vm test
+    # after this file never lowered its plan).
+    for job in worker.submitted:
+        if not getattr(job, "settled", None) or not job.settled.is_set():
+            job.run()
 
 
 def plan(jitted):
