@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fastgrad.runtime import native_plan
+from fastgrad.runtime import native_plan, vm_rows
 
 SCRIPT = """
 import sys
@@ -59,12 +59,12 @@ def test_a_warm_process_runs_its_plan_natively_with_the_usual_bits(tmp_path):
 
 
 def test_what_native_plan_mirrors_without_numba_agrees():
-    """The cut's threshold and the loop's source tag, written without importing the
-    modules that hold them (they import Numba)."""
+    """The cut's threshold, written without importing gemm_split (it imports Numba), and
+    the loop's source tag, which runtime.vm keys its loop by too."""
     from fastgrad.runtime import gemm_split, vm
 
     assert native_plan.CUT_WORK == gemm_split.DEFAULT_MIN_WORK
-    assert native_plan._loop_tag() == vm._source_tag()
+    assert vm_rows.loop_source_tag() == vm._source_tag()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")

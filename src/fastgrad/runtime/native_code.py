@@ -365,8 +365,12 @@ def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
         tier.native = next((k for k in found if k is not None), False)
         if tier.native is False:
             return None
+    return tier.native if contiguous(step, env) else None  # type: ignore[no-any-return]
+
+
+def contiguous(step: Any, env: list[Any]) -> bool:
+    """Whether the arrays a kernel step hands its kernel this call are C-contiguous (the
+    layouts it was stored for; raveled inputs are copies), as a loaded kernel needs."""
     operands = [env[s] for s, flat in zip(step.ins, step._reshape_in, strict=True) if not flat]
-    operands += [env[b] for b in step._buffers if b is not None]  # (raveled ones: copies)
-    if not all(a.flags.c_contiguous for a in operands):
-        return None
-    return tier.native  # type: ignore[no-any-return]
+    operands += [env[b] for b in step._buffers if b is not None]
+    return all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in operands)

@@ -16,8 +16,6 @@ loops) stay host steps. A plan with a parallel final variant keeps the usual pat
 from __future__ import annotations
 
 import ctypes
-import functools
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +24,7 @@ from fastgrad.compiler import machine_code
 from fastgrad.compiler.kernel_cache import needs_build
 from fastgrad.core.config import config
 from fastgrad.runtime import native_code
+from fastgrad.runtime.vm_rows import LOOP_FUNCTION, loop_source_tag
 
 #: The least work (multiply-adds) of a product the cut's worker splits:
 #: gemm_split.DEFAULT_MIN_WORK (which imports Numba; a test checks they agree).
@@ -33,8 +32,6 @@ CUT_WORK = 1 << 21
 #: The interpreter loop's C type: `void f(int64* table, int64 at)` (vm.TABLE_SIGNATURE).
 LOOP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _LOOP_SIGNATURE = "(int64*, int64) -> none"  # str() of vm.TABLE_SIGNATURE
-# The modules whose source keys the loop's machine code (vm._source_tag), by file name.
-_LOOP_SOURCES = ("vm", "blas", "blas_calls", "gemm_split", "vm_arrays", "vm_rows", "vm_vectors")
 
 
 def settle(tier: Any, step: Any, env: list[Any]) -> bool:
@@ -52,23 +49,13 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
         or needs_build(final.source)
     ):
         return False
-    operands = [env[s] for s, flat in zip(step.ins, step._reshape_in, strict=True) if not flat]
-    operands += [env[b] for b in step._buffers if b is not None]
-    if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in operands):
+    if not native_code.contiguous(step, env):
         return False
     kernel = native_code.kernel(final.source, shape)
     if kernel is None:
         return False
     step.kernel, step.tier = kernel, None
     return True
-
-
-@functools.cache
-def _loop_tag() -> str:
-    """vm._source_tag() without importing runtime.vm (it imports Numba)."""
-    here = Path(__file__).parent
-    paths = [here / f"{name}.py" for name in _LOOP_SOURCES]
-    return machine_code.source_tag("plan interpreter", *paths)
 
 
 _LOOP_ADDRESS: list[int | None] = []
@@ -81,7 +68,7 @@ def loop() -> int | None:
         made = native_code.engine()
         if made is None:
             return None  # (asked again: Numba's import may have been under way)
-        name = f"fastgrad.runtime.vm._run_table[{_loop_tag()}]"
+        name = f"fastgrad.runtime.vm._run_table[{loop_source_tag()}]"
         path, key = machine_code.file_for("adapters", "", name, _LOOP_SIGNATURE, made.magic)
         with native_code._LOCK:
             _LOOP_ADDRESS.append(made.load(path, key))
@@ -98,7 +85,7 @@ _TUPLE_ITEMS, _ARRAY_DATA = 24, 16
 def _entry_ir() -> str:
     """LLVM IR of `entry(int64* table, int64 at, PyObject* arrays)`: run_steps without
     Numba: the data pointers of the tuple `arrays` into the pointer entries the
-    segment's record at `table[at]` names, then the loop at `table[5]` called."""
+    segment's record at `table[at]` names, then the loop at `table[LOOP_FUNCTION]`."""
     from llvmlite import ir
 
     i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
@@ -129,7 +116,7 @@ def _entry_ir() -> str:
     k.add_incoming(following, body)
     b.cbranch(b.icmp_signed("<", following, count), body, end)
     b.position_at_end(end)
-    b.call(b.inttoptr(entry(i64(5)), loop_type.as_pointer()), [table, at])
+    b.call(b.inttoptr(entry(i64(LOOP_FUNCTION)), loop_type.as_pointer()), [table, at])
     b.ret_void()
     return str(module)
 
@@ -159,7 +146,7 @@ class Runner:
     the GIL go meanwhile (the caller holds the arrays)."""
 
     def __init__(self, address: int, table: np.ndarray, at: int):
-        assert table[5] == address
+        assert table[LOOP_FUNCTION] == address
         self.call = _entry()
         self.table, self.address = table, table.ctypes.data  # (the table never moves)
 

@@ -42,9 +42,8 @@ from fastgrad.compiler.machine_code import (
     OnceLock,
     cached_cfunc,
     cached_njit,
-    source_tag,
 )
-from fastgrad.runtime import blas, blas_calls, gemm_split, vm_arrays, vm_rows, vm_vectors
+from fastgrad.runtime import vm_rows
 from fastgrad.runtime.blas import ROW_MAJOR
 from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer, may_be_syrk
 from fastgrad.runtime.gemm_split import CUT
@@ -57,6 +56,7 @@ from fastgrad.runtime.vm_rows import (  # the table's layout (NumPy alone)
     LOOP,
     LOOP_CARRY,
     LOOP_COPY,
+    LOOP_FUNCTION,
     LOOP_HEAD,
     LOOP_IN,
     LOOP_OUT,
@@ -223,11 +223,9 @@ POINTERS = {
 
 
 def _source_tag() -> str:
-    """What the interpreter's cached machine code is keyed by besides Numba's: this
-    module's source and that of the modules whose code it inlines, so that a changed
-    interpreter is never loaded from an older cache."""
-    inlined = (blas, blas_calls, gemm_split, vm_arrays, vm_rows, vm_vectors)  # blas: constants
-    return source_tag("plan interpreter", __file__, *(module.__file__ for module in inlined))
+    """The key of the interpreter's cached machine code (runtime.vm_rows, which a process
+    before Numba's import reads it by too)."""
+    return vm_rows.loop_source_tag()
 
 
 _float64_pointer, _float32_pointer = POINTERS["float64"], POINTERS["float32"]
@@ -431,7 +429,7 @@ def run_steps(table: np.ndarray, at: int, arrays: tuple[np.ndarray, ...]) -> Non
     for array in literal_unroll(arrays):
         table[table[2] + table[k]] = array.ctypes.data
         k += 1
-    _call_table(table[5], _element_pointer(table, 0), at)
+    _call_table(table[LOOP_FUNCTION], _element_pointer(table, 0), at)
 
 
 def pack(

@@ -9,7 +9,12 @@ that reads what is laid out here.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import numpy as np
+
+from fastgrad.compiler.machine_code import source_tag
 
 # The rows' first entries (runtime.vm; GEMV, DOT, NOBLAS: runtime.vm_vectors; COPY, ADD,
 # SUM: runtime.vm_arrays).
@@ -32,6 +37,17 @@ LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 10, 4
 HEADER = 7
 THREADS = 4  # the header's entry of OpenBLAS's thread setter
 LOOP_FUNCTION = 5  # the header's entry of the loop's address
+# runtime.vm and the modules whose code its loop inlines (blas: constants), by file name.
+_LOOP_SOURCES = ("vm", "blas", "blas_calls", "gemm_split", "vm_arrays", "vm_rows", "vm_vectors")
+
+
+@functools.cache
+def loop_source_tag() -> str:
+    """What the interpreter's cached machine code is keyed by besides Numba's: the source
+    of runtime.vm and of the modules whose code it inlines (read, not imported: they
+    import Numba), so that a changed interpreter is never loaded from an older cache."""
+    here = Path(__file__).parent
+    return source_tag("plan interpreter", *(here / f"{name}.py" for name in _LOOP_SOURCES))
 
 
 def pack(
