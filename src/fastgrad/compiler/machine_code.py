@@ -209,9 +209,7 @@ class MachineCodeCache:
         # wait for compiled calls; a compile loads them itself (numba.core.compiler).
         initialize_runtime(target_context)
         try:
-            if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
-                raise ValueError("digest mismatch")
-            libdata, *rest = _unpickle(blob[_DIGEST:])
+            libdata, *rest = _unpickle(unsealed(key, blob))
             codegen = target_context.codegen()
             # Under Numba's compiler lock (a compile holds it already), as Numba loads
             # every library: no other thread sees the method replaced.
@@ -241,7 +239,7 @@ class MachineCodeCache:
         payload = dumps(((*libdata, _defined_symbols(cres.library)), *rest))
         path, key = self._entry(sig, cres.codegen)
         try:
-            write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
+            write_atomically(path, sealed(key, payload))
         except OSError as error:
             cache_unusable(path, error)
             return
@@ -395,9 +393,7 @@ def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> A
         return compile_functions(context)
     if blob is not None:
         try:
-            if hashlib.sha256(key + blob[_DIGEST:]).digest() != blob[:_DIGEST]:
-                raise ValueError("digest mismatch")
-            library = _library(codegen, pickle.loads(blob[_DIGEST:]))
+            library = _library(codegen, pickle.loads(unsealed(key, blob)))
         except Exception:  # damaged, moved, or from an incompatible build: compile instead
             COUNTERS.dropped += 1
             _unlink(path)
@@ -413,10 +409,25 @@ def _runtime_library(compile_functions: Callable[[Any], Any], context: Any) -> A
     if not library.has_dynamic_globals:
         payload = pickle.dumps((*library.serialize_using_object_code(), _defined_symbols(library)))
         try:
-            write_atomically(path, hashlib.sha256(key + payload).digest() + payload)
+            write_atomically(path, sealed(key, payload))
         except OSError as error:
             cache_unusable(path, error)
     return library
+
+
+def sealed(key: bytes, payload: bytes) -> bytes:
+    """A cache file's bytes: a sha256 of `key` (what the file is for) and `payload`, then
+    `payload`."""
+    return hashlib.sha256(key + payload).digest() + payload
+
+
+def unsealed(key: bytes, blob: bytes) -> bytes:
+    """The payload of `blob` (`sealed` bytes), checked before anything in it is read:
+    ValueError if it is damaged, or another file's (sealed under another key)."""
+    payload = blob[_DIGEST:]
+    if hashlib.sha256(key + payload).digest() != blob[:_DIGEST]:
+        raise ValueError("digest mismatch")
+    return payload
 
 
 def write_atomically(path: Path, data: bytes) -> None:

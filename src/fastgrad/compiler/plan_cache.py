@@ -41,7 +41,13 @@ import numpy as np
 from fastgrad.compiler.cache_eviction import evict, touch
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.fusion import Step
-from fastgrad.compiler.machine_code import cache_unusable, environment_tag, write_atomically
+from fastgrad.compiler.machine_code import (
+    cache_unusable,
+    environment_tag,
+    sealed,
+    unsealed,
+    write_atomically,
+)
 from fastgrad.compiler.plan_codec import (
     Uncacheable,
     decode_graph,
@@ -58,7 +64,6 @@ from fastgrad.core.tracing import CONST
 
 FOLDER = "plans"
 FORMAT = b"fastgrad-plan-3\n"  # changes with the file layout
-_DIGEST = 32
 # Graphs smaller than this are prepared afresh: reading a plan has a fixed cost (the
 # planning layers' source digest once per process, a file per graph), and a 64-node
 # gradient (W4, the MLP) took 3.7 ms to prepare, 5.4 ms through the cache.
@@ -192,13 +197,10 @@ def load_kind(key: str, kind: str, rebuild: Callable[[Any], T], counters: Counte
     except OSError as error:
         cache_unusable(path, error)
         return None
-    head, digest = blob[: len(FORMAT)], blob[len(FORMAT) : len(FORMAT) + _DIGEST]
-    payload = blob[len(FORMAT) + _DIGEST :]
     try:
-        if head != FORMAT:
+        if blob[: len(FORMAT)] != FORMAT:
             raise ValueError("another format")
-        if hashlib.sha256(key.encode() + payload).digest() != digest:
-            raise ValueError("digest mismatch")
+        payload = unsealed(key.encode(), blob[len(FORMAT) :])
         value = rebuild(_PlainUnpickler(io.BytesIO(payload)).load())
     except Exception:  # damaged, foreign or not fitting this graph: build it again
         counters.dropped += 1
@@ -228,7 +230,7 @@ def save_kind(key: str, kind: str, encode: Callable[[], Any], counters: Counters
         return
     path = path_of(key, kind)
     try:
-        write_atomically(path, FORMAT + hashlib.sha256(key.encode() + payload).digest() + payload)
+        write_atomically(path, FORMAT + sealed(key.encode(), payload))
     except OSError as error:
         cache_unusable(path, error)
         return

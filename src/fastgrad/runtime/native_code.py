@@ -27,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
-import hashlib
 import importlib.machinery
 import importlib.util
 import io
@@ -86,13 +85,12 @@ class _Engine:
             blob = path.read_bytes()
         except OSError:
             return None
-        if (
-            hashlib.sha256(key + blob[machine_code._DIGEST :]).digest()
-            != blob[: machine_code._DIGEST]
-        ):
+        try:
+            payload = machine_code.unsealed(key, blob)
+        except ValueError:
             return None
         try:
-            library = _Unpickler(io.BytesIO(blob[machine_code._DIGEST :])).load()[0]
+            library = _Unpickler(io.BytesIO(payload)).load()[0]
             _, kind, (object_code, _), symbols = library
         except Exception:  # another layout (a library stored by Numba's own cache)
             return None
