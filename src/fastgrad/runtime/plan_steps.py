@@ -228,11 +228,12 @@ def _form(source: KernelSource) -> _Form:
     """The `_Form` of `source`'s operands."""
     ins = tuple([(v.aval.shape, v.aval.dtype) for v in source.inputs])
     outs = tuple([(v.aval.shape, v.aval.dtype) for v in source.outputs])
-    key = (source.flat, ins, outs)
-    form = _FORMS.get(key)
-    if form is not None:
-        return form
-    flat = source.flat
+    return _form_of(source.flat, ins, outs)
+
+
+@functools.lru_cache(maxsize=4096)  # by value: freshly traced plans have avals of their own
+def _form_of(flat: bool, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> _Form:
+    """The `_Form` of a kernel's inputs' and outputs' (shape, dtype) pairs."""
     reshape_in = tuple([not (n := len(shape)) or (flat and n > 1) for shape, _ in ins])
     allocations = []
     views = []
@@ -245,28 +246,15 @@ def _form(source: KernelSource) -> _Form:
         for (shape, dtype), reshape in zip(ins, reshape_in, strict=True)
     ]
     operands += [(len(shape), dtype_name(dtype)) for shape, dtype in allocations]
-    if len(_FORMS) >= 4096:  # (a process planning many programs)
-        _FORMS.clear()
-    form = _FORMS[key] = _Form(
-        reshape_in, any(reshape_in), tuple(allocations), tuple(views), tuple(operands)
-    )
-    return form
+    return _Form(reshape_in, any(reshape_in), tuple(allocations), tuple(views), tuple(operands))
 
 
-# Kernel steps' forms, by (flat, inputs' and outputs' shapes and dtypes).
-_FORMS: dict[tuple[Any, ...], _Form] = {}
-
-
+@functools.cache
 def dtype_name(dtype: np.dtype) -> str:
     """`dtype.name`, remembered: NumPy works it out in Python (~2.5 us), asked for each
     operand of each kernel step of a first call (the T=200 RNN's 599 steps: ~3,200)."""
-    name = _NAMES.get(dtype)
-    if name is None:
-        name = _NAMES[dtype] = dtype.name
-    return name
+    return dtype.name
 
-
-_NAMES: dict[np.dtype, str] = {}
 
 # The layouts of kernels' leading arguments (sizes, chunks, scalars), by their types.
 _HEADS: dict[tuple[type, ...], tuple[Any, ...]] = {}
