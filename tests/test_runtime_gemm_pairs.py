@@ -90,7 +90,10 @@ def test_paired_products_keep_their_bits(split: np.ndarray, dtype: Any, data: An
     whole = [(a, b, c.copy(), beta) for a, b, c, beta in products]
     _rows(whole, cut=False)()
     pairs = split[gemm_split.PAIRS]
-    _rows(products, cut=True)()
+    try:
+        _rows(products, cut=True)()
+    finally:
+        split[gemm_split.PAIR_PIECES] = gemm_split.DEFAULT_PAIR_PIECES
     assert split[gemm_split.PAIRS] == pairs + 1
     second = split[gemm_split.JOB + gemm_split.BLOCK + gemm_split.C]
     banded = second if _second_bands(split) > 1 else None  # the address of its c
@@ -194,11 +197,13 @@ def _second_bands(state: np.ndarray) -> int:
     return int(state[gemm_split.JOB + gemm_split.BLOCK + gemm_split.BANDS])
 
 
-def test_a_pairs_second_product_takes_pair_pieces_bands_unless_bigger(split: np.ndarray) -> None:  # noqa: F811
+def test_a_pairs_second_product_is_whole_unless_bigger(split: np.ndarray) -> None:  # noqa: F811
     """A pair of products of as many multiply-adds (a matmul's backward pass): the second
-    is cut into PAIR_PIECES bands at most (whole with 1); one with more into 7 whatever
-    PAIR_PIECES says, for the balance; each keeps the uncut bits."""
-    split[gemm_split.PAIR_PIECES] = 2
+    is whole (PAIR_PIECES, 1: the worker's; each band would pack its operand again), or
+    in PAIR_PIECES bands where tuning says so. One with more multiply-adds, W2 = 2 W1 or
+    3 W1, is cut into about 2 W2 / (W2 - W1) bands, 4 or 3, so that the caller's share
+    after its own (one band) leaves both threads about half; each keeps the uncut bits."""
+    assert split[gemm_split.PAIR_PIECES] == gemm_split.DEFAULT_PAIR_PIECES == 1
     rng = np.random.default_rng(6)
 
     def products(rows: int) -> list[Product]:
@@ -206,7 +211,7 @@ def test_a_pairs_second_product_takes_pair_pieces_bands_unless_bigger(split: np.
         b = rng.standard_normal((256, 256)).astype(np.float32)
         return [(a, b, np.empty_like(a), 0), (x, b, np.empty_like(x), 0)]
 
-    for rows, bands in [(256, 2), (512, gemm_split.MAX_PIECES - 1)]:
+    for rows, bands in [(256, 1), (512, 4), (768, 3)]:
         got = products(rows)
         expected = [(a, b, c.copy(), beta) for a, b, c, beta in got]
         _rows(expected, cut=False)()
@@ -215,11 +220,15 @@ def test_a_pairs_second_product_takes_pair_pieces_bands_unless_bigger(split: np.
         assert split[gemm_split.PAIRS] == pairs + 1
         assert _second_bands(split) == bands, rows
         assert all(np.array_equal(e[2], g[2]) for e, g in zip(expected, got, strict=True))
-    for pieces in (1, gemm_split.MAX_PIECES - 1):  # whole; 7 bands, the default
+    for pieces in (2, gemm_split.MAX_PIECES - 1):
         split[gemm_split.PAIR_PIECES] = pieces
         try:
-            _rows(products(256), cut=True)()
+            got = products(256)
+            expected = [(a, b, c.copy(), beta) for a, b, c, beta in got]
+            _rows(expected, cut=False)()
+            _rows(got, cut=True)()
             assert _second_bands(split) == pieces
+            assert all(np.array_equal(e[2], g[2]) for e, g in zip(expected, got, strict=True))
         finally:
             split[gemm_split.PAIR_PIECES] = gemm_split.DEFAULT_PAIR_PIECES
 

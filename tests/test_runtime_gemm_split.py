@@ -51,6 +51,7 @@ def split() -> Iterator[np.ndarray]:
     for entry in (gemm_split.SPIN, gemm_split.PIECE_WORK, gemm_split.MIN_WORK):
         s[entry] = before[entry]
     s[gemm_split.PAIR_PIECES] = before[gemm_split.PAIR_PIECES]
+    s[gemm_split.PIECES] = before[gemm_split.PIECES]
 
 
 def _serving() -> None:
@@ -126,6 +127,7 @@ def _check(c: np.ndarray, a: np.ndarray, b: np.ndarray, start: np.ndarray) -> No
 @given(data=st.data())
 def test_cut_products_equal_numpys(split: np.ndarray, dtype: Any, data: Any) -> None:
     _tiny_pieces(split)
+    split[gemm_split.PIECES] = data.draw(st.sampled_from([2, 3, gemm_split.MAX_PIECES]))
     m, k = data.draw(st.integers(1, 70)), data.draw(st.integers(1, 70))
     n = data.draw(st.one_of(st.integers(1, 70), st.sampled_from([16, 32, 48, 64])))
     batch_a, batch_b = data.draw(
@@ -139,7 +141,10 @@ def test_cut_products_equal_numpys(split: np.ndarray, dtype: Any, data: Any) -> 
     start = rng.standard_normal(shape).astype(dtype) if accumulate else np.zeros(shape, dtype)
     c = start.copy()
     jobs = split[gemm_split.JOBS]
-    _table(a, b, c, int(accumulate), cut=True)()
+    try:
+        _table(a, b, c, int(accumulate), cut=True)()
+    finally:
+        split[gemm_split.PIECES] = gemm_split.CUT_THREADS
     _check(c, a, b, start)
     count = int(np.prod(shape[:-2]))
     if count > 1 or (n % gemm_split.BAND_ALIGN == 0 and max(m, n) >= 2 * gemm_split.BAND_ALIGN):
@@ -166,6 +171,41 @@ def test_the_cut_keeps_the_bits_of_one_gemm(split: np.ndarray, dtype: Any, flips
     jobs = split[gemm_split.JOBS]
     _table(a, b, np.empty((1024, 700), dtype), 0, cut=True)()
     assert split[gemm_split.JOBS] == jobs
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("flips", [(False, False), (True, False), (False, True), (True, True)])
+def test_a_product_alone_is_cut_into_a_band_per_thread(
+    split: np.ndarray, dtype: Any, flips: Any
+) -> None:
+    """A single product is cut into as many bands as threads run them (CUT_THREADS: this
+    one and the worker), not 8: each band packs the other operand again. Along C's rows
+    where B (k x n) is the smaller operand to pack again, else its columns; the last band
+    takes the rest (999 rows: 496 and 503). Each gives the uncut product's bits; a batch
+    is still cut between its matrices into up to 8 groups."""
+    assert split[gemm_split.PIECES] == gemm_split.CUT_THREADS == 2
+    rng = np.random.default_rng(4)
+    block = gemm_split.JOB
+    shapes = [(256, 784, 512, 1), (784, 256, 512, 0), (999, 200, 64, 0), (160, 304, 1008, 1)]
+    for m, k, n, axis in shapes:  # W4's x @ w1 and x.T @ dpre, odd rows, wide
+        a = _transposed(rng.standard_normal((m, k)).astype(dtype), flips[0])
+        b = _transposed(rng.standard_normal((k, n)).astype(dtype), flips[1])
+        c = np.full((m, n), np.nan, dtype)
+        jobs = split[gemm_split.JOBS]
+        _table(a, b, c, 0, cut=True)()
+        assert split[gemm_split.JOBS] == jobs + 1
+        assert split[block + gemm_split.BANDS] == 2, (m, k, n)
+        assert split[block + gemm_split.AXIS] == axis, (m, k, n)
+        with OneThread():
+            assert np.array_equal(c, a @ b), (m, k, n)
+    a = rng.standard_normal((16, 64, 128)).astype(dtype)
+    b = _transposed(rng.standard_normal((16, 128, 96)).astype(dtype), flips[1])
+    c = np.empty((16, 64, 96), dtype)
+    _table(a, b, c, 0, cut=True)()
+    assert split[block + gemm_split.COUNT] == 16 and split[block + gemm_split.BANDS] == 1
+    assert split[gemm_split.BOUNDS + 1] == 2  # 8 groups of 2 matrices
+    with OneThread():
+        assert np.array_equal(c, np.matmul(a, b))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -390,6 +430,16 @@ def test_the_cut_can_be_turned_off(split: np.ndarray) -> None:
     finally:
         config.update("cut_products", True)
     assert cuts_products()
+
+
+def test_products_are_not_cut_in_a_process_on_one_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On one CPU the worker would only take turns with the calling thread: no cut."""
+    from fastgrad.runtime.thread_budget import cuts_products
+
+    assert cuts_products()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert not cuts_products()
 
 
 class _Serve:

@@ -66,49 +66,81 @@ from fastgrad.runtime.blas_calls import (
     cycles,
     gemm,
     int64_pointer,
-    may_be_syrk,
     sem_call,
     semaphore_calls,
 )
+from fastgrad.runtime.gemm_jobs import (
+    AXIS,
+    BANDS,
+    BETA,
+    BLOCK,
+    BOUNDS,
+    COUNT,
+    CUT,
+    DONE,
+    DOUBLE,
+    GEMM,
+    JOB,
+    JOBS,
+    LDA,
+    LDB,
+    LDC,
+    LOCK,
+    MAX_PIECES,
+    MIN_WORK,
+    OFFSETS,
+    PAIR_PIECES,
+    PAIRED,
+    PAIRING,
+    PAIRS,
+    PIECE,
+    PIECE_WORK,
+    PIECES,
+    POST,
+    READY,
+    SEM_STRIDE,
+    SEMS,
+    SIZE,
+    SPIN,
+    STEP,
+    STOP,
+    TA,
+    TAKEN,
+    TB,
+    TRACE,
+    TRYWAIT,
+    WAIT,
+    WAIT_SPIN,
+    WORK,
+    A,
+    B,
+    C,
+    K,
+    M,
+    N,
+    apart,
+    bounds,
+    cut,
+    load_row,
+    second_bands,
+    syrk,
+)
 
-MAX_PIECES = 8
-# The state's entries: the semaphore calls' addresses; whether the worker serves (READY)
-# or is to stop (STOP); the worker's bounded spin (trywait rounds before it sleeps); the
-# least multiply-adds of a piece and of a product that is cut; counters (tests, tuning);
-# the caller's bounded spin before it sleeps until the worker's pieces are done; whether
-# the job is a pair of products (PAIRED) and the pairs run; whether products side by side
-# are paired (PAIRING, 1 unless a test or tuning turns it off); how many pieces at most the
-# second product of a pair is cut into where it is no bigger than the first (PAIR_PIECES);
-# where the caller and the worker write their timelines (TRACE, TRACE + 1; 0: not kept);
-# the address of the C function the plan interpreter calls to cut its products (CUT,
-# `rows_function`; set before READY, kept across a reset).
-(WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN, PAIRED,
- PAIRS, PAIRING, PAIR_PIECES, TRACE) = range(16)  # fmt: skip
-CUT = TRACE + 2
-# The job: one product per block (a pair: two), each BLAS's gemm and its arguments, the
-# matrices' base addresses, where their byte offsets are (count triples of int64s), and
-# the cut: bands per matrix, along which axis (0: C's rows), of how many rows or columns
-# (the last band: the rest). Block b's entries are at JOB + BLOCK * b + the names below.
-JOB, BLOCK = 18, 20
-(GEMM, DOUBLE, TA, TB, M, N, K, LDA, LDB, LDC, BETA, A, B, C) = range(14)
-OFFSETS, COUNT, BANDS, AXIS, STEP = range(14, 19)
-BOUNDS = JOB + 2 * BLOCK  # the pieces' first units (unit u: band u % bands of matrix u // bands)
-SEMS = BOUNDS + MAX_PIECES + 8  # semaphores, 64 bytes apart (a sem_t is 32 bytes)
-LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
-SEM_STRIDE = 8
-SIZE = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
 # Measured on the 2-core development machine (float32, bench M2's products): see
 # docs/architecture.md, "Matrix products across the cores".
 DEFAULT_SPIN = 2000
 DEFAULT_PIECE_WORK = 1 << 20  # > 100^3: OpenBLAS's small-matrix path takes none
 DEFAULT_MIN_WORK = 1 << 21
 DEFAULT_WAIT_SPIN = 200
-# Into how many bands at most a pair's second product is cut when it is no bigger than
-# the first. Fewer bands pack its operand fewer times, but balance the two threads less:
-# bench M2 (a matmul's two backward products have equal multiply-adds) with 2 bands was
-# 3-5% faster at load 8-10 and 4-8% slower at load 5 (docs/architecture.md, "Matrix
-# products across the cores"): 7, as many as a product alone.
-DEFAULT_PAIR_PIECES = MAX_PIECES - 1
+# Into how many bands at most a single product alone is cut: as many as threads run them
+# (this one and the worker), each band packing the other operand again (gemm_jobs); and
+# a pair's second product where it is no bigger than the first: whole, the worker's.
+# Bench W4 (two 784 x 512 x 256 products, quiet machine): 2 bands took 0.94x the CPU of 8
+# and no more wall time; M2 (10 pairs of equal products) 0.96x the CPU and 0.92x the wall
+# time with its pairs' second products whole rather than in 7 bands (docs/architecture.md,
+# "Matrix products across the cores").
+CUT_THREADS = 2
+DEFAULT_PAIR_PIECES = 1
 # The timeline (`trace`): events of (cycle counter, kind, piece) per thread, after a count.
 TRACE_SIZE = 1 << 14
 POSTED, STARTED, FINISHED, WAITED, WOKEN = range(1, 6)
@@ -212,39 +244,6 @@ def _share(s: Any, state: int, pieces: int) -> None:  # pragma: no cover - compi
 
 
 @_helper
-def _cut(s: Any, j: int, most: int) -> int:  # pragma: no cover - compiled
-    """Into how many pieces (at most `most`; 1: whole) the product in block `j` is cut,
-    its bands set: a batch's matrices in groups; a single matrix (C a multiple of
-    BAND_ALIGN wide) in bands of C's rows (or columns), each of PIECE_WORK multiply-adds
-    at least."""
-    m, n, k, count = s[j + M], s[j + N], s[j + K], s[j + COUNT]
-    s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
-    if count > 1:  # whole matrices of the batch
-        return min(count, most, max(2, m * n * k * count // s[PIECE_WORK]))
-    if n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
-        return 1
-    axis = 0 if m >= n else 1
-    size, other = (m, n) if axis == 0 else (n, m)
-    least = max(BAND_ALIGN, -(-s[PIECE_WORK] // (other * k)))
-    least = -(-least // BAND_ALIGN) * BAND_ALIGN
-    bands = min(most, size // least)
-    if bands < 2:
-        return 1
-    s[j + BANDS], s[j + AXIS] = bands, axis
-    s[j + STEP] = size // bands // BAND_ALIGN * BAND_ALIGN  # >= least
-    return bands
-
-
-@_helper
-def _bounds(s: Any, j: int, pieces: int) -> None:  # pragma: no cover - compiled
-    """The pieces' first units: block j's units (its matrices times their bands) in
-    `pieces` runs of about equal length."""
-    units = s[j + COUNT] * s[j + BANDS]
-    for i in range(pieces + 1):
-        s[BOUNDS + i] = units * i // pieces
-
-
-@_helper
 def product(
     state: int, table: Any, at: int, count: int, address: int, double: int, ta: int, tb: int,
     m: int, n: int, k: int, lda: int, ldb: int, ldc: int, beta: int, a: int, b: int, c: int,
@@ -269,71 +268,14 @@ def product(
     s[j + M], s[j + N], s[j + K], s[j + LDA], s[j + LDB], s[j + LDC] = m, n, k, lda, ldb, ldc
     s[j + BETA], s[j + A], s[j + B], s[j + C] = beta, a, b, c
     s[j + OFFSETS], s[j + COUNT] = address_of(table, at), count
-    pieces = 0 if _syrk(s, j) else _cut(s, j, MAX_PIECES)
+    pieces = 0 if syrk(s, j) else cut(s, j, MAX_PIECES if count > 1 else s[PIECES])
     if pieces < 2:
         sem_call(s[POST], _semaphore(state, LOCK))
         return False
     s[PAIRED] = 0
-    _bounds(s, j, pieces)
+    bounds(s, j, pieces)
     _share(s, state, pieces)
     return True
-
-
-@_helper
-def _load_row(
-    s: Any, j: int, table: Any, functions: int, ptrs: int, p: int
-) -> None:  # pragma: no cover - compiled
-    """Block `j` of the job: the product of the interpreter's GEMM row at `table[p]`
-    (runtime.vm's layout, as `ROWS_SIGNATURE` says), whole."""
-    s[j + GEMM] = table[functions + table[p + 1]]
-    for e in range(10):  # DOUBLE .. BETA, in the row's order
-        s[j + DOUBLE + e] = table[p + 4 + e]
-    for e in range(3):  # A, B, C
-        s[j + A + e] = table[ptrs + table[p + 14 + e]]
-    s[j + OFFSETS], s[j + COUNT] = address_of(table, p + 18), table[p + 17]
-    s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
-
-
-@_helper
-def _syrk(s: Any, j: int) -> bool:  # pragma: no cover - compiled
-    """Whether a matrix of the product in block `j` is one times its own transpose, which
-    the interpreter computes with syrk as NumPy's matmul does (blas_calls.may_be_syrk)."""
-    offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
-    for u in range(s[j + COUNT]):
-        a, b = s[j + A] + offsets[3 * u], s[j + B] + offsets[3 * u + 1]
-        if may_be_syrk(
-            a, b, s[j + M], s[j + N], s[j + TA], s[j + TB], s[j + LDA], s[j + LDB], s[j + BETA]
-        ):
-            return True
-    return False
-
-
-@_helper
-def _span(s: Any, j: int, operand: int) -> tuple[int, int]:  # pragma: no cover - compiled
-    """The bytes [low, high) that operand A, B or C of block `j` may touch."""
-    m, n, k = s[j + M], s[j + N], s[j + K]
-    if operand == A:
-        rows, cols, ld = (m, k, s[j + LDA]) if s[j + TA] != TRANS else (k, m, s[j + LDA])
-    elif operand == B:
-        rows, cols, ld = (k, n, s[j + LDB]) if s[j + TB] != TRANS else (n, k, s[j + LDB])
-    else:
-        rows, cols, ld = m, n, s[j + LDC]
-    offsets = carray(int64_pointer(s[j + OFFSETS]), (3 * s[j + COUNT],))
-    low, high = offsets[operand - A], offsets[operand - A]
-    for q in range(s[j + COUNT]):
-        low = min(low, offsets[3 * q + operand - A])
-        high = max(high, offsets[3 * q + operand - A])
-    item = 8 if s[j + DOUBLE] else 4
-    base = s[j + operand]
-    return base + low, base + high + ((rows - 1) * ld + cols) * item
-
-
-@_helper
-def _apart(s: Any, j: int, operand: int, other: int) -> bool:  # pragma: no cover
-    """Whether block j's C and operand `operand` of block `other` share no byte."""
-    c_low, c_high = _span(s, j, C)
-    low, high = _span(s, other, operand)
-    return c_high <= low or high <= c_low
 
 
 @_helper
@@ -343,24 +285,24 @@ def pair(
     """The interpreter's GEMM rows at `table[p]` and `table[q]` run at once: this thread
     takes the one with the longer sums (k) whole, whose bands would each read and pack
     all of its other operand again (module doc); the other is cut as `product` cuts it
-    (into PAIR_PIECES bands at most where it has no more multiply-adds), the worker
-    taking its bands from the back and this thread the rest once its own is done: a late
-    worker costs at most one band. Each keeps the bits it has alone. False, and nothing
-    done, where the worker is not serving, another thread is cutting a product, either
-    product may be a syrk, or the second reads or writes what the first writes, or
-    writes what it reads (bounds of the bytes each may touch)."""
+    (gemm_jobs.second_bands: whole where it has no more multiply-adds), the worker taking
+    it (or its bands from the back) and this thread the rest once its own is done: a late
+    worker costs at most the second's bands it has started. Each keeps the bits it has
+    alone. False, and nothing done, where the worker is not serving, another thread is
+    cutting a product, either product may be a syrk, or the second reads or writes what
+    the first writes, or writes what it reads (bounds of the bytes each may touch)."""
     s = carray(int64_pointer(state), (SIZE,))
     if s[READY] == 0 or s[PAIRING] == 0 or sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
     first, second = JOB, JOB + BLOCK
-    _load_row(s, first, table, functions, ptrs, p)
-    _load_row(s, second, table, functions, ptrs, q)
-    ok = not (_syrk(s, first) or _syrk(s, second))
+    load_row(s, first, table, functions, ptrs, p)
+    load_row(s, second, table, functions, ptrs, q)
+    ok = not (syrk(s, first) or syrk(s, second))
     if ok:
         for operand in (A, B, C):
-            ok = ok and _apart(s, first, operand, second)
+            ok = ok and apart(s, first, operand, second)
         for operand in (A, B):
-            ok = ok and _apart(s, second, operand, first)
+            ok = ok and apart(s, second, operand, first)
     if not ok:
         sem_call(s[POST], _semaphore(state, LOCK))
         return False
@@ -369,12 +311,8 @@ def pair(
             s[first + e], s[second + e] = s[second + e], s[first + e]
     s[PAIRED] = 1
     s[PAIRS] += 1
-    work = s[first + M] * s[first + N] * s[first + K] * s[first + COUNT]
-    most = MAX_PIECES - 1
-    if s[second + M] * s[second + N] * s[second + K] * s[second + COUNT] <= work:
-        most = s[PAIR_PIECES]  # (tuning: each band packs an operand again)
-    rest = _cut(s, second, most)
-    _bounds(s, second, rest)
+    rest = cut(s, second, second_bands(s, first, second))
+    bounds(s, second, rest)
     _share(s, state, 1 + rest)
     return True
 
@@ -411,7 +349,8 @@ def _source_tag() -> str:
     source and that of the BLAS call it inlines, and of BAND_ALIGN's module."""
     here = Path(__file__).parent
     return source_tag(
-        "gemm split", *(here / name for name in ("gemm_split.py", "blas_calls.py", "blas.py"))
+        "gemm split",
+        *(here / name for name in ("gemm_split.py", "gemm_jobs.py", "blas_calls.py", "blas.py")),
     )
 
 
@@ -502,6 +441,7 @@ class _Worker:
         s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in SEMAPHORE_CALLS)
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
         s[WAIT_SPIN], s[PAIRING], s[PAIR_PIECES] = DEFAULT_WAIT_SPIN, 1, DEFAULT_PAIR_PIECES
+        s[PIECES] = CUT_THREADS
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 

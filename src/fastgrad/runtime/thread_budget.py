@@ -34,6 +34,11 @@ def numba_threads() -> int:
         return int(numba.config.NUMBA_NUM_THREADS)
     if os.environ.get("NUMBA_NUM_THREADS"):
         return int(os.environ["NUMBA_NUM_THREADS"])
+    return usable_cpus()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
@@ -89,7 +94,8 @@ def cuts_products() -> bool:
     """Whether the plan interpreter cuts big products across the cores with BLAS on one
     thread (runtime.gemm_split): it runs the plans ("vm", `config.cut_products` on), on
     Linux (POSIX semaphores), with NumPy's OpenBLAS, whose thread count can be set per
-    thread."""
+    thread, in a process that may run on two CPUs or more (on one, the worker would only
+    take turns with the calling thread)."""
     from fastgrad.core.config import config
     from fastgrad.runtime.blas import blas_address, has_local_threads
 
@@ -97,6 +103,7 @@ def cuts_products() -> bool:
         config.runtime == "vm"
         and config.cut_products
         and sys.platform.startswith("linux")
+        and usable_cpus() >= 2
         and has_local_threads()
         and blas_address("gemm", np.dtype(np.float32)) is not None
     )
