@@ -4,8 +4,9 @@ A plan runs BLAS on one thread: its own threads spin while they wait, and beside
 parallel kernels, or a core another process keeps busy, a descheduled one stalls the
 other (bench M2 with BLAS on two threads: 11 ms a call quiet, ~1 s with one busy core
 beside). Instead, a product of the plan interpreter (runtime.vm) big enough to pay is cut
-into pieces, bands of C's rows or columns or groups of a batch's matrices, each a
-one-thread gemm call. One worker thread (a daemon, started on first use) sleeps on a POSIX
+into pieces, bands of C's rows or columns (one per thread: each band packs the other
+operand again, runtime.gemm_jobs) or groups of a batch's matrices, each a one-thread
+gemm call. One worker thread (a daemon, started on first use) sleeps on a POSIX
 semaphore. The calling thread posts the job, then claims pieces from the front while the
 worker claims them from the back, each claim a `sem_trywait` on the piece's own semaphore
 of value 1; the caller then waits, asleep (its core free), only for the pieces the worker
@@ -24,12 +25,13 @@ both dtypes and transposes, tests/test_runtime_gemm_split.py).
 
 Two such products side by side in the plan whose operands are apart (the backward pass
 of a matmul: g @ B.T and A.T @ g, which the plan table puts side by side) run as one job
-(`pair`): the calling thread takes the one with the longer sums whole, the other is cut
-into bands, the worker's from the back. A band re-reads and packs all of the other
-operand, which costs most where the sums are long: bench M2's weight gradients (k =
-1024) cost 1.15-1.3x their CPU time cut into bands of 16-64 rows; paired, they are not
-cut, and the plan has 14 jobs a call instead of 24 (10 pairs; the arena keeps what the
-first reads alive until the second is written, runtime.executable._pair_spans).
+(`pair`): the calling thread takes the one with the longer sums whole, the worker the
+other, whole where it is no bigger (else in bands, `gemm_jobs.second_bands`). A band
+re-reads and packs all of the other operand, which costs most where the sums are long:
+bench M2's weight gradients (k = 1024) cost 1.15-1.3x their CPU time cut into bands of
+16-64 rows; paired, they are not cut, and the plan has 14 jobs a call instead of 24 (10
+pairs; the arena keeps what the first reads alive until the second is written,
+runtime.executable._pair_spans).
 
 `trace` records when each thread posts, starts and ends pieces and waits (the processor's
 cycle counter), for tools/gemm_timeline.py.
