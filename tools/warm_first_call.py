@@ -62,7 +62,7 @@ out["first cpu"] = time.thread_time() - cpu
 if SECOND:
     second = time.perf_counter()
     system.sync(fn(*args))
-    out["second"] = time.perf_counter() - second
+    out["second"] = [time.perf_counter() - second]
 system.settle(fn, args)
 system.sync(fn(*args))
 out["steady"] = time.perf_counter() - T0
@@ -102,7 +102,8 @@ def main(argv: list[str]) -> None:
     print(f"ms from script start, best of {repeat} by steady state, {dtype}, warm caches")
     print("import, steady: from the script's start; 1st call, to steady: from its build")
     heads = ("import", "1st call", "(CPU)", "steady", "to st.", "proc CPU", "2nd call")
-    print(f"{'':26}" + "".join(f"{h:>{w}}" for h, w in zip(heads, WIDTHS, strict=True)))
+    heads = heads if SECOND[0] == "1" else heads[:-1]
+    print(f"{'':26}" + "".join(f"{h:>{w}}" for h, w in zip(heads, WIDTHS, strict=False)))
     for spec in argv or ["W1", "W2", "W3", "W4", "M1", "M2"]:
         key, _, size = spec.partition(":")
         size = size or "-"
@@ -129,8 +130,8 @@ def main(argv: list[str]) -> None:
         for label, (_, _, _, results) in runs.items():
             r = min(results, key=lambda r: r["steady"])
             cells = [r["import"], r["first"] - r["build"], r["first cpu"], r["steady"]]
-            cells += [r["steady"] - r["build"], r["process cpu"], r.get("second", 0.0)]
-            row = "".join(f"{c * 1e3:{w}.0f}" for c, w in zip(cells, WIDTHS, strict=True))
+            cells += [r["steady"] - r["build"], r["process cpu"], *r.get("second", [])]
+            row = "".join(f"{c * 1e3:{w}.0f}" for c, w in zip(cells, WIDTHS, strict=False))
             print(f"{key + ' ' + label:<26}{row}", flush=True)
 
 

@@ -413,7 +413,12 @@ def worth_loading(tier: Any) -> bool:
         least = LOAD_WORK
     else:
         least = IMPORT_WORK if tier.numpy_loop.blocked is not None else WHOLE_WORK
-    return bool(tier._work() - 4 * tier._work(ops=1) >= least)
+    return excess(tier) >= least
+
+
+def excess(tier: Any) -> int:
+    """What NumPy costs beyond the kernel for the loop of `tier`, as counted above."""
+    return int(tier._work() - 4 * tier._work(ops=1))
 
 
 def contiguous(step: Any, env: list[Any]) -> bool:

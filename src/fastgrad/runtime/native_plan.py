@@ -19,6 +19,7 @@ scan loops) stay host steps. A plan with a parallel final variant keeps the usua
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import time
 import warnings
@@ -30,7 +31,7 @@ from fastgrad.compiler import machine_code
 from fastgrad.compiler.kernel_cache import kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import background, native_code
+from fastgrad.runtime import background, native_code, numba_load
 from fastgrad.runtime.vm_rows import LOOP_FUNCTION, loop_source_tag
 
 #: The least work (multiply-adds) of a product the cut's worker splits:
@@ -68,6 +69,7 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
         or config.compile == "sync"
         or native_code.known(final.source, shape)
         or native_code.worth_loading(tier)
+        or _worth_with_others(tier)
     ):
         tier.loading = Load.of(final, shape)
         return False
@@ -78,14 +80,39 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
     return True
 
 
+#: The work (`native_code.excess`) of the loops a first call has left to NumPy so far,
+#: beyond which it loads the rest itself, though none alone pays for llvmlite's import;
+#: loops under `SMALL_WORK` are not counted (NumPy's cost there is its calls', which a
+#: kernel called through ctypes pays much of too). Bench M2's nine loops (2^17-2^22
+#: each, 2^23 in all, its first two 2^20.1) answered its warm first call in 185-288 ms
+#: of wall on NumPy (its blocks on two threads) against 69-149 loaded, the import
+#: included; the T=200 RNN's 599 (2^12-2^14 each, 2^20 in all) in 112 ms of CPU against
+#: 132 (f32, load 3-5).
+CALL_WORK, SMALL_WORK = 1 << 20, 1 << 16
+
+
+def _worth_with_others(tier: Any) -> bool:
+    """Whether the loops of the first call under way that NumPy answers, this one with
+    them, add up to `CALL_WORK` (counted on that call's `background.Batch`; not in a
+    first call, in background mode: False)."""
+    batches = background._batches.open  # (the first calls under way in this thread)
+    if not batches:
+        return False
+    batch = batches[-1]
+    work = native_code.excess(tier)
+    batch.native_work = getattr(batch, "native_work", 0) + (work if work >= SMALL_WORK else 0)
+    return bool(batch.native_work >= CALL_WORK)
+
+
 class Load:
     """A job of the compile thread (runtime.background's interface: run, drop, done,
     settled, apart, later, label, source): a stored final kernel and its adapter loaded
     without Numba (llvmlite's import first, once per process, then the interpreter's
     loop and the segments' entry, which lowering takes at a later call), so that a first
     call of small loops keeps NumPy's speed. Queued ahead of every kernel's compile
-    (`first`): a plan whose kernels all load so never imports Numba. One job per kernel
-    and adapter signature, shared by the tiers asking for it."""
+    (`first`): a plan whose kernels all load so never imports Numba; where Numba's import
+    is to come anyway (`_numba_to_come`), it comes first. One job per kernel and adapter
+    signature, shared by the tiers asking for it."""
 
     apart = later = False
     first = True
@@ -113,9 +140,11 @@ class Load:
     def run(self) -> None:
         start = time.perf_counter()
         try:
+            if _numba_to_come():  # (its import brings llvmlite's: loads are cheap after it)
+                background.load_numba()
             self.kernel = native_code.kernel(self.source.source, self.shape)
-            if self.kernel is not None and loop() is not None:
-                _entry()
+            if self.kernel is not None and "numba" not in sys.modules and loop() is not None:
+                _entry()  # (with Numba imported, lowering takes Numba's path: runtime.vm)
         except Exception as error:  # (a bug: its tier says so, then takes the usual path)
             self.error = error
         seconds = time.perf_counter() - start
@@ -156,6 +185,16 @@ class Load:
 
 _LOADS: dict[tuple[Any, ...], Load] = {}
 _LOADS_LOCK = threading.Lock()
+
+
+def _numba_to_come() -> bool:
+    """Whether Numba is imported, or a kernel's job (whose run imports it) is queued or
+    running: a plan with a parallel kernel (or one to compile) reaches its steady state
+    sooner with Numba's import first than behind llvmlite's and the loads (bench M2)."""
+    if numba_load.imported("numba") is not None:
+        return True
+    inflight = list(getattr(background._WORKER, "inflight", ()))  # (a test's may have none)
+    return any(isinstance(job, background.Job) for job in inflight)
 
 
 _LOOP_ADDRESS: list[int | None] = []
