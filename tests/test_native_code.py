@@ -183,3 +183,52 @@ def test_lowering_a_plan_imports_no_numba():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("held_for", [0.3, 30.0])
+def test_a_fork_waits_for_a_load_under_way_or_leaves_the_child_numbas_path(held_for):
+    """The compile thread holds native_code's lock while it imports llvmlite and links
+    stored files (runtime.native_plan.Load). A fork waits for it (held 0.3 s): the
+    child's lock is free and its engine kept. Where the wait times out (compile_timeout
+    0.5 s, held 30 s), the child's lock is free too and the path is off there (its
+    engine may be half-changed): never a hang. (~1 s)"""
+    import threading
+    import time
+
+    from fastgrad.core.config import config
+
+    if native_code.engine() is None:
+        pytest.skip("no engine here")
+    held, release = threading.Event(), threading.Event()
+
+    def load() -> None:
+        with native_code._LOCK:
+            held.set()
+            release.wait(held_for)
+
+    holder = threading.Thread(target=load, daemon=True)
+    before = config.compile_timeout
+    config.update("compile_timeout", 0.5)
+    try:
+        holder.start()
+        assert held.wait(60)
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # the child: the lock free at once, the engine kept unless timed out
+            code = 1
+            try:
+                free = native_code._LOCK.acquire(timeout=5)
+                off = native_code._ENGINE == [None]
+                code = 0 if free and off == (held_for > 1) else 2
+            finally:
+                os._exit(code)
+        waited = time.perf_counter() - start
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert waited >= min(held_for, 0.5) - 0.05, waited
+        assert native_code._ENGINE != [None]  # (the parent's engine untouched)
+    finally:
+        config.update("compile_timeout", before)
+        release.set()
+        holder.join(60)

@@ -7,6 +7,7 @@ Numba's kernels and the interpreter's Numba entry)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,23 +40,72 @@ print("bits", b"".join(np.asarray(a).tobytes() for a in [value, g1, g2]).hex())
 """
 
 
-def _run(cache: Path, native: bool) -> str:
+# Not waiting: the first call runs on NumPy while the compile thread loads the stored
+# kernels (llvmlite not imported by it); a call after the loads runs them and lowers the
+# plan, the next runs it through the Runner.
+BACKGROUND = SCRIPT.replace(
+    "fg.warmup(f, w1, w2, x)",
+    """print("first call: llvmlite", "llvmlite" in sys.modules)
+from fastgrad.runtime import background
+background.wait_idle(60)
+f(w1, w2, x)
+background.wait_idle(60)  # (a damaged kernel: Numba compiles it now)
+fg.warmup(f, w1, w2, x)""",
+)
+
+
+def _run(cache: Path, native: bool, script: str = SCRIPT) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("FASTGRAD_COMPILE", "FASTGRAD_NATIVE")}
     env.update(FASTGRAD_CACHE_DIR=str(cache), FASTGRAD_NATIVE="1" if native else "0")
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-W", "error", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
+@pytest.fixture(scope="module")
+def usual(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A cache the usual path filled (kernels, adapters, loop) and what it printed."""
+    cache = tmp_path_factory.mktemp("cache")
+    out = _run(cache, native=False)
+    assert "numba True" in out, out
+    return cache, out
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
-def test_a_warm_process_runs_its_plan_natively_with_the_usual_bits(tmp_path):
-    usual = _run(tmp_path, native=False)  # compiles and stores kernels, adapters, loop
-    assert "numba True" in usual, usual
-    warm = _run(tmp_path, native=True)
+def test_a_warm_process_runs_its_plan_natively_with_the_usual_bits(usual):
+    cache, out = usual
+    warm = _run(cache, native=True)
     assert "numba False" in warm and "'Runner'" in warm, warm  # lowered, Numba absent
-    assert warm.splitlines()[-1] == usual.splitlines()[-1]  # the same bits
+    assert warm.splitlines()[-1] == out.splitlines()[-1]  # the same bits
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+def test_a_first_call_of_small_loops_leaves_the_loads_to_the_compile_thread(usual, tmp_path):
+    """Its loops too small to pay llvmlite's import, the first call runs them with NumPy
+    and the compile thread loads their stored kernels; a later call runs them, Numba
+    never imported, with the usual path's bits. Kernels found damaged there fall back to
+    Numba's path (which compiles them again), with the same bits. (~5 s)"""
+    cache, out = usual
+    warm = _run(cache, native=True, script=BACKGROUND)
+    assert "first call: llvmlite False" in warm, warm
+    assert "numba False" in warm and "'Runner'" in warm, warm
+    assert warm.splitlines()[-1] == out.splitlines()[-1]
+    damaged = tmp_path / "damaged"
+    shutil.copytree(cache, damaged)
+    for path in (damaged / "kernels").glob("*.nbm"):
+        blob = bytearray(path.read_bytes())
+        blob[-100] ^= 0xFF
+        path.write_bytes(bytes(blob))
+    fallen = _run(damaged, native=True, script=BACKGROUND)
+    assert "first call: llvmlite False" in fallen, fallen
+    assert "numba True" in fallen, fallen  # (Numba's kernels)
+    assert fallen.splitlines()[-1] == out.splitlines()[-1]
 
 
 def test_what_native_plan_mirrors_without_numba_agrees():
@@ -88,3 +138,32 @@ def test_the_native_entry_sets_the_pointers_run_steps_sets():
         tables.append(table[table[2] : table[2] + 4])
     assert list(tables[0]) == list(tables[1])
     assert list(tables[0]) == [x.ctypes.data, x.ctypes.data + 8, y.ctypes.data, y.ctypes.data + 16]
+
+
+class _Tier:
+    """What the first call's count reads of a kernel tier (runtime.background.KernelTier)."""
+
+    def __init__(self, work: int):
+        self.work = work
+
+    def _work(self, ops: int = 0) -> int:
+        return self.work if not ops else 0
+
+
+def test_a_first_call_loads_itself_once_its_loops_on_numpy_add_up():
+    """Loops none of which pays for llvmlite's import alone are counted on the first
+    call under way; once those NumPy ran reach CALL_WORK, the rest load in the call.
+    Loops under SMALL_WORK (NumPy's cost a call's) never count; outside a first call,
+    nothing does. (~0.01 s)"""
+    from fastgrad.runtime import background
+
+    small, medium = native_plan.SMALL_WORK // 2, native_plan.CALL_WORK // 3 + 1
+    assert not native_plan._worth_with_others(_Tier(medium))  # no first call under way
+    with background.first_run("a test"):
+        assert not any(native_plan._worth_with_others(_Tier(small)) for _ in range(100))
+        assert not native_plan._worth_with_others(_Tier(medium))
+        assert not native_plan._worth_with_others(_Tier(medium))
+        assert native_plan._worth_with_others(_Tier(medium))  # 3 of a third: loaded now
+        assert native_plan._worth_with_others(_Tier(small))
+    with background.first_run("another"):  # counted afresh
+        assert not native_plan._worth_with_others(_Tier(medium))

@@ -2,7 +2,7 @@
 JAX, each in fresh processes whose caches hold everything (fastgrad's kernels and plans;
 JAX's persistent compilation cache, which it keeps only where told to), in turn.
 
-    python tools/warm_first_call.py [--repeat N] [--dtype D] [--against SRC]
+    python tools/warm_first_call.py [--repeat N] [--dtype D] [--against SRC] [--second 1]
                                     [WORKLOAD[:SIZE] ...]   # default: W1 W2 W3 W4 M1 M2
 
 Run it with an interpreter that has JAX (the peers' environment) and PYTHONPATH holding
@@ -11,7 +11,9 @@ bench does: `import` of the system, the inputs, building the function (fg.jit, j
 the first call (wall, and CPU of the calling thread), then the steady state (fastgrad:
 `fg.warmup`, which waits for the kernels and the plan interpreter; JAX's first call is
 already compiled), all from the start of the script (Python's own start-up, ~20-30 ms,
-is before it). Rows are best of N by steady state; fastgrad's bytecode is cached
+is before it). With `--second 1`, a second call is timed right after the first (wall:
+what a loop calling it at once sees while the compile thread works), before the steady
+state. Rows are best of N by steady state; fastgrad's bytecode is cached
 (PYTHONPYCACHEPREFIX), as an installed package's is.
 """
 
@@ -26,19 +28,21 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WIDTHS = (8, 9, 7, 8, 8, 9)
+WIDTHS = (8, 9, 7, 8, 8, 9, 9)
+SECOND = ["0"]  # "1": time a second call before the steady state (`--second 1`)
 
 CHILD = r"""
 import time
 T0 = time.perf_counter()
 import json, sys
-SYSTEM, KEY, SIZE, DTYPE, ROOT = sys.argv[1:6]
+SYSTEM, KEY, SIZE, DTYPE, ROOT, SECOND = sys.argv[1:7]
+SECOND = SECOND == "1"
 sys.path.insert(0, ROOT)
 import numpy as np
 from bench import systems, workloads
 if SYSTEM == "jax":
     import jax
-    jax.config.update("jax_compilation_cache_dir", sys.argv[6])
+    jax.config.update("jax_compilation_cache_dir", sys.argv[7])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 system = systems.SYSTEMS[SYSTEM]
@@ -55,6 +59,10 @@ cpu = time.thread_time()
 system.sync(fn(*args))
 out["first"] = time.perf_counter() - T0
 out["first cpu"] = time.thread_time() - cpu
+if SECOND:
+    second = time.perf_counter()
+    system.sync(fn(*args))
+    out["second"] = [time.perf_counter() - second]
 system.settle(fn, args)
 system.sync(fn(*args))
 out["steady"] = time.perf_counter() - T0
@@ -64,7 +72,7 @@ print(json.dumps(out))
 
 
 def child(system: str, key: str, size: str, dtype: str, env: dict[str, str], extra: list[str]):
-    run = [sys.executable, "-c", CHILD, system, key, size, dtype, str(ROOT), *extra]
+    run = [sys.executable, "-c", CHILD, system, key, size, dtype, str(ROOT), SECOND[0], *extra]
     done = subprocess.run(run, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
@@ -81,6 +89,8 @@ def main(argv: list[str]) -> None:
             dtype = value
         elif flag == "--against":
             against = value
+        elif flag == "--second":
+            SECOND[0] = value
     env = dict(os.environ, FASTGRAD_COMPILE_NOTICE="0")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     pyc = env.get("PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / "fastgrad-pyc"))
@@ -91,8 +101,9 @@ def main(argv: list[str]) -> None:
     jax = importlib.util.find_spec("jax") is not None
     print(f"ms from script start, best of {repeat} by steady state, {dtype}, warm caches")
     print("import, steady: from the script's start; 1st call, to steady: from its build")
-    heads = ("import", "1st call", "(CPU)", "steady", "to st.", "proc CPU")
-    print(f"{'':26}" + "".join(f"{h:>{w}}" for h, w in zip(heads, WIDTHS, strict=True)))
+    heads = ("import", "1st call", "(CPU)", "steady", "to st.", "proc CPU", "2nd call")
+    heads = heads if SECOND[0] == "1" else heads[:-1]
+    print(f"{'':26}" + "".join(f"{h:>{w}}" for h, w in zip(heads, WIDTHS, strict=False)))
     for spec in argv or ["W1", "W2", "W3", "W4", "M1", "M2"]:
         key, _, size = spec.partition(":")
         size = size or "-"
@@ -119,8 +130,8 @@ def main(argv: list[str]) -> None:
         for label, (_, _, _, results) in runs.items():
             r = min(results, key=lambda r: r["steady"])
             cells = [r["import"], r["first"] - r["build"], r["first cpu"], r["steady"]]
-            cells += [r["steady"] - r["build"], r["process cpu"]]
-            row = "".join(f"{c * 1e3:{w}.0f}" for c, w in zip(cells, WIDTHS, strict=True))
+            cells += [r["steady"] - r["build"], r["process cpu"], *r.get("second", [])]
+            row = "".join(f"{c * 1e3:{w}.0f}" for c, w in zip(cells, WIDTHS, strict=False))
             print(f"{key + ' ' + label:<26}{row}", flush=True)
 
 

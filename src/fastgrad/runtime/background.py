@@ -41,7 +41,7 @@ from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.kernel_cache import compile_kernel, kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import compile_fork, numba_load, slow_kernels
+from fastgrad.runtime import compile_fork, native_code, numba_load, slow_kernels
 from fastgrad.runtime.numpy_tier import NumpyLoop
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
@@ -212,7 +212,8 @@ class _Worker:
                 return
             if self.overdue is not None:
                 job.settled.set()  # queued behind a compile that may never end
-            (self.later if getattr(job, "later", False) else self.queue).append(job)
+            queue = self.later if getattr(job, "later", False) else self.queue
+            (queue.appendleft if getattr(job, "first", False) else queue.append)(job)
             if self.thread is None:
                 self.thread = threading.Thread(
                     target=self._loop, name="fastgrad-compile", daemon=True
@@ -391,7 +392,8 @@ def load_numba() -> None:
 def submit(job: Any) -> None:
     """Hand the compile thread a job of another kind than a kernel's (a kernel's adapter
     for the plan interpreter, runtime.adapters): anything with Job's `run`, `drop`,
-    `done`, `settled`, `apart`, `label` and `source`. It runs in turn, under the watchdog."""
+    `done`, `settled`, `apart`, `label` and `source`. It runs in turn (a `first` one ahead
+    of the queue: runtime.native_plan.Load), under the watchdog."""
     _WORKER.submit(job)
 
 
@@ -488,6 +490,7 @@ class KernelTier:
         self.lock = threading.Lock()
         self.wait = False  # set by Executable.settle: the next call waits for the kernels
         self.native: Any = None  # the kernel loaded without Numba; False: none (not asked)
+        self.loading: Any = None  # the final kernel loading without Numba: native_plan.Load
 
     def answer(self, step: Any, env: list[Any], bound: Any = ()) -> bool:
         """Run the step's loop with NumPy and return True while no kernel is ready; else
@@ -495,11 +498,14 @@ class KernelTier:
         runs it). With `wait` (or `config.compile == "sync"`) the final kernel comes first:
         the call waits for it, unless the watchdog finds its compile overdue."""
         wait = self.wait or config.compile == "sync"
+        on = (loading := self.loading) and loading.answer(self, step, env, bound)
+        if on is not None:  # its stored kernel loads on the compile thread, or did
+            return on  # type: ignore[no-any-return]
         if (
             self.jobs is None
             and not wait
             and self._loading_beats_numpy()
-            and self._native(step, env) is None  # faster than waiting for Numba
+            and native_code.for_tier(self, step, env) is None  # faster than waiting for Numba
         ):
             wait = self.wait = True
         if self.jobs is None:
@@ -540,17 +546,11 @@ class KernelTier:
             if all(job.state != PENDING for job in jobs):
                 step.tier = None  # settled: later calls ask nothing
             return False
-        if (native := self._native(step, env)) is not None:  # stored, before Numba's import
+        if (native := native_code.for_tier(self, step, env)) is not None:  # before Numba's import
             step.kernel = native
             return False
         self.numpy_loop.run(env, bound)  # still compiling, overdue, or every variant failed
         return True
-
-    def _native(self, step: Any, env: list[Any]) -> Any:
-        """The kernel loaded without Numba, or None (runtime.native_code.for_tier)."""
-        from fastgrad.runtime import native_code  # (imports no Numba, nor llvmlite)
-
-        return None if self.native is False else native_code.for_tier(self, step, env)
 
     def _loading_beats_numpy(self) -> bool:
         """Whether to wait for the final kernel rather than run the loop with NumPy: its

@@ -44,6 +44,7 @@ import numpy as np
 from fastgrad.compiler import machine_code
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.compiler.kernel_cache import FOLDER, STATS, kernel_key, needs_build
+from fastgrad.core.config import config
 from fastgrad.runtime import numba_load
 
 # FASTGRAD_NATIVE=0 turns this path off: kernels wait for Numba as before.
@@ -52,7 +53,7 @@ ENABLED = os.environ.get("FASTGRAD_NATIVE", "1") != "0"
 _NUMBA_CPU = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_ENABLE_AVX")
 ADAPTER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _ADAPTER_SIGNATURE = "(int64*, int64*, float64*) -> none"  # str() of vm.ADAPTER_SIGNATURE
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # held while llvmlite is imported and LLVM links code (`_Fork`)
 
 
 class _Engine:
@@ -206,6 +207,39 @@ def undefined(object_code: bytes) -> list[str]:
 _ENGINE: list[_Engine | None] = []  # the engine once made (None: this path is unavailable)
 
 
+class _Fork(threading.local):
+    """A fork waits for a load under way (the compile thread imports llvmlite and links
+    files: runtime.native_plan.Load): a child would find `_LOCK` held by a thread it does
+    not have, and maybe LLVM's engine half-changed. Where the wait times out, the child
+    takes the usual path (Numba's) for what it has not loaded yet. (The child's lock is
+    released, not replaced: its compile thread, started by an earlier handler, may
+    already wait for it.)"""
+
+    held = False
+
+    @classmethod
+    def before(cls) -> None:
+        _FORK.held = _LOCK.acquire(timeout=config.compile_timeout)
+
+    @classmethod
+    def in_parent(cls) -> None:
+        if _FORK.held:
+            _LOCK.release()
+
+    @classmethod
+    def in_child(cls) -> None:
+        if not _FORK.held:  # a load never ended: the engine may be half-changed
+            _ENGINE[:] = [None]
+        if _LOCK.locked():  # (by the fork, or by a thread the child does not have)
+            _LOCK.release()
+
+
+_FORK = _Fork()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_Fork.before, after_in_parent=_Fork.in_parent)
+    os.register_at_fork(after_in_child=_Fork.in_child)
+
+
 def engine() -> _Engine | None:
     """The execution engine, made on first use; None where this path cannot run."""
     with _LOCK:
@@ -290,7 +324,7 @@ def kernel(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> 
     """The kernel in `source` for the adapter signature `shape` (nsizes, scalars'
     dtypes, operands' ranks and dtypes: _KernelStep.adapter_signature), loaded from
     fastgrad's cache, or None (not stored, damaged, needs Numba)."""
-    key = (source, shape[0], tuple(shape[1]), tuple(shape[2]))
+    key = _key(source, shape)
     if key in _KERNELS:
         return _KERNELS[key]
     made = engine()
@@ -318,6 +352,16 @@ def kernel(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> 
     return found
 
 
+def known(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> bool:
+    """Whether `kernel(source, shape)` answers at once: asked before, or the path cannot
+    run here."""
+    return _key(source, shape) in _KERNELS or _ENGINE == [None]
+
+
+def _key(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> tuple[Any, ...]:
+    return (source, shape[0], tuple(shape[1]), tuple(shape[2]))
+
+
 # When a first call takes this path for a loop rather than NumPy (or waiting for Numba),
 # counted as what NumPy costs beyond the kernel (element-ops counted as float64's, less
 # 4 per element: a loop of a few ops runs about as fast on NumPy's two threads, over
@@ -336,18 +380,13 @@ def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
     code is on disk (a serial variant: parallel ones need Numba), the loop's work is worth
     loading it (above) and this call's operands are C-contiguous. The tier keeps it in
     `tier.native` (False: never)."""
+    if tier.native is False:
+        return None
     if tier.native is None:
         if not ENABLED:
             tier.native = False
             return None
-        least = (
-            LOAD_WORK
-            if started()
-            else IMPORT_WORK
-            if tier.numpy_loop.blocked is not None
-            else WHOLE_WORK
-        )
-        if tier._work() - 4 * tier._work(ops=1) < least:  # (first: the cheapest question)
+        if not worth_loading(tier):  # (first: the cheapest question)
             return None  # asked again at the next call
         stored = [v for v in reversed(tier.stored) if not needs_build(v.source)]
         shape = getattr(step, "adapter_signature", lambda: None)()
@@ -364,6 +403,22 @@ def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
         if tier.native is False:
             return None
     return tier.native if contiguous(step, env) else None  # type: ignore[no-any-return]
+
+
+def worth_loading(tier: Any) -> bool:
+    """Whether the loop of `tier` (runtime.background.KernelTier) does enough work that
+    loading its kernel in this call (llvmlite's import too, if not done yet) costs less
+    than NumPy running it (`IMPORT_WORK`, `WHOLE_WORK`, `LOAD_WORK` above)."""
+    if started():
+        least = LOAD_WORK
+    else:
+        least = IMPORT_WORK if tier.numpy_loop.blocked is not None else WHOLE_WORK
+    return excess(tier) >= least
+
+
+def excess(tier: Any) -> int:
+    """What NumPy costs beyond the kernel for the loop of `tier`, as counted above."""
+    return int(tier._work() - 4 * tier._work(ops=1))
 
 
 def contiguous(step: Any, env: list[Any]) -> bool:

@@ -3,27 +3,35 @@ variants, their adapters and the interpreter's loop (runtime.vm's `_run_table`) 
 from their stored machine code by runtime.native_code, the loop called through ctypes.
 
 A kernel step whose final variant is stored and loads this way (a serial one: parallel
-variants need Numba's threading layer) settles at once on it (`settle`): the same
-machine code Numba would load, so its tier has nothing left to wait for and hands the
-compile thread nothing (no Numba import). A plan whose steps all settle so is lowered
-at the end of that run (runtime.plan_table, with `loop()`), its segments run by
-`Runner`: the arrays' addresses written into the table from Python, then the loop
-called, what run_steps does in compiled code. Rows that need code only Numba's import
-gives (a product the cut's worker would split, products with a dimension of 1, scan
-loops) stay host steps. A plan with a parallel final variant keeps the usual path.
+variants need Numba's threading layer) settles on it (`settle`): the same machine code
+Numba would load, so its tier has nothing left to wait for and hands the compile thread
+no compile (no Numba import). Where the loop is small (llvmlite's import, ~26 ms of CPU,
+and the loads would cost its first call more than NumPy running it) the compile thread
+loads it (`Load`, ahead of any compile) while the first call runs on NumPy, and the
+first call that finds it loaded settles on it. A plan whose steps all settle so is
+lowered at the end of the next run (runtime.plan_table, with `loop()`), its segments
+run by `Runner`: the arrays' addresses written into the table from Python, then the
+loop called, what run_steps does in compiled code. Rows that need code only Numba's
+import gives (a product the cut's worker would split, products with a dimension of 1,
+scan loops) stay host steps. A plan with a parallel final variant keeps the usual path.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
+import threading
+import time
+import warnings
 from typing import Any
 
 import numpy as np
 
 from fastgrad.compiler import machine_code
-from fastgrad.compiler.kernel_cache import needs_build
+from fastgrad.compiler.kernel_cache import kernel_key, needs_build
+from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import native_code
+from fastgrad.runtime import background, native_code, numba_load
 from fastgrad.runtime.vm_rows import LOOP_FUNCTION, loop_source_tag
 
 #: The least work (multiply-adds) of a product the cut's worker splits:
@@ -38,7 +46,12 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
     """Install the final variant of `step`'s kernel loaded without Numba as `step.kernel`
     and settle the step (`step.tier = None`): True if it is stored, serial and loads, and
     this call's operands are C-contiguous (the layouts the plan keeps); else False (asked
-    once per tier)."""
+    once per tier). Loaded in this call only where that costs nothing or pays back within
+    it (`native_code.worth_loading`), or the call waits for its kernels (sync mode,
+    `compile`, `warmup`); otherwise handed to the compile thread (`Load`: False, and the
+    tier answers with NumPy until it is loaded)."""
+    if tier.loading is not None:
+        return False  # loading on the compile thread: the tier answers (`Load.answer`)
     final = tier.stored[-1]
     shape = getattr(step, "adapter_signature", lambda: None)()
     if (
@@ -51,11 +64,137 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
         return False
     if not native_code.contiguous(step, env):
         return False
+    if not (
+        tier.wait
+        or config.compile == "sync"
+        or native_code.known(final.source, shape)
+        or native_code.worth_loading(tier)
+        or _worth_with_others(tier)
+    ):
+        tier.loading = Load.of(final, shape)
+        return False
     kernel = native_code.kernel(final.source, shape)
     if kernel is None:
         return False
     step.kernel, step.tier = kernel, None
     return True
+
+
+#: The work (`native_code.excess`) of the loops a first call has left to NumPy so far,
+#: beyond which it loads the rest itself, though none alone pays for llvmlite's import;
+#: loops under `SMALL_WORK` are not counted (NumPy's cost there is its calls', which a
+#: kernel called through ctypes pays much of too). Bench M2's nine loops (2^17-2^22
+#: each, 2^23 in all, its first two 2^20.1) answered its warm first call in 185-288 ms
+#: of wall on NumPy (its blocks on two threads) against 69-149 loaded, the import
+#: included; the T=200 RNN's 599 (2^12-2^14 each, 2^20 in all) in 112 ms of CPU against
+#: 132 (f32, load 3-5).
+CALL_WORK, SMALL_WORK = 1 << 20, 1 << 16
+
+
+def _worth_with_others(tier: Any) -> bool:
+    """Whether the loops of the first call under way that NumPy answers, this one with
+    them, add up to `CALL_WORK` (counted on that call's `background.Batch`; not in a
+    first call, in background mode: False)."""
+    batches = background._batches.open  # (the first calls under way in this thread)
+    if not batches:
+        return False
+    batch = batches[-1]
+    work = native_code.excess(tier)
+    batch.native_work = getattr(batch, "native_work", 0) + (work if work >= SMALL_WORK else 0)
+    return bool(batch.native_work >= CALL_WORK)
+
+
+class Load:
+    """A job of the compile thread (runtime.background's interface: run, drop, done,
+    settled, apart, later, label, source): a stored final kernel and its adapter loaded
+    without Numba (llvmlite's import first, once per process, then the interpreter's
+    loop and the segments' entry, which lowering takes at a later call), so that a first
+    call of small loops keeps NumPy's speed. Queued ahead of every kernel's compile
+    (`first`): a plan whose kernels all load so never imports Numba; where Numba's import
+    is to come anyway (`_numba_to_come`), it comes first. One job per kernel and adapter
+    signature, shared by the tiers asking for it."""
+
+    apart = later = False
+    first = True
+
+    def __init__(self, source: Any, shape: Any):
+        self.source, self.shape = source, shape  # (a KernelSource: the watchdog reads it)
+        self.label = f"stored kernel fastgrad_kernel_{kernel_key(source.source)} (no Numba)"
+        self.kernel: native_code.NativeKernel | None = None
+        self.error: BaseException | None = None
+        self.done, self.settled = threading.Event(), threading.Event()
+
+    @classmethod
+    def of(cls, source: Any, shape: Any) -> Load:
+        """The job loading `source` for `shape`, made and handed over when first asked."""
+        key = native_code._key(source.source, shape)
+        with _LOADS_LOCK:
+            job = _LOADS.get(key)
+            new = job is None
+            if new:
+                job = _LOADS[key] = cls(source, shape)
+        if new:
+            background.submit(job)
+        return job
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        try:
+            if _numba_to_come():  # (its import brings llvmlite's: loads are cheap after it)
+                background.load_numba()
+            self.kernel = native_code.kernel(self.source.source, self.shape)
+            if self.kernel is not None and "numba" not in sys.modules and loop() is not None:
+                _entry()  # (with Numba imported, lowering takes Numba's path: runtime.vm)
+        except Exception as error:  # (a bug: its tier says so, then takes the usual path)
+            self.error = error
+        seconds = time.perf_counter() - start
+        compile_log.log_kernel_ready(self.label, self.kernel is not None, False, seconds)
+        self.done.set()
+        self.settled.set()
+
+    def drop(self) -> None:
+        self.settled.set()
+
+    def answer(self, tier: Any, step: Any, env: list[Any], bound: Any) -> bool | None:
+        """For `tier` (a KernelTier whose `loading` is this job) at a call of `step`: True
+        while the job runs, the loop run with NumPy (`bound`: KernelTier.answer's), unless
+        the call waits for its kernels (then for the job); False once the loaded kernel is
+        `step.kernel` and the step settled; None where nothing loaded (not stored after
+        all, damaged, a symbol unknown, the process forked amid the load): the tier goes
+        on as if never asked, Numba's way."""
+        if not self.settled.is_set():
+            if not (tier.wait or config.compile == "sync"):
+                tier.numpy_loop.run(env, bound)
+                return True
+            background.wait_for(self)
+        tier.loading = None
+        if self.error is not None and not tier.warned:
+            tier.warned = True
+            warnings.warn(
+                f"fastgrad: loading the {self.label} failed ({type(self.error).__name__}: "
+                f"{self.error}); this loop runs with NumPy until Numba's kernel is ready",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        kernel = self.kernel  # (read once: an overdue job may still end)
+        if kernel is None or not native_code.contiguous(step, env):
+            return None
+        step.kernel, step.tier = kernel, None
+        return False
+
+
+_LOADS: dict[tuple[Any, ...], Load] = {}
+_LOADS_LOCK = threading.Lock()
+
+
+def _numba_to_come() -> bool:
+    """Whether Numba is imported, or a kernel's job (whose run imports it) is queued or
+    running: a plan with a parallel kernel (or one to compile) reaches its steady state
+    sooner with Numba's import first than behind llvmlite's and the loads (bench M2)."""
+    if numba_load.imported("numba") is not None:
+        return True
+    inflight = list(getattr(background._WORKER, "inflight", ()))  # (a test's may have none)
+    return any(isinstance(job, background.Job) for job in inflight)
 
 
 _LOOP_ADDRESS: list[int | None] = []
@@ -71,7 +210,8 @@ def loop() -> int | None:
         name = f"fastgrad.runtime.vm._run_table[{loop_source_tag()}]"
         path, key = machine_code.file_for("adapters", "", name, _LOOP_SIGNATURE, made.magic)
         with native_code._LOCK:
-            _LOOP_ADDRESS.append(made.load(path, key))
+            if not _LOOP_ADDRESS:  # (the compile thread's Load may have loaded it meanwhile)
+                _LOOP_ADDRESS.append(made.load(path, key))
     return _LOOP_ADDRESS[0]
 
 
