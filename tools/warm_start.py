@@ -20,6 +20,17 @@ does: compiling fastgrad's source again in every process cost ~1 s of each impor
 each first call's modules on the loaded development machine.
 
 Where a warm first call's time goes now (CPU ms of the calling thread for every phase,
+the first run too; best of 9 fresh processes alternating with db58eb1, load 4.0-4.5,
+bytecode cached, everything on disk, background mode, FASTGRAD_NATIVE=0), the T=200
+unrolled RNN: trace 23.5 (22.8), prepare 12.7 (43.5 in the same run: the executable built
+from its stored steps alone, runtime.stored_plan, no plan read; what remains: the tables'
+read ~3, of which unpickling ~2, the steps ~4, their kinds ~2, the arena ~2), first run
+50.0 (53.8); the whole first call 88.7 against 120.2 (0.74x). With the native path
+(default, best of 7): prepare 12.3 (42.6), whole first call 108.7 (146.0). M1 (T=50,
+FASTGRAD_NATIVE=0, best of 5): prepare 4.0 (10.2), first call 29.4 (34.2); M2 level
+(its NumPy tiers run by blocks, which have no stored form: built from the plan as before).
+
+Before that (CPU ms of the calling thread for every phase,
 the first run too, which this tool shows as wall time; best of 7 fresh processes
 alternating with ade9ab3, load 6.4-6.6, bytecode cached, everything on disk,
 background mode), the T=200 unrolled RNN: tracing the user's function 11.2 (12.2); the
