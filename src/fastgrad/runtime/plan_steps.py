@@ -265,7 +265,13 @@ _HEADS: dict[tuple[type, ...], tuple[Any, ...]] = {}
 
 
 def _settles_natively(tier: KernelTier, step: _KernelStep, env: list[Any]) -> bool:
-    """runtime.native_plan's `settle`, imported (without Numba) when first asked."""
+    """runtime.native_plan's `settle`, imported (without Numba) when first asked; False
+    at once where that path is off (FASTGRAD_NATIVE=0: ~4 ms of the T=200 RNN's first
+    call asked each of its 599 kernel steps)."""
+    from fastgrad.runtime import native_code
+
+    if not native_code.ENABLED:
+        return False
     from fastgrad.runtime.native_plan import settle
 
     return settle(tier, step, env)
