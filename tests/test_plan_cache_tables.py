@@ -179,6 +179,13 @@ def _another_arena(tables: Any) -> Any:
     return tables
 
 
+def _buffers_cut(tables: Any) -> Any:
+    """The arena's buffers (runs of 5 ints) one int short."""
+    count, slots, binds, matmuls, views, (kinds, flat), *rest = tables.arena
+    tables.arena = (count, slots, binds, matmuls, views, (kinds, flat[:-1]), *rest)
+    return tables
+
+
 def _other_outputs(tables: Any) -> Any:
     """A loop step's outputs not the step's (a kernel variant writing them in another order)."""
     count, slots, binds, *rest = tables.arena
@@ -239,7 +246,7 @@ def _steps_shorter_tier(tables: Any) -> Any:
 @pytest.mark.parametrize(
     "change",
     [_steps_shifted, _steps_fewer, _steps_other_kind, _steps_other_inputs, _steps_shorter_tier]
-    + [_another_arena, _other_outputs],
+    + [_another_arena, _other_outputs, _buffers_cut],
 )
 def test_stored_steps_that_do_not_fit_are_rebuilt(plans: Path, change: Any) -> None:
     """An executable's stored steps (runtime.stored_plan) with a valid digest that do not

@@ -305,6 +305,14 @@ def layout_tables(plan: list[PlanStep], arena: Arena) -> tuple[Any, ...]:
     """An arena's layout as plain data, its steps named by their place in `plan`."""
     views = set(map(id, arena.static_views))
     offsets, end = arena.layout()
+    # The buffers as one run of ints, 5 each (slot, kind, graph-shaped view's slot, span),
+    # their kinds (shape, dtype, graph shape) apart: ~2,000 buffers of the T=200 RNN are
+    # a few kinds, unpickled as 2,000 tuples of strings and shapes before.
+    kinds = Numbered()
+    buffers: list[int] = []
+    for b in arena.buffers:
+        kind = kinds((b.shape, b.dtype.str, b.view_shape))
+        buffers += (b.slot, kind, b.view_slot, b.first, b.last)
     return (
         len(plan),
         len(arena.base),
@@ -315,10 +323,7 @@ def layout_tables(plan: list[PlanStep], arena: Arena) -> tuple[Any, ...]:
         ),
         tuple((p, s.buffer) for p, s in enumerate(plan) if isinstance(s, MatmulStep)),
         tuple(p for p, s in enumerate(plan) if id(s) in views),
-        tuple(
-            (b.slot, b.shape, b.dtype.str, b.view_slot, b.view_shape, b.first, b.last)
-            for b in arena.buffers
-        ),
+        (tuple(kinds.rows), tuple(buffers)),
         tuple(offsets),
         end,
         tuple(sorted(arena.static)),
@@ -344,10 +349,15 @@ def stored_arena(
         if not isinstance(step, MatmulStep):
             raise Stale("the arena's tables bind another step")
         step.buffer = buffer
-    dtypes: dict[str, np.dtype] = {}
+    kinds = [(tuple(shape), np.dtype(d), tuple(view)) for shape, d, view in buffers[0]]
+    flat = buffers[1]
+    if len(flat) % 5:
+        raise Stale("the arena's buffers are cut short")
+    columns = (flat[k::5] for k in (2, 3, 4))  # (of one length: checked above)
+    fields = zip(flat[0::5], map(kinds.__getitem__, flat[1::5]), *columns, strict=True)
     made = [
-        Buffer(slot, shape, dtypes.get(d) or dtypes.setdefault(d, np.dtype(d)), *rest)
-        for slot, shape, d, *rest in buffers
+        Buffer(slot, shape, dtype, view_slot, view, first, last)
+        for slot, (shape, dtype, view), view_slot, first, last in fields
     ]
     at = set(views)
     arena = Arena(
