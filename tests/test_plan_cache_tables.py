@@ -24,7 +24,7 @@ import fastgrad.numpy as fnp
 import fastgrad.runtime.executable as executable_module
 from fastgrad.compiler import plan_cache
 from fastgrad.core.config import config
-from fastgrad.runtime import build_tables
+from fastgrad.runtime import background, build_tables, numpy_blocks
 from fastgrad.runtime.executable import Executable, StoredBuild, _KernelStep, _MatmulStep
 from fastgrad.testing import strategies as fst
 from test_plan_cache import (  # the same damages, the same small RNN, the same checks
@@ -58,6 +58,7 @@ def _build_form(executable: Any) -> list[Any]:
                 ops = [(op[0], tuple(map(tuple, op[2])), op[3], op[4]) for op in loop.ops]
                 dead = [tuple(d) for d in loop.dead]
                 row += [ops, list(map(tuple, loop.outputs)), dead, list(loop.into), loop.pooled]
+                row += [list(loop.slots), _blocked_form(loop.blocked)]
         elif isinstance(step, _MatmulStep):
             row += [step.out, step.buffer, step.accumulate]
         else:
@@ -68,6 +69,17 @@ def _build_form(executable: Any) -> list[Any]:
     views = [(s.ins, s.out) for s in arena.static_views]
     form += [buffers, arena.layout(), sorted(arena.static), arena.copied, views]
     return form
+
+
+def _blocked_form(blocked: Any) -> Any:
+    """What a NumPy tier run by blocks computes with (runtime.numpy_blocks), or None."""
+    if blocked is None:
+        return None
+    ops = [(op[0], op[1], tuple(map(tuple, op[2])), op[3], op[4]) for op in blocked.ops]
+    shapes = [tuple(s) for s in blocked.out_shapes]
+    outputs = [tuple(o) for o in blocked.outputs]
+    head = [blocked.shape, ops, blocked.kinds, blocked.rows, blocked.ufuncs, blocked.dtypes]
+    return [*head, shapes, outputs, blocked.buffers]
 
 
 def _fresh_saved_loaded(plans: Path, f: Any, xs: Any) -> tuple[Any, Any, Any]:
@@ -334,3 +346,37 @@ def test_a_warm_executable_without_its_plan_file(plans: Path) -> None:
     assert isinstance(executable, StoredBuild)
     _check(executable(list(RNN_ARGS)))
     assert len(executable.graph.nodes) > 0 and executable.steps
+
+
+class _Held:
+    """The compile thread, never run: every loop stays on its NumPy tier."""
+
+    def submit(self, job: Any) -> None:
+        pass
+
+
+def test_a_tier_run_by_blocks_is_stored_with_its_steps(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NumPy tier run by blocks (blocks of 8 elements here) is stored with the steps:
+    built warm as cold, and on NumPy (kernels held back) the same bits."""
+    monkeypatch.setattr(numpy_blocks, "BLOCK", 8)
+    monkeypatch.setattr(background, "_WORKER", _Held())
+    monkeypatch.setattr(fg.config, "compile", "background")
+
+    def f(w: Any, x: Any) -> Any:
+        return fnp.sum(fnp.tanh(x * w + fnp.sin(x)) * fnp.exp(-w * w))
+
+    program = fg.value_and_grad(f, (0, 1))
+    rng = np.random.default_rng(3)
+    xs = (rng.standard_normal((64, 4)), rng.standard_normal((64, 4)))
+    fresh, saved, loaded = _fresh_saved_loaded(plans, program, xs)
+    assert isinstance(loaded.executable, StoredBuild)
+    tiers = [s.tier for s in loaded.executable.plan if getattr(s, "tier", None)]
+    assert any(t.numpy_loop.blocked is not None for t in tiers)
+    assert _build_form(loaded.executable) == _build_form(saved.executable)
+    for _ in range(2):
+        want = fresh.executable(list(xs))
+        _same_bits(want, saved.executable(list(xs)))
+        _same_bits(want, loaded.executable(list(xs)))
+    assert all(s.tier is not None for s in loaded.executable.plan if hasattr(s, "tier"))

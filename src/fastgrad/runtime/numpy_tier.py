@@ -115,7 +115,7 @@ class NumpyLoop:
     @classmethod
     def like(cls, other: NumpyLoop, slots: list[int]) -> NumpyLoop:
         """A loop whose ops are `other`'s (shared), on slots `slots` in their places
-        (runtime.stored_plan); never run by blocks."""
+        (runtime.stored_plan); run by blocks where `other` is (a loop of its own)."""
         if len(slots) != len(other.slots):
             raise ValueError("the stored tier is for another loop")
         loop = cls.__new__(cls)
@@ -129,7 +129,7 @@ class NumpyLoop:
     ) -> NumpyLoop:
         """The loop `program()` gave (`stored`) for ops given as (impl, params, dtype),
         with no loop's nodes (runtime.stored_plan), on `slots` slots not given yet (`like`
-        gives a step's): never run by blocks."""
+        gives a step's); not run by blocks unless its `blocked` is set."""
         loop = cls.__new__(cls)
         ins_of, reuse_of, outputs, dead, into = stored
         size = len(ops)

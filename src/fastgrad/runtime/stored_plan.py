@@ -12,10 +12,11 @@ of the distinct ones) and dtype; views' arguments, library calls' ops. `build` m
 executable from them alone (`StoredExecutable`); its graph, partition and kernel sources
 are read from the plan only when something asks for them (a test, `explain`).
 
-What it does not describe (a plan running loops, a NumPy tier run by blocks, a param
-with no plain form) leaves the tables without it: such plans are built from the plan read
-from disk, as before. Data that does not fit (`build_tables.Stale`) is dropped and built
-again, never trusted.
+What it does not describe (a plan running loops, a param with no plain form, an op not
+the registry's) leaves the tables without it: such plans are built from the plan read
+from disk, as before. A NumPy tier run by blocks (runtime.numpy_blocks) is stored with
+the plan's slots in its kind, a kind of one step. Data that does not fit
+(`build_tables.Stale`) is dropped and built again, never trusted.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from fastgrad.runtime.arena import Arena, Buffer
 from fastgrad.runtime.background import KernelTier
 from fastgrad.runtime.build_tables import Stale, Tables
 from fastgrad.runtime.matmul import MatmulStep
+from fastgrad.runtime.numpy_blocks import BlockedLoop
 from fastgrad.runtime.numpy_reductions import tier_impl
 from fastgrad.runtime.numpy_tier import NumpyLoop
 from fastgrad.runtime.plan_steps import PlanStep, _CallStep, _KernelStep, _ViewStep
@@ -89,11 +91,11 @@ def describe(
             if kind is _KernelStep:
                 tier = step.tier
                 numpy = None if tier is None else tier.numpy_loop
-                if numpy is None or numpy.blocked is not None:
-                    return None  # (a tier run by blocks reads its loop's nodes)
                 base = len(step.ins) + len(step.outs)
-                if numpy.slots[:base] != [*step.ins, *step.outs]:
+                if numpy is None or numpy.slots[:base] != [*step.ins, *step.outs]:
                     return None  # (a tier built otherwise)
+                if any(REGISTRY.get(n.op.name) is not n.op for n in step.loop.nodes):
+                    return None  # an op that is not the registry's
                 ops = tuple(
                     (n.op.name, encoded(n.params), op[3].str)
                     for n, op in zip(step.loop.nodes, numpy.ops, strict=True)
@@ -108,6 +110,7 @@ def describe(
                     scalars,
                     (ops, numpy.program(), tuple(tier.shape)),
                     (len(step.ins), len(step.outs), len(step.checks), len(numpy.slots) - base),
+                    None if numpy.blocked is None else _blocked_form(numpy.blocked),
                 )
                 own = (*step.ins, *step.outs, *step.checks, *numpy.slots[base:])
                 rows.append((KERNEL, kinds(form), at[id(step)], *own))
@@ -223,7 +226,7 @@ def build(
         )
         for name, text, ins, outs, flat, column, ops, recomputed in source_rows
     ]
-    kinds = [_kind(row, sources, params, dtype, array) for row in kind_rows]
+    kinds = [_kind(row, sources, params, dtype, array, slots) for row in kind_rows]
     plan: list[Any] = []
     indices: list[int | None] = []
     for row in rows:
@@ -246,18 +249,25 @@ def build(
 
 
 def _kind(
-    row: tuple[Any, ...], sources: list[Any], params: list[Any], dtype: Any, array: Any
+    row: tuple[Any, ...],
+    sources: list[Any],
+    params: list[Any],
+    dtype: Any,
+    array: Any,
+    slots: int,
 ) -> tuple[int, Callable[[tuple[int, ...]], Any], int]:
     """A kind of step: (its code, a function making a step of it from a step's row, the
     length of such rows)."""
     code = row[0]
     if code == KERNEL:
-        _, variants, sizes, nchunks, parallel, scalars, numpy, counts = row
+        _, variants, sizes, nchunks, parallel, scalars, numpy, counts, blocks = row
         ops, program, shape = numpy
         n_ins, n_outs, n_checks, n_extra = counts
         numpy_ops = [(_impl(name), params[p], dtype(d)) for name, p, d in ops]
         base = n_ins + n_outs
         tier = NumpyLoop.stored(numpy_ops, program, base + n_extra)
+        if blocks is not None:  # (its slots in its row: a kind of one step)
+            tier.blocked = _blocked(blocks, ops, numpy_ops, shape, slots)
         final = sources[variants[-1]]
         values = tuple(decode_value(s, array) for s in scalars)
         model = _KernelStep(None, final, [0] * n_ins, [0] * n_outs, tuple(sizes), nchunks,
@@ -293,6 +303,41 @@ def _kind(
         impl, kwargs, d = REGISTRY[name].impl, params[p], dtype(d)
         return code, lambda r: _CallStep(impl, kwargs, list(r[2:-1]), r[-1], d), 3 + count
     raise Stale(f"a step of kind {code!r}")
+
+
+def _blocked_form(blocked: BlockedLoop) -> tuple[Any, ...]:
+    """What a NumPy tier run by blocks holds besides its ops' names, params and dtypes
+    (the tier's own): its inputs (with the plan's slots), kinds, rows a block, output
+    shapes, outputs and shared buffers."""
+    ins = tuple(tuple(op[2]) for op in blocked.ops)
+    shapes = tuple(blocked.out_shapes)
+    outputs, buffers = tuple(blocked.outputs), tuple(blocked.buffers)
+    return ins, tuple(blocked.kinds), blocked.rows, shapes, outputs, buffers
+
+
+def _blocked(
+    form: tuple[Any, ...], names: Any, ops: list[Any], shape: tuple[int, ...], slots: int
+) -> BlockedLoop:
+    """The BlockedLoop `_blocked_form` describes, its ops (impl, params, dtype) `ops`, in
+    a plan of `slots` slots."""
+    ins, kinds, rows, shapes, outputs, buffers = form
+    if not len(ins) == len(kinds) == len(shapes) == len(buffers) == len(ops):
+        raise Stale("a tier run by blocks for another loop")
+    read = [k for op_ins in ins for is_slot, k, _ in op_ins if is_slot]
+    if max([*read, *(slot for _, slot in outputs)], default=0) >= slots:
+        raise Stale("a tier run by blocks reads slots past the plan's")
+    loop = BlockedLoop.__new__(BlockedLoop)
+    loop.shape, loop.kinds, loop.rows = tuple(shape), list(kinds), rows
+    rows_of = zip(names, ops, ins, kinds, strict=True)
+    loop.ops = [
+        (impl, params, list(op_ins), kind, name)
+        for (name, _, _), (impl, params, _), op_ins, kind in rows_of
+    ]
+    loop.ufuncs = [REGISTRY[name].ufunc for name, _, _ in names]
+    loop.dtypes = [dtype for _, _, dtype in ops]
+    loop.out_shapes = [tuple(s) for s in shapes]
+    loop.outputs, loop.buffers = [tuple(o) for o in outputs], list(buffers)
+    return loop
 
 
 @functools.cache
