@@ -254,7 +254,17 @@ def encode_graph(graph: Graph) -> tuple[Any, ...]:
     node_avals, nodes, index = _encode_nodes(graph, array, params)
     outputs = tuple(index[id(v)] for v in graph.outputs)
     rows = tuple(params.rows)
-    return avals.table(), inputs, node_avals.table(), nodes, outputs, tuple(table), rows
+    # The nodes as one run of int32 (name, params, aval, hint, input count, inputs): their
+    # 6,600 tuples (the T=200 RNN's) unpickled took ~2 ms of a warm trace, which reads none.
+    names, hints = Numbered(), Numbered()
+    packed: list[int] = []
+    for name, ins, k, aval, hint in nodes:
+        packed += (names(name), k, aval, hints(hint), len(ins), *ins)
+    n = len(inputs)
+    made = tuple((nodes[k - n][3], hints(nodes[k - n][4])) for k in outputs if k >= n)
+    runs = np.asarray(packed, np.int32).tobytes()
+    head = (tuple(names.rows), tuple(hints.rows), runs, len(nodes), made)
+    return avals.table(), inputs, node_avals.table(), head, outputs, tuple(table), rows
 
 
 def decode_graph(data: tuple[Any, ...]) -> Graph:
@@ -270,23 +280,38 @@ class StoredGraph(Graph):
     twice, once here and once in the trace."""
 
     def __init__(self, data: tuple[Any, ...]) -> None:
-        input_avals, inputs_data, avals_data, nodes_data, outputs, table, rows = data
+        input_avals, inputs_data, avals_data, head, outputs, table, rows = data
         kinds = _avals_from(input_avals)
         self.inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
         self._table, self._param_rows = table, rows  # (decoded when its rows are read)
         self._avals = _avals_from(avals_data)
-        self._rows = nodes_data
+        self._names, self._hints, self._runs, self._count, made = head
         # The outputs' values, made now (the nodes made later define them); where in the
         # values (inputs, then nodes' outputs) each is.
         self.output_places = list(outputs)
         count = len(self.inputs)
+        places = [k for k in outputs if k >= count]
+        if len(made) != len(places) or any(not count <= k < count + self._count for k in places):
+            raise ValueError("the stored graph's outputs are not its values")
         self._made = {
-            k: Var(self._avals[nodes_data[k - count][3]], nodes_data[k - count][4])
-            for k in outputs
-            if k >= count
+            k: Var(self._avals[aval], self._hints[hint])
+            for k, (aval, hint) in zip(places, made, strict=True)
         }
         self.outputs = [self.inputs[k] if k < count else self._made[k] for k in outputs]
         self._nodes: list[Node] | None = None
+
+    @functools.cached_property
+    def _rows(self) -> list[tuple[Any, ...]]:
+        """Its nodes' rows, read from their run of ints (`encode_graph`) when first asked."""
+        flat, names, hints = np.frombuffer(self._runs, np.int32).tolist(), self._names, self._hints
+        rows, at = [], 0
+        for _ in range(self._count):
+            name, k, aval, hint, n = flat[at : at + 5]
+            rows.append((names[name], tuple(flat[at + 5 : at + 5 + n]), k, aval, hints[hint]))
+            at += 5 + n
+        if at != len(flat):
+            raise ValueError("the stored graph's nodes do not fill their run")
+        return rows
 
     @functools.cached_property
     def _params(self) -> list[dict[str, Any]]:
@@ -309,7 +334,7 @@ class StoredGraph(Graph):
 
     def node_count(self) -> int:
         """How many nodes it has (its rows, while its nodes are not made)."""
-        return len(self._rows if self._nodes is None else self._nodes)
+        return self._count if self._nodes is None else len(self._nodes)
 
     def inline_rows(self) -> Iterator[tuple[Any, tuple[int, ...], dict[str, Any], Aval]] | None:
         """Each node as (op, the places of its inputs among the values, params, aval), or
@@ -351,7 +376,7 @@ def op_facts(graph: Graph, extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     """What planning reads of the records of `graph`'s ops and of the ops `extra` (raises
     Uncacheable); a StoredGraph's ops are read from its rows (its nodes not made)."""
     if isinstance(graph, StoredGraph) and graph._nodes is None:
-        ops = {id(op): op for op in map(REGISTRY.__getitem__, {row[0] for row in graph._rows})}
+        ops = {id(op): op for op in map(REGISTRY.__getitem__, graph._names)}
     else:
         ops = {id(n.op): n.op for n in graph.nodes}
     ops.update((id(op), op) for op in extra)
@@ -502,10 +527,9 @@ def encode_plan(
 
 
 def constant_places(traced: Graph) -> dict[int, int]:
-    """Where each constant of `traced` is among its constants, by the id of its value:
-    what stored data refers to rather than holding its bytes. None for a traced graph
-    held back (core.interpreter.DeferredGraph): its constants are stored, since reading
-    them from it would make its nodes, which a warm process never needs."""
+    """Where each constant of `traced` is among its constants, by the id of its value (what
+    stored data refers to); empty for a graph held back (core.interpreter.DeferredGraph):
+    its constants are stored, as reading them would make its nodes."""
     if isinstance(traced, DeferredGraph):
         return {}
     return {id(value): k for k, value in enumerate(constants(traced))}
