@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
+import fastgrad.runtime.executable as executable_module
 from fastgrad.compiler import plan_cache
 from fastgrad.core.config import config
-from fastgrad.runtime import build_tables
-from fastgrad.runtime.executable import Executable, _KernelStep, _MatmulStep
+from fastgrad.runtime import background, build_tables, numpy_blocks
+from fastgrad.runtime.executable import Executable, StoredBuild, _KernelStep, _MatmulStep
 from fastgrad.testing import strategies as fst
 from test_plan_cache import (  # the same damages, the same small RNN, the same checks
     RNN_ARGS,
@@ -33,8 +34,10 @@ from test_plan_cache import (  # the same damages, the same small RNN, the same 
     _check_other_version_unused,
     _corrupt_payload,
     _empty,
+    _one_plan,
     _other_format,
     _random_program,
+    _rnn,
     _run_new,
     _same_bits,
     _truncate,
@@ -55,6 +58,7 @@ def _build_form(executable: Any) -> list[Any]:
                 ops = [(op[0], tuple(map(tuple, op[2])), op[3], op[4]) for op in loop.ops]
                 dead = [tuple(d) for d in loop.dead]
                 row += [ops, list(map(tuple, loop.outputs)), dead, list(loop.into), loop.pooled]
+                row += [list(loop.slots), _blocked_form(loop.blocked)]
         elif isinstance(step, _MatmulStep):
             row += [step.out, step.buffer, step.accumulate]
         else:
@@ -65,6 +69,17 @@ def _build_form(executable: Any) -> list[Any]:
     views = [(s.ins, s.out) for s in arena.static_views]
     form += [buffers, arena.layout(), sorted(arena.static), arena.copied, views]
     return form
+
+
+def _blocked_form(blocked: Any) -> Any:
+    """What a NumPy tier run by blocks computes with (runtime.numpy_blocks), or None."""
+    if blocked is None:
+        return None
+    ops = [(op[0], op[1], tuple(map(tuple, op[2])), op[3], op[4]) for op in blocked.ops]
+    shapes = [tuple(s) for s in blocked.out_shapes]
+    outputs = [tuple(o) for o in blocked.outputs]
+    head = [blocked.shape, ops, blocked.kinds, blocked.rows, blocked.ufuncs, blocked.dtypes]
+    return [*head, shapes, outputs, blocked.buffers]
 
 
 def _fresh_saved_loaded(plans: Path, f: Any, xs: Any) -> tuple[Any, Any, Any]:
@@ -84,6 +99,8 @@ def _fresh_saved_loaded(plans: Path, f: Any, xs: Any) -> tuple[Any, Any, Any]:
 
 def _check_three(plans: Path, f: Any, xs: Any) -> None:
     fresh, saved, loaded = _fresh_saved_loaded(plans, f, xs)
+    # Built from its stored steps, where they have a stored form (runtime.stored_plan).
+    assert isinstance(loaded.executable, StoredBuild) == (saved.executable.tables.steps is not None)
     assert _build_form(loaded.executable) == _build_form(saved.executable)
     for _ in range(3):  # the NumPy tier or the kernels, then the lowered plan
         want = fresh.executable(list(xs))
@@ -174,6 +191,13 @@ def _another_arena(tables: Any) -> Any:
     return tables
 
 
+def _buffers_cut(tables: Any) -> Any:
+    """The arena's buffers (runs of 5 ints) one int short."""
+    count, slots, binds, matmuls, views, (kinds, flat), *rest = tables.arena
+    tables.arena = (count, slots, binds, matmuls, views, (kinds, flat[:-1]), *rest)
+    return tables
+
+
 def _other_outputs(tables: Any) -> Any:
     """A loop step's outputs not the step's (a kernel variant writing them in another order)."""
     count, slots, binds, *rest = tables.arena
@@ -184,17 +208,78 @@ def _other_outputs(tables: Any) -> Any:
 
 def _shorter_tier(tables: Any) -> Any:
     """A loop's NumPy tier that lets go of values after fewer ops than the loop has."""
-    at, (ins, reuse, outputs, dead, into) = next(iter(sorted(tables.numpy.items())))
-    tables.numpy = {**tables.numpy, at: (ins, reuse, outputs, dead[:-1], into)}
+    at, (ins, reuse, outputs, dead, into, slots) = next(iter(sorted(tables.numpy.items())))
+    tables.numpy = {**tables.numpy, at: (ins, reuse, outputs, dead[:-1], into, slots)}
     return tables
+
+
+def _steps_shifted(tables: Any) -> Any:
+    """A step reading a slot past the last."""
+    *head, rows, arrays = tables.steps
+    (code, kind, *own), *others = rows
+    tables.steps = (*head, ((code, kind, *own[:-1], own[-1] + 10**6), *others), arrays)
+    return tables
+
+
+def _steps_fewer(tables: Any) -> Any:
+    *head, rows, arrays = tables.steps
+    tables.steps = (*head, rows[:-1], arrays)
+    return tables
+
+
+def _steps_other_kind(tables: Any) -> Any:
+    """A step of another kind of step (a kernel step read as a view, say)."""
+    *head, kinds, rows, arrays = tables.steps
+    (code, kind, *own), *others = rows
+    other = next(k for k, row in enumerate(kinds) if row[0] != code)
+    tables.steps = (*head, kinds, ((code, other, *own), *others), arrays)
+    return tables
+
+
+def _steps_other_inputs(tables: Any) -> Any:
+    """Stored steps for arguments of another shape."""
+    inputs, slots, consts, avals, *rest = tables.steps
+    first = avals[inputs[0]]
+    avals = (*avals, ((*first[0], 1), *first[1:]))
+    tables.steps = ((len(avals) - 1, *inputs[1:]), slots, consts, avals, *rest)
+    return tables
+
+
+def _steps_shorter_tier(tables: Any) -> Any:
+    """A kernel step's NumPy tier that lets go of values after fewer ops than it has."""
+    *head, kinds, rows, arrays = tables.steps
+    k, row = next((k, row) for k, row in enumerate(kinds) if row[0] == 0)
+    ops, (ins, reuse, outputs, dead, into), shape = row[6]
+    row = (*row[:6], (ops, (ins, reuse, outputs, dead[:-1], into), shape), row[7])
+    tables.steps = (*head, (*kinds[:k], row, *kinds[k + 1 :]), rows, arrays)
+    return tables
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_steps_shifted, _steps_fewer, _steps_other_kind, _steps_other_inputs, _steps_shorter_tier]
+    + [_another_arena, _other_outputs, _buffers_cut],
+)
+def test_stored_steps_that_do_not_fit_are_rebuilt(plans: Path, change: Any) -> None:
+    """An executable's stored steps (runtime.stored_plan) with a valid digest that do not
+    fit: rebuilt from the plan, never trusted."""
+    _check_unfit_rebuilt(plans, change)
 
 
 @pytest.mark.parametrize(
     "change",
     [_shifted_slots, _fewer_values, _no_folds, _another_arena, _other_outputs, _shorter_tier],
 )
-def test_whole_tables_that_do_not_fit_are_rebuilt(plans: Path, change: Any) -> None:
-    """Tables with a valid digest that do not fit the plan they are read for."""
+def test_whole_tables_that_do_not_fit_are_rebuilt(
+    plans: Path, change: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables with a valid digest that do not fit the plan they are read for (tables
+    without stored steps, as a plan whose NumPy tier runs by blocks has)."""
+    monkeypatch.setattr(executable_module, "describe", lambda *args: None)
+    _check_unfit_rebuilt(plans, change)
+
+
+def _check_unfit_rebuilt(plans: Path, change: Any) -> None:
     _check(_run_new())
     path = _one_table(plans)
     whole = path.read_bytes()
@@ -225,3 +310,73 @@ def test_plans_running_loops_store_no_tables(plans: Path) -> None:
     assert not list(plans.glob("*.tables"))
     want = fg.jit(fg.value_and_grad(f), fuse=False)(*RNN_ARGS)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_a_warm_executable_reads_no_plan_until_asked(plans: Path) -> None:
+    """Built from its stored steps, the executable reads no plan (its graph, partition and
+    kernel sources) until something asks, not even once its kernels are settled and its
+    calls lowered: then the stored plan's, as a cold build has."""
+    _check(_run_new())
+    jf = fg.jit(fg.value_and_grad(_rnn))
+    executable = jf.lower(*RNN_ARGS).executable
+    assert isinstance(executable, StoredBuild)
+    fg.warmup(jf, *RNN_ARGS)
+    for _ in range(3):
+        _same_bits(jf(*RNN_ARGS), _run_new())
+    assert not {"graph", "steps", "generated", "_stored"} & set(executable.__dict__)
+    config.update("plan_cache", False)
+    cold = fg.jit(fg.value_and_grad(_rnn)).lower(*RNN_ARGS).executable
+    config.update("plan_cache", True)
+    assert str(executable.graph) == str(cold.graph)
+    assert len(executable.steps) == len(cold.steps)
+    assert [s.source for s in executable.generated.values()] == [
+        s.source for s in cold.generated.values()
+    ]
+    for step in executable.plan:  # (runtime.explain pairs a kernel step with its loop)
+        if isinstance(step, _KernelStep):
+            assert step.loop in executable.steps
+
+
+def test_a_warm_executable_without_its_plan_file(plans: Path) -> None:
+    """Its plan file gone (evicted, say), the stored steps still build the executable;
+    asked for its graph, it prepares the traced graph again."""
+    _check(_run_new())
+    _one_plan(plans).unlink()
+    executable = fg.jit(fg.value_and_grad(_rnn)).lower(*RNN_ARGS).executable
+    assert isinstance(executable, StoredBuild)
+    _check(executable(list(RNN_ARGS)))
+    assert len(executable.graph.nodes) > 0 and executable.steps
+
+
+class _Held:
+    """The compile thread, never run: every loop stays on its NumPy tier."""
+
+    def submit(self, job: Any) -> None:
+        pass
+
+
+def test_a_tier_run_by_blocks_is_stored_with_its_steps(
+    plans: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NumPy tier run by blocks (blocks of 8 elements here) is stored with the steps:
+    built warm as cold, and on NumPy (kernels held back) the same bits."""
+    monkeypatch.setattr(numpy_blocks, "BLOCK", 8)
+    monkeypatch.setattr(background, "_WORKER", _Held())
+    monkeypatch.setattr(fg.config, "compile", "background")
+
+    def f(w: Any, x: Any) -> Any:
+        return fnp.sum(fnp.tanh(x * w + fnp.sin(x)) * fnp.exp(-w * w))
+
+    program = fg.value_and_grad(f, (0, 1))
+    rng = np.random.default_rng(3)
+    xs = (rng.standard_normal((64, 4)), rng.standard_normal((64, 4)))
+    fresh, saved, loaded = _fresh_saved_loaded(plans, program, xs)
+    assert isinstance(loaded.executable, StoredBuild)
+    tiers = [s.tier for s in loaded.executable.plan if getattr(s, "tier", None)]
+    assert any(t.numpy_loop.blocked is not None for t in tiers)
+    assert _build_form(loaded.executable) == _build_form(saved.executable)
+    for _ in range(2):
+        want = fresh.executable(list(xs))
+        _same_bits(want, saved.executable(list(xs)))
+        _same_bits(want, loaded.executable(list(xs)))
+    assert all(s.tier is not None for s in loaded.executable.plan if hasattr(s, "tier"))

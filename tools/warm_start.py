@@ -20,6 +20,21 @@ does: compiling fastgrad's source again in every process cost ~1 s of each impor
 each first call's modules on the loaded development machine.
 
 Where a warm first call's time goes now (CPU ms of the calling thread for every phase,
+the first run too; best of 9 fresh processes alternating with db58eb1, load 3.3-3.5,
+bytecode cached, everything on disk, background mode, FASTGRAD_NATIVE=0), the T=200
+unrolled RNN: trace 19.0 (20.7 in the same run: the stored reverse-mode graph's nodes a
+run of ints, left unread), prepare 10.3 (36.8: the executable built from its stored
+steps alone, runtime.stored_plan, no plan read; what remains: the tables' read ~3, the
+steps ~4, their kinds ~2, the arena ~2), first run 41.1 (48.1: no native_plan.settle
+question per kernel step with the native path off; a first call's own work, measured
+with the kernels held back, is ~20 of it: the compile jobs' layouts and keys ~5, the
+arena's binding ~4 and buffers ~1.5, NumPy's first use of its temporaries ~4); the whole
+first call 70.4 against 107.4 (0.66x). With the native path (default): prepare 10.6
+(42.1), whole first call 103.9 (145.7). M1 (T=50, FASTGRAD_NATIVE=0, best of 7): prepare
+3.5 (10.0), first call 26.3 (33.3); M2 level (prepare 5.1 against 5.8, its first run ~75
+of its ~85).
+
+Before that (CPU ms of the calling thread for every phase,
 the first run too, which this tool shows as wall time; best of 7 fresh processes
 alternating with ade9ab3, load 6.4-6.6, bytecode cached, everything on disk,
 background mode), the T=200 unrolled RNN: tracing the user's function 11.2 (12.2); the

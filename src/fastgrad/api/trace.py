@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -135,6 +136,12 @@ class Traced:
                 key = plan_cache.plan_key(self.graph)
             else:
                 key = plan_cache.inlined_key(self.graph, self.inlined)
+        tables = build_tables.load(key) if key is not None else None
+        if tables is not None and tables.steps is not None:  # the executable as data
+            executable = _from_steps(key, self.graph, tables)
+            if executable is not None:
+                return executable
+            tables = None
         stored = plan_cache.load(key, self.graph) if key is not None else None
         if stored is not None:
             graph, steps, generated = stored
@@ -145,12 +152,12 @@ class Traced:
         if DEBUG:
             print(f"# fastgrad: traced\n{self.graph}\n# fastgrad: simplified\n{graph}")
         executable = None
-        if key is not None and stored is not None:  # its build too, if stored (build_tables)
-            executable = _from_tables(key, graph, steps, generated)
+        if key is not None and stored is not None and tables is not None:
+            executable = _from_tables(key, graph, steps, generated, tables)
         if executable is None:
             executable = Executable(graph, steps, generated=generated, record=key is not None)
             if key is not None and executable.tables is not None:
-                build_tables.save(key, executable.tables)
+                build_tables.save(key, executable.tables, self.graph)
         if key is not None and stored is None:
             plan_cache.save(key, self.graph, (graph, steps, executable.generated))
         if DEBUG:
@@ -158,20 +165,48 @@ class Traced:
         return executable
 
 
-def _from_tables(key: str, graph: Graph, steps: Any, generated: Any) -> Executable | None:
+def _from_tables(
+    key: str, graph: Graph, steps: Any, generated: Any, tables: Any
+) -> Executable | None:
     """The executable of a plan read from disk, built from the tables stored with it; None
-    when there are none, or they do not fit (removed then: built and stored again)."""
+    when they do not fit (removed then: built and stored again)."""
     from fastgrad.runtime import build_tables
     from fastgrad.runtime.executable import Executable
 
-    tables = build_tables.load(key)
-    if tables is None:
-        return None
     try:
         return Executable(graph, steps, generated=generated, tables=tables)
     except Exception:  # noqa: BLE001  (never trusted: a fresh build raises a real error)
         build_tables.drop(key)
         return None
+
+
+def _from_steps(key: str, traced: Graph, tables: Any) -> Executable | None:
+    """The executable that stored tables describe step by step (runtime.stored_plan),
+    built without the plan's graph, which is read only if something asks for it; None
+    when they do not fit (removed then: built and stored again)."""
+    from fastgrad.compiler import plan_cache
+    from fastgrad.compiler.plan_codec import constants, decode_plan
+    from fastgrad.runtime import build_tables
+    from fastgrad.runtime.executable import StoredBuild
+
+    def read_plan() -> Any:  # (not counted: the plan was, in its executable's form)
+        decode = partial(decode_plan, traced)
+        stored = plan_cache.load_kind(key, "plan", decode, plan_cache.Counters())
+        if stored is not None:
+            return stored
+        from fastgrad.compiler.fusion import partition  # (the plan file went: again)
+        from fastgrad.compiler.passes import simplify
+
+        graph = simplify(traced)
+        return graph, partition(graph), {}
+
+    try:
+        executable = StoredBuild.stored(tables, traced, lambda: constants(traced), read_plan)
+    except Exception:  # noqa: BLE001  (never trusted: a fresh build raises a real error)
+        build_tables.drop(key)
+        return None
+    plan_cache.COUNTERS.loaded += 1  # the plan, in its executable's form
+    return executable
 
 
 def load_layers() -> None:

@@ -78,7 +78,9 @@ T = TypeVar("T")
 
 
 class Counters:
-    """Plans loaded, saved, built because none was stored, and dropped as unusable."""
+    """Plans loaded (a plan's executable built from its stored steps counts as its plan
+    loaded: runtime.stored_plan), saved, built because none was stored, and dropped as
+    unusable."""
 
     def __init__(self) -> None:
         self.loaded = self.saved = self.missed = self.dropped = self.uncacheable = 0

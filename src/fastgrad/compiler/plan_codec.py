@@ -11,7 +11,7 @@ nodes name their params by number in a table of the distinct ones (`_Params`), w
 reader decodes once each (a long unrolled loop repeats a few hundred).
 `decode_plan` rebuilds it against the traced graph, whose inputs and constants it reuses;
 `encode_graph` and `decode_graph` do the same for a whole graph of its own. A param value
-of a type not listed in `_encode` (a user's function in a custom rule, a loop body), an op
+of a type not listed in `encode_value` (a user's function in a custom rule, a loop body), an op
 record holding a function fastgrad does not define, or an attribute of a loop the codec
 does not know makes the graph `Uncacheable`: such a plan is built in every process, never
 guessed at.
@@ -42,7 +42,7 @@ class Uncacheable(Exception):
     """The graph holds something that has no faithful plain-data form."""
 
 
-def _encode(value: Any, array: Any) -> Any:
+def encode_value(value: Any, array: Any) -> Any:
     """`value` as nested tuples of plain values, each container tagged by its type.
     `array(a)` gives an ndarray's form (its bytes, or a reference to a known one)."""
     kind = type(value)
@@ -51,9 +51,9 @@ def _encode(value: Any, array: Any) -> Any:
     if kind is tuple:
         if _INTS.issuperset(map(type, value)):  # a shape or axes: most params
             return ("t", *value)
-        return ("t", *(_encode(v, array) for v in value))
+        return ("t", *(encode_value(v, array) for v in value))
     if kind is list:
-        return ("l", *(_encode(v, array) for v in value))
+        return ("l", *(encode_value(v, array) for v in value))
     if kind is np.ndarray:
         return ("a", array(value))
     if isinstance(value, np.dtype):
@@ -61,20 +61,20 @@ def _encode(value: Any, array: Any) -> Any:
     if isinstance(value, np.generic):
         return ("s", value.dtype.str, value.tobytes())
     if kind is slice:
-        return ("sl", *(_encode(v, array) for v in (value.start, value.stop, value.step)))
+        return ("sl", *(encode_value(v, array) for v in (value.start, value.stop, value.step)))
     raise Uncacheable(f"a param of type {kind.__name__}")
 
 
-def _decode(value: Any, array: Any) -> Any:
+def decode_value(value: Any, array: Any) -> Any:
     if type(value) is not tuple:
         return value
     tag, rest = value[0], value[1:]
     if tag == "t":
         if all(type(v) is not tuple for v in rest):  # plain values (a shape, axes)
             return rest
-        return tuple(_decode(v, array) for v in rest)
+        return tuple(decode_value(v, array) for v in rest)
     if tag == "l":
-        return [_decode(v, array) for v in rest]
+        return [decode_value(v, array) for v in rest]
     if tag == "a":
         return array(rest[0])
     if tag == "d":
@@ -82,18 +82,18 @@ def _decode(value: Any, array: Any) -> Any:
     if tag == "s":
         return np.frombuffer(rest[1], np.dtype(rest[0]))[0]
     if tag == "sl":
-        return slice(*(_decode(v, array) for v in rest))
+        return slice(*(decode_value(v, array) for v in rest))
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def _array_bytes(a: np.ndarray) -> tuple[Any, ...]:
+def array_bytes(a: np.ndarray) -> tuple[Any, ...]:
     """dtype, shape, bytes in C order, and whether the array was in Fortran order (a BLAS
     call may take another path, and sum in another order, for one than for the other)."""
     fortran = a.ndim > 1 and a.flags.f_contiguous and not a.flags.c_contiguous
     return a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes(), fortran
 
 
-def _array_from(form: tuple[Any, ...]) -> np.ndarray:
+def array_from(form: tuple[Any, ...]) -> np.ndarray:
     dtype, shape, data, fortran = form
     a = np.frombuffer(data, np.dtype(dtype)).reshape(shape)
     return np.asfortranarray(a) if fortran else a.copy()
@@ -106,7 +106,7 @@ def _aval(a: Aval) -> tuple[tuple[int, ...], str, bool]:
 def _params(node: Node, array: Any) -> tuple[Any, ...]:
     # In the params' own order, which the printed graph shows.
     return tuple(
-        [(k, v if type(v) in _PLAIN else _encode(v, array)) for k, v in node.params.items()]
+        [(k, v if type(v) in _PLAIN else encode_value(v, array)) for k, v in node.params.items()]
     )
 
 
@@ -126,40 +126,47 @@ class _Avals:
         return tuple(_aval(a) for a in self.number)
 
 
-class _Params:
-    """Numbers for the distinct params of a graph's nodes (6,598 nodes of the T=200 RNN's
-    backward graph have 410), so that a reader decodes each once. Told apart exactly:
-    1, 1.0 and True, or 0.0 and -0.0, are other params."""
+class Numbered:
+    """Numbers for distinct rows of plain data, told apart exactly: 1, 1.0 and True, or
+    0.0 and -0.0, are other rows. `rows` lists them in the order first met."""
 
-    def __init__(self, array: Any) -> None:
-        self.array = array
+    def __init__(self) -> None:
         self.number: dict[Any, int] = {}
         self.rows: list[Any] = []
 
-    def __call__(self, node: Node) -> int:
-        if not node.params:
-            return -1
-        row = _params(node, self.array)
-        exact = _exact(row)
-        k = self.number.get(exact)
+    def __call__(self, row: Any) -> int:
+        key = exact(row)
+        k = self.number.get(key)
         if k is None:
-            k = self.number[exact] = len(self.rows)
+            k = self.number[key] = len(self.rows)
             self.rows.append(row)
         return k
 
 
-def _exact(value: Any) -> Any:
+class _Params(Numbered):
+    """Numbers for the distinct params of a graph's nodes (6,598 nodes of the T=200 RNN's
+    backward graph have 410), so that a reader decodes each once."""
+
+    def __init__(self, array: Any) -> None:
+        super().__init__()
+        self.array = array
+
+    def __call__(self, node: Node) -> int:  # type: ignore[override]
+        return super().__call__(_params(node, self.array)) if node.params else -1
+
+
+def exact(value: Any) -> Any:
     """A key equal only for values of the same types and bits (for `_Params`)."""
     kind = type(value)
     if kind is tuple:
-        return tuple(map(_exact, value))
+        return tuple(map(exact, value))
     if kind is float:
         return kind, value.hex()
     return kind, value
 
 
 def _params_from(rows: Any, array: Any) -> list[dict[str, Any]]:
-    return [{k: _decode(v, array) for k, v in row} for row in rows]
+    return [{k: decode_value(v, array) for k, v in row} for row in rows]
 
 
 def _encode_nodes(
@@ -238,7 +245,7 @@ def encode_graph(graph: Graph) -> tuple[Any, ...]:
         k = arrays.get(id(a))
         if k is None:
             k = arrays[id(a)] = len(table)
-            table.append(_array_bytes(a))
+            table.append(array_bytes(a))
         return k
 
     avals = _Avals()
@@ -247,7 +254,17 @@ def encode_graph(graph: Graph) -> tuple[Any, ...]:
     node_avals, nodes, index = _encode_nodes(graph, array, params)
     outputs = tuple(index[id(v)] for v in graph.outputs)
     rows = tuple(params.rows)
-    return avals.table(), inputs, node_avals.table(), nodes, outputs, tuple(table), rows
+    # The nodes as one run of int32 (name, params, aval, hint, input count, inputs): their
+    # 6,600 tuples (the T=200 RNN's) unpickled took ~2 ms of a warm trace, which reads none.
+    names, hints = Numbered(), Numbered()
+    packed: list[int] = []
+    for name, ins, k, aval, hint in nodes:
+        packed += (names(name), k, aval, hints(hint), len(ins), *ins)
+    n = len(inputs)
+    made = tuple((nodes[k - n][3], hints(nodes[k - n][4])) for k in outputs if k >= n)
+    runs = np.asarray(packed, np.int32).tobytes()
+    head = (tuple(names.rows), tuple(hints.rows), runs, len(nodes), made)
+    return avals.table(), inputs, node_avals.table(), head, outputs, tuple(table), rows
 
 
 def decode_graph(data: tuple[Any, ...]) -> Graph:
@@ -263,29 +280,44 @@ class StoredGraph(Graph):
     twice, once here and once in the trace."""
 
     def __init__(self, data: tuple[Any, ...]) -> None:
-        input_avals, inputs_data, avals_data, nodes_data, outputs, table, rows = data
+        input_avals, inputs_data, avals_data, head, outputs, table, rows = data
         kinds = _avals_from(input_avals)
         self.inputs = [Var(kinds[aval], hint) for aval, hint in inputs_data]
         self._table, self._param_rows = table, rows  # (decoded when its rows are read)
         self._avals = _avals_from(avals_data)
-        self._rows = nodes_data
+        self._names, self._hints, self._runs, self._count, made = head
         # The outputs' values, made now (the nodes made later define them); where in the
         # values (inputs, then nodes' outputs) each is.
         self.output_places = list(outputs)
         count = len(self.inputs)
+        places = [k for k in outputs if k >= count]
+        if len(made) != len(places) or any(not count <= k < count + self._count for k in places):
+            raise ValueError("the stored graph's outputs are not its values")
         self._made = {
-            k: Var(self._avals[nodes_data[k - count][3]], nodes_data[k - count][4])
-            for k in outputs
-            if k >= count
+            k: Var(self._avals[aval], self._hints[hint])
+            for k, (aval, hint) in zip(places, made, strict=True)
         }
         self.outputs = [self.inputs[k] if k < count else self._made[k] for k in outputs]
         self._nodes: list[Node] | None = None
 
     @functools.cached_property
+    def _rows(self) -> list[tuple[Any, ...]]:
+        """Its nodes' rows, read from their run of ints (`encode_graph`) when first asked."""
+        flat, names, hints = np.frombuffer(self._runs, np.int32).tolist(), self._names, self._hints
+        rows, at = [], 0
+        for _ in range(self._count):
+            name, k, aval, hint, n = flat[at : at + 5]
+            rows.append((names[name], tuple(flat[at + 5 : at + 5 + n]), k, aval, hints[hint]))
+            at += 5 + n
+        if at != len(flat):
+            raise ValueError("the stored graph's nodes do not fill their run")
+        return rows
+
+    @functools.cached_property
     def _params(self) -> list[dict[str, Any]]:
         """The params of its rows, decoded when first read: a warm process whose traced
         graph is held back (core.interpreter.DeferredGraph) reads none."""
-        arrays = [_array_from(form) for form in self._table]
+        arrays = [array_from(form) for form in self._table]
         return _params_from(self._param_rows, arrays.__getitem__)
 
     @property  # type: ignore[override]
@@ -302,7 +334,7 @@ class StoredGraph(Graph):
 
     def node_count(self) -> int:
         """How many nodes it has (its rows, while its nodes are not made)."""
-        return len(self._rows if self._nodes is None else self._nodes)
+        return self._count if self._nodes is None else len(self._nodes)
 
     def inline_rows(self) -> Iterator[tuple[Any, tuple[int, ...], dict[str, Any], Aval]] | None:
         """Each node as (op, the places of its inputs among the values, params, aval), or
@@ -321,7 +353,7 @@ def graph_digest(graph: Graph) -> str:
 
     def array(a: np.ndarray) -> Any:
         if a.size <= 64:
-            return _array_bytes(a)
+            return array_bytes(a)
         data = hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=20).digest()
         return a.dtype.str, a.shape, data
 
@@ -344,7 +376,7 @@ def op_facts(graph: Graph, extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     """What planning reads of the records of `graph`'s ops and of the ops `extra` (raises
     Uncacheable); a StoredGraph's ops are read from its rows (its nodes not made)."""
     if isinstance(graph, StoredGraph) and graph._nodes is None:
-        ops = {id(op): op for op in map(REGISTRY.__getitem__, {row[0] for row in graph._rows})}
+        ops = {id(op): op for op in map(REGISTRY.__getitem__, graph._names)}
     else:
         ops = {id(n.op): n.op for n in graph.nodes}
     ops.update((id(op), op) for op in extra)
@@ -407,20 +439,11 @@ def encode_plan(
         a is not b for a, b in zip(graph.inputs, traced.inputs, strict=True)
     ):
         raise Uncacheable("the plan's inputs are not the traced graph's")
-    # A traced graph held back (core.interpreter.DeferredGraph) has its constants stored:
-    # reading them from it would make its nodes, which a warm process never needs.
-    traced_consts = (
-        {
-            id(n.params["value"]): k
-            for k, n in enumerate(n for n in traced.nodes if n.op.name == "const")
-        }
-        if not isinstance(traced, DeferredGraph)
-        else {}
-    )
+    traced_consts = constant_places(traced)
 
     def array(a: np.ndarray) -> Any:
         k = traced_consts.get(id(a))
-        return ("ref", k) if k is not None else ("data", *_array_bytes(a))
+        return ("ref", k) if k is not None else ("data", *array_bytes(a))
 
     for step in steps:
         _check_known(step, _LOOP_FIELDS if isinstance(step, Loop) else _CALL_FIELDS)
@@ -503,6 +526,20 @@ def encode_plan(
     )
 
 
+def constant_places(traced: Graph) -> dict[int, int]:
+    """Where each constant of `traced` is among its constants, by the id of its value (what
+    stored data refers to); empty for a graph held back (core.interpreter.DeferredGraph):
+    its constants are stored, as reading them would make its nodes."""
+    if isinstance(traced, DeferredGraph):
+        return {}
+    return {id(value): k for k, value in enumerate(constants(traced))}
+
+
+def constants(traced: Graph) -> list[np.ndarray]:
+    """The values of `traced`'s constants, in its order (`constant_places`)."""
+    return [n.params["value"] for n in traced.nodes if n.op.name == "const"]
+
+
 def decode_plan(
     traced: Graph, data: tuple[Any, ...]
 ) -> tuple[Graph, list[Step], dict[tuple[int, bool], KernelSource]]:
@@ -512,9 +549,9 @@ def decode_plan(
 
     def array(form: Any) -> np.ndarray:
         if form[0] != "ref":
-            return _array_from(form[1:])
+            return array_from(form[1:])
         if not consts:
-            consts.extend(n.params["value"] for n in traced.nodes if n.op.name == "const")
+            consts.extend(constants(traced))
         return consts[form[1]]
 
     avals = _avals_from(avals_data)

@@ -12,6 +12,7 @@ the plan they are given (`Stale`) are dropped and built again, never trusted.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import operator
@@ -21,6 +22,7 @@ from typing import Any
 
 from fastgrad.compiler import plan_cache
 from fastgrad.compiler.fusion import Loop, Step
+from fastgrad.compiler.plan_codec import array_bytes, constant_places
 from fastgrad.core.ir import Graph
 from fastgrad.runtime.thread_budget import numba_threads
 
@@ -43,6 +45,9 @@ class Tables:
     numpy: dict[int, Any]  # a loop's step index -> its NumPy tier's tables
     arena: tuple[Any, ...]  # executable._arena's layout (arena_tables)
     products: Any  # thread_budget.products of the plan's graph (its matmuls' sizes)
+    # The executable's steps themselves (runtime.stored_plan), built again without the
+    # plan's graph; None where they have no stored form.
+    steps: Any = None
 
     def encode(self) -> tuple[Any, ...]:
         return (
@@ -53,11 +58,12 @@ class Tables:
             tuple(sorted(self.numpy.items())),
             self.arena,
             self.products,
+            self.steps,
         )
 
     @classmethod
     def decode(cls, data: tuple[Any, ...]) -> Tables:
-        slots, outputs, folded, matmuls, numpy, arena, products = data
+        slots, outputs, folded, matmuls, numpy, arena, products, steps = data
         return cls(
             slots,
             outputs,
@@ -66,6 +72,7 @@ class Tables:
             dict(numpy),
             arena,
             products,
+            steps,
         )
 
 
@@ -114,8 +121,25 @@ def load(plan_key: str) -> Tables | None:
     return plan_cache.load_kind(key(plan_key), KIND, Tables.decode, COUNTERS)
 
 
-def save(plan_key: str, tables: Tables) -> None:
+def save(plan_key: str, tables: Tables, traced: Graph) -> None:
+    """Store `tables`, built for the plan of `traced` (whose constants the stored steps
+    refer to rather than hold: plan_codec.constant_places)."""
+    if tables.steps is not None:
+        steps = encode_arrays(tables.steps, constant_places(traced))
+        tables = dataclasses.replace(tables, steps=steps)
     plan_cache.save_kind(key(plan_key), KIND, tables.encode, COUNTERS)
+
+
+def encode_arrays(form: tuple[Any, ...], traced_consts: dict[int, int]) -> tuple[Any, ...]:
+    """runtime.stored_plan.describe's form with its arrays as data: a constant of the
+    traced graph by its place among them (`traced_consts`: id of its value -> place),
+    others by their bytes."""
+    *rest, arrays = form
+    data = tuple(
+        ("ref", traced_consts[id(a)]) if id(a) in traced_consts else ("data", *array_bytes(a))
+        for a in arrays
+    )
+    return (*rest, data)
 
 
 def drop(plan_key: str) -> None:

@@ -43,6 +43,13 @@ from fastgrad.runtime.ownership import borrowed
 from fastgrad.runtime.plan_steps import _VIEW_ARG, PlanStep, _CallStep, _KernelStep, _ViewStep
 from fastgrad.runtime.small_call import SmallCall, function
 from fastgrad.runtime.small_call import build as build_small_call
+from fastgrad.runtime.stored_plan import (
+    StoredExecutable,
+    build,
+    describe,
+    layout_tables,
+    stored_arena,
+)
 from fastgrad.runtime.thread_budget import numba_threads, products, shares_cores
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
@@ -81,6 +88,7 @@ class Executable:
         used instead of working it out (raises build_tables.Stale if they do not fit);
         `record`: keep this build's tables in `self.tables`, for the plan cache to store."""
         self.graph = graph
+        self.arity = len(graph.inputs)  # (a stored build's graph is read only if asked)
         self.steps = list(steps)
         # Kernel sources by (index of the loop in `steps`, parallel): given (a plan loaded
         # from disk, compiler.plan_cache) or filled here, for the plan cache to store.
@@ -133,28 +141,12 @@ class Executable:
             kept = fold_accumulations(self.plan, fresh, per_call)
         else:
             kept = self.plan  # (the matmuls as the tables say, `_stored_matmul`)
-        self.views_of = partial(fresh_slots, kept)  # (runtime.loop_table's carries)
-        self.waits = False  # set by settle()
         self.template: list[Any] = [None] * len(slot)
         for v, value in consts:
             if v in slot:
                 self.template[slot[v]] = value
-        self._lock = threading.Lock()
-        self._small: Any = None  # runtime.small_call's Plan, or False
         # (stored: what thread_budget reads of the graph's matmuls, a pass over its nodes)
-        self.products = products(graph) if tables is None else tables.products
-        # Multiply-adds of its largest single product (a batched one counts one matrix),
-        # its loops' too: a loop's LOOP may run from this plan's table (runtime.loop_row),
-        # and a loop reads its bodies' (control_flow), so that a product is small or not
-        # the same in a loop body and out of one.
-        in_loops = [s.largest_matmul for s in self.plan if isinstance(s, LoopStep)]
-        self.largest_matmul = max([size for _, size in self.products] + in_loops, default=0)
-        self.small_matmuls = 0 < self.largest_matmul <= SMALL_MATMUL
-        self.one_blas_thread = one = self.small_matmuls or shares_cores(kept, self.products)
-        self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
-        # What a process reading this plan from disk may take as it is (runtime.build_tables):
-        # a plan run by itself (a loop body's plan, or a plan running loops, is built anew).
-        self.tables: Tables | None = None
+        one = self._settings(kept, products(graph) if tables is None else tables.products)
         if looped:
             # The plan's own steps run the loop; copies of them (bound to buffers of
             # their own) serve `run`, for a loop that finds the two arenas in use.
@@ -170,10 +162,51 @@ class Executable:
                 self.tables = self._record(slot, self.plan, kept, at)
         self.plan = kept
 
+    def _settings(self, kept: list[PlanStep], matmuls: Any) -> bool:
+        """What a build sets besides its steps and arena, given the steps kept and the
+        products (thread_budget.products); whether BLAS runs on one thread."""
+        self.views_of = partial(fresh_slots, kept)  # (runtime.loop_table's carries)
+        self.waits = False  # set by settle()
+        self._lock = threading.Lock()
+        self._small: Any = None  # runtime.small_call's Plan, or False
+        self.products = matmuls
+        # Multiply-adds of its largest single product (a batched one counts one matrix),
+        # its loops' too: a loop's LOOP may run from this plan's table (runtime.loop_row),
+        # and a loop reads its bodies' (control_flow), so that a product is small or not
+        # the same in a loop body and out of one.
+        in_loops = [s.largest_matmul for s in kept if isinstance(s, LoopStep)]
+        self.largest_matmul = max([size for _, size in self.products] + in_loops, default=0)
+        self.small_matmuls = 0 < self.largest_matmul <= SMALL_MATMUL
+        self.one_blas_thread = self.small_matmuls or shares_cores(kept, self.products)
+        self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
+        # What a process reading this plan from disk may take as it is (runtime.build_tables):
+        # a plan run by itself (a loop body's plan, or a plan running loops, is built anew).
+        self.tables: Tables | None = None
+        return self.one_blas_thread
+
+    def finish_stored(
+        self, plan: list[PlanStep], template: list[Any], inputs: int, tables: Tables
+    ) -> None:
+        """Build from stored steps (runtime.stored_plan's `build`, which made `plan` and
+        the constants' `template`), for a graph of `inputs` arguments."""
+        self.plan, self.template, self.arity = plan, template, inputs
+        self.outputs = list(tables.outputs)
+        self.constants: dict[int, Any] = {}
+        views = [(s.ins[0], s.out) for s in plan if isinstance(s, _ViewStep)]
+        per_call = borrowed(views, inputs)  # arguments, and views of them
+        one = self._settings(plan, tables.products)
+        self.arena = _arena(plan, template, self.outputs, per_call, False, one, tables)
+
     def _record(
         self, slot: dict[Any, int], built: list[PlanStep], kept: list[PlanStep], at: dict[int, int]
     ) -> Tables:
-        """This build as tables, for another process to read (runtime.build_tables)."""
+        """This build as tables, for another process to read (runtime.build_tables): its
+        steps themselves where they have a stored form (runtime.stored_plan), else what
+        a build from the plan read from disk would work out again."""
+        arena = layout_tables(kept, self.arena)
+        steps = describe(self, kept, self.steps, at)
+        if steps is not None:  # (all the rest follows from the steps)
+            return Tables((), tuple(self.outputs), frozenset(), {}, {}, arena, self.products, steps)
         order = values(self.graph, self.steps)
         kept_ids = set(map(id, kept))
         return Tables(
@@ -186,7 +219,7 @@ class Executable:
                 for s in kept
                 if isinstance(s, _KernelStep) and s.tier is not None
             },
-            arena=_layout_tables(kept, self.arena),
+            arena=arena,
             products=self.products,
         )
 
@@ -213,7 +246,9 @@ class Executable:
         # under the watchdog (an overdue compile leaves the loop on NumPy, never a hang).
         # In background mode the serial variant comes first: it compiles ~1.2 s faster.
         serial = [self._generate(index, loop, False)] if parallel else []
-        tier = KernelTier(NumpyLoop(loop, slot_of, stored), [*serial, source], loop.shape)
+        ins, outs = list(map(slot_of, source.inputs)), list(map(slot_of, source.outputs))
+        numpy = NumpyLoop(loop, slot_of, stored, ins + outs)
+        tier = KernelTier(numpy, [*serial, source], loop.shape)
         if DEBUG:
             print(f"# fastgrad: kernel for loop over {loop.shape}\n{source.source}")
         sizes = (size,) if source.flat else tuple(loop.shape)
@@ -222,8 +257,8 @@ class Executable:
         return _KernelStep(
             loop=loop,
             source=source,
-            ins=list(map(slot_of, source.inputs)),
-            outs=list(map(slot_of, source.outputs)),
+            ins=ins,
+            outs=outs,
             sizes=sizes,
             nchunks=_chunks(source, first, parallel, size),
             parallel=parallel,
@@ -257,7 +292,7 @@ class Executable:
     def small_call(self, key: Sequence[Any], args: Sequence[Any], tree: Any) -> SmallCall | None:
         """The plan as one function (runtime.small_call) for arguments of layouts `key`
         (api.jit's fast key, of `args`), returning the structure `tree`; or None."""
-        if self._small is None and self.arena.bare and len(args) == len(self.graph.inputs):
+        if self._small is None and self.arena.bare and len(args) == self.arity:
             self._small = build_small_call(self.arena.calls, self.outputs, args, self._lock)
         return function(self._small, key, tree)
 
@@ -313,6 +348,16 @@ class Executable:
         """The plan's kernels, then those of the loop bodies it runs."""
         own = [s.source for s in self.plan if isinstance(s, _KernelStep)]
         return own + [k for s in self.plan if isinstance(s, LoopStep) for k in s.kernels]
+
+
+class StoredBuild(StoredExecutable, Executable):
+    """An executable built from its stored steps alone (runtime.stored_plan): its graph,
+    partition and kernel sources are read from the stored plan when asked for."""
+
+    @classmethod
+    def stored(cls, tables: Tables, traced: Graph, consts: Any, read_plan: Any) -> StoredBuild:
+        """See runtime.stored_plan's `build` (raises build_tables.Stale)."""
+        return build(cls, tables, traced, consts, read_plan)
 
 
 def _numbering(slot: dict[Any, int]) -> Callable[[Any], int]:
@@ -380,11 +425,11 @@ def _arena(
     be views of (the inputs of a view, of a library call or of a loop that may return
     one). A reshape copies where its input is not contiguous, so only a reshape of a
     buffer itself (or of a constant) is made once; other views of views run per call.
-    With `tables`: the layout they hold (`_layout_tables`), bound to `plan`'s steps."""
+    With `tables`: the layout they hold (stored_plan.layout_tables), bound to `plan`'s steps."""
     # The interpreter runs BLAS on one thread where the step runner would.
     lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
     if tables is not None:
-        return _stored_arena(plan, template, outputs, lower, tables.arena)
+        return stored_arena(plan, template, outputs, lower, tables.arena)
     fresh = set() if bound else fresh_slots(plan, outputs)  # bound: the loop copies
     template = list(template)
     buffers: list[Buffer] = []
@@ -432,69 +477,6 @@ def _arena(
     owned = static | from_args
     copied = [] if bound else [k for k, slot in enumerate(outputs) if slot in owned]
     return Arena(template, buffers, static_views, steps, outputs, static, lower, copied)
-
-
-def _layout_tables(plan: list[PlanStep], arena: Arena) -> tuple[Any, ...]:
-    """An arena's layout as plain data, its steps named by their place in `plan`."""
-    views = set(map(id, arena.static_views))
-    offsets, end = arena.layout()
-    return (
-        len(plan),
-        len(arena.base),
-        tuple(
-            (p, tuple(s._buffers), tuple(s.ins), tuple(s.outs))
-            for p, s in enumerate(plan)
-            if isinstance(s, _KernelStep)
-        ),
-        tuple((p, s.buffer) for p, s in enumerate(plan) if isinstance(s, _MatmulStep)),
-        tuple(p for p, s in enumerate(plan) if id(s) in views),
-        tuple(
-            (b.slot, b.shape, b.dtype.str, b.view_slot, b.view_shape, b.first, b.last)
-            for b in arena.buffers
-        ),
-        tuple(offsets),
-        end,
-        tuple(sorted(arena.static)),
-        tuple(arena.copied),
-    )
-
-
-def _stored_arena(
-    plan: list[PlanStep], template: list[Any], outputs: list[int], lower: Any, data: Any
-) -> Arena:
-    """The arena `_layout_tables` describes, its steps `plan`'s (build_tables.Stale where
-    the two do not fit)."""
-    count, slots, binds, matmuls, views, buffers, offsets, end, static, copied = data
-    if count != len(plan) or slots < len(template):
-        raise Stale("the arena's tables are for another plan")
-    for p, bound, ins, outs in binds:  # (a step of another kernel variant: Stale)
-        step = plan[p]
-        if not isinstance(step, _KernelStep) or (ins, outs) != (tuple(step.ins), tuple(step.outs)):
-            raise Stale("the arena's tables bind another step")
-        step.bind(list(bound))
-    for p, buffer in matmuls:
-        step = plan[p]
-        if not isinstance(step, _MatmulStep):
-            raise Stale("the arena's tables bind another step")
-        step.buffer = buffer
-    dtypes: dict[str, np.dtype] = {}
-    made = [
-        Buffer(slot, shape, dtypes.get(d) or dtypes.setdefault(d, np.dtype(d)), *rest)
-        for slot, shape, d, *rest in buffers
-    ]
-    at = set(views)
-    arena = Arena(
-        [*template, *[None] * (slots - len(template))],
-        made,
-        [plan[p] for p in views],
-        [s for p, s in enumerate(plan) if p not in at],
-        outputs,
-        static,
-        lower,
-        copied,
-    )
-    arena.layout_offsets = (list(offsets), end)
-    return arena
 
 
 def _stored_matmul(step: _MatmulStep, stored: tuple[int, bool] | None) -> None:

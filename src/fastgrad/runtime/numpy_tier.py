@@ -30,12 +30,21 @@ _Op = tuple[Callable[..., Any], dict[str, Any], list[tuple[bool, int]], np.dtype
 class NumpyLoop:
     """One fused loop as a sequence of whole-array NumPy calls over the plan's slots."""
 
-    def __init__(self, loop: Loop, slot_of: Callable[[Any], int], stored: Any = None):
+    def __init__(
+        self,
+        loop: Loop,
+        slot_of: Callable[[Any], int],
+        stored: Any = None,
+        base: Sequence[int] = (),
+    ):
         """`stored`: what `tables()` gave for this loop in another process (the plan read
-        from disk, runtime.build_tables), used instead of working it out again."""
+        from disk, runtime.build_tables), used instead of working it out again. The ops
+        name the slots they read and fill by their place in `self.slots`, which starts
+        with `base` (the kernel step's inputs and outputs): steps alike but for their
+        slots share the rest (runtime.stored_plan)."""
         nodes = loop.nodes
         if stored is not None:
-            ins_of, reuse_of, outputs, dead, into = stored
+            ins_of, reuse_of, outputs, dead, into, self.slots = stored
             self.ops = [
                 (tier_impl(n.op.name, n.op.impl), n.params, ins, n.out.aval.dtype, reuse)
                 for n, ins, reuse in zip(nodes, ins_of, reuse_of, strict=True)
@@ -48,6 +57,17 @@ class NumpyLoop:
             self.dead, self.into, self.pooled = dead, into, any(into)
             self.blocked = BlockedLoop.plan(loop, slot_of)
             return
+        self.slots = list(base)
+        places = {slot: k for k, slot in reversed(list(enumerate(base)))}
+
+        def place(v: Any) -> int:
+            slot = slot_of(v)
+            k = places.get(slot)
+            if k is None:
+                k = places[slot] = len(self.slots)
+                self.slots.append(slot)
+            return k
+
         local = {id(node.out): i for i, node in enumerate(nodes)}
         outputs = {local[id(v)] for v in loop.outputs}
         # A ufunc's result is fresh memory, and one read only by ufuncs and reductions
@@ -63,7 +83,7 @@ class NumpyLoop:
             for v in node.inputs:
                 k = local.get(id(v))
                 if k is None:
-                    ins.append((True, slot_of(v)))
+                    ins.append((True, place(v)))
                 else:
                     ins.append((False, k))
                     readers.setdefault(k, []).append(i)
@@ -86,11 +106,47 @@ class NumpyLoop:
                     break
             impl = tier_impl(node.op.name, node.op.impl)  # (short reductions: by slices)
             self.ops.append((impl, node.params, ins, node.out.aval.dtype, reuse))
-        self.outputs = [(local[id(v)], slot_of(v)) for v in loop.outputs]
+        self.outputs = [(local[id(v)], place(v)) for v in loop.outputs]
         self.size = len(self.ops)
         self._dead_buffers(nodes)
         # A large loop runs a block of rows at a time, in cache (runtime.numpy_blocks).
         self.blocked = BlockedLoop.plan(loop, slot_of)
+
+    @classmethod
+    def like(cls, other: NumpyLoop, slots: list[int]) -> NumpyLoop:
+        """A loop whose ops are `other`'s (shared), on slots `slots` in their places
+        (runtime.stored_plan); run by blocks where `other` is (a loop of its own)."""
+        if len(slots) != len(other.slots):
+            raise ValueError("the stored tier is for another loop")
+        loop = cls.__new__(cls)
+        loop.__dict__.update(other.__dict__)
+        loop.slots = slots
+        return loop
+
+    @classmethod
+    def stored(
+        cls, ops: list[tuple[Any, dict[str, Any], np.dtype]], stored: Any, slots: int
+    ) -> NumpyLoop:
+        """The loop `program()` gave (`stored`) for ops given as (impl, params, dtype),
+        with no loop's nodes (runtime.stored_plan), on `slots` slots not given yet (`like`
+        gives a step's); not run by blocks unless its `blocked` is set."""
+        loop = cls.__new__(cls)
+        ins_of, reuse_of, outputs, dead, into = stored
+        size = len(ops)
+        if not (len(ins_of) == len(reuse_of) == len(dead) == len(into) == size):
+            raise ValueError("the stored tier is for another loop")
+        if any(p >= slots for ins in ins_of for is_slot, p in ins if is_slot) or any(
+            p >= slots for _, p in outputs
+        ):
+            raise ValueError("the stored tier reads slots it is not given")
+        loop.ops = [
+            (impl, params, list(ins), dtype, reuse)
+            for (impl, params, dtype), ins, reuse in zip(ops, ins_of, reuse_of, strict=True)
+        ]
+        loop.outputs, loop.size, loop.slots = list(outputs), size, [0] * slots
+        loop.dead, loop.into, loop.pooled = dead, into, any(into)
+        loop.blocked = None
+        return loop
 
     def _dead_buffers(self, nodes: list[Any]) -> None:
         """Which values to let go of after each op (those it read last, and what nothing
@@ -120,6 +176,10 @@ class NumpyLoop:
 
     def tables(self) -> tuple[Any, ...]:
         """The loop's plan as plain data, for `stored` (runtime.build_tables)."""
+        return (*self.program(), tuple(self.slots))
+
+    def program(self) -> tuple[Any, ...]:
+        """The loop's plan but for its slots, as plain data (runtime.stored_plan)."""
         ins = tuple(tuple(op[2]) for op in self.ops)
         dead = tuple(map(tuple, self.dead))
         return ins, tuple(op[4] for op in self.ops), tuple(self.outputs), dead, tuple(self.into)
@@ -135,14 +195,15 @@ class NumpyLoop:
             self.blocked.run(env, dict(bound) if bound else None)
             return
         values: list[Any] = [None] * self.size
-        dests = _destinations(self.outputs, bound) if bound else {}
+        slots = self.slots
+        dests = _destinations(self.outputs, slots, bound) if bound else {}
         # Temporaries' memory is this run's own: kept past it (in runtime.recycling's
         # pool), blocks of one size waited while other steps allocated other sizes (M4's
         # first call peaked at 349 MB against 243).
         take = Pool().take if self.pooled else None
         with np.errstate(all="ignore"):  # as the kernels: inf and nan, never an exception
             for i, (impl, params, ins, dtype, reuse) in enumerate(self.ops):
-                args = [env[k] if is_slot else values[k] for is_slot, k in ins]
+                args = [env[slots[k]] if is_slot else values[k] for is_slot, k in ins]
                 into = self.into[i]
                 dest = dests.get(i) if dests else None
                 if dest is not None and type(impl) is np.ufunc and impl.nout == 1:
@@ -158,13 +219,13 @@ class NumpyLoop:
                     values[i] = np.asarray(impl(*args, **params), dtype=dtype)
                 for k in self.dead[i]:
                     values[k] = None  # (its memory may serve a later op's result)
-        for k, slot in self.outputs:
-            env[slot] = values[k]
+        for k, place in self.outputs:
+            env[slots[place]] = values[k]
 
 
 def _destinations(
-    outputs: list[tuple[int, int]], bound: Sequence[tuple[int, np.ndarray]]
+    outputs: list[tuple[int, int]], slots: list[int], bound: Sequence[tuple[int, np.ndarray]]
 ) -> dict[int, np.ndarray]:
     """The arrays `bound` gives for outputs' slots, by the op computing each."""
     by_slot = dict(bound)
-    return {k: by_slot[slot] for k, slot in outputs if slot in by_slot}
+    return {k: by_slot[slots[p]] for k, p in outputs if slots[p] in by_slot}

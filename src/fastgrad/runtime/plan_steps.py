@@ -48,7 +48,6 @@ class _KernelStep:
         self._head = (*self.sizes, self.nchunks, *self.scalars)
         self.allocations = form.allocations
         self._views = form.views
-        self._operands = form.operands
         self.bind([None] * len(self.outs))
 
     def bind(self, buffers: list[int | None]) -> None:
@@ -67,12 +66,12 @@ class _KernelStep:
         `adapter_source` arguments): its sizes, its scalars' dtypes, its operands' ranks
         and dtypes as it sees them (inputs, then outputs); None for a dtype adapters do
         not take."""
-        operands = self._operands
+        operands = self._form.adapted  # (worked out once for the steps of one form)
         scalars = [
             dtype_name(s.dtype if isinstance(s, np.generic) else np.asarray(s).dtype)
             for s in self.scalars
         ]
-        if any(d not in ADAPTED for d in [*scalars, *(d for _, d in operands)]):
+        if operands is None or any(d not in ADAPTED for d in scalars):
             return None
         return len(self.sizes), scalars, list(operands)
 
@@ -219,6 +218,11 @@ class _Form:
     operands: tuple[tuple[int, str], ...]
 
     @functools.cached_property
+    def adapted(self) -> tuple[tuple[int, str], ...] | None:
+        """`operands`, or None where a dtype is one adapters do not take."""
+        return self.operands if all(d in ADAPTED for _, d in self.operands) else None
+
+    @functools.cached_property
     def out_layouts(self) -> tuple[Any, ...]:
         """The outputs' layouts (background.layout), as `_KernelStep.layouts` gives them."""
         return tuple([_fresh_layout(shape, dtype) for shape, dtype in self.allocations])
@@ -261,7 +265,13 @@ _HEADS: dict[tuple[type, ...], tuple[Any, ...]] = {}
 
 
 def _settles_natively(tier: KernelTier, step: _KernelStep, env: list[Any]) -> bool:
-    """runtime.native_plan's `settle`, imported (without Numba) when first asked."""
+    """runtime.native_plan's `settle`, imported (without Numba) when first asked; False
+    at once where that path is off (FASTGRAD_NATIVE=0: ~4 ms of the T=200 RNN's first
+    call asked each of its 599 kernel steps)."""
+    from fastgrad.runtime import native_code
+
+    if not native_code.ENABLED:
+        return False
     from fastgrad.runtime.native_plan import settle
 
     return settle(tier, step, env)
