@@ -220,6 +220,10 @@ def _flat_run(state: KernelState) -> KernelSource:
         )
 
     g.flat_columns = address
+    # Its partials, one array per reduction, are stored in the loop: with the loop
+    # outlined, LLVM needs no run-time check that they do not overlap (14 or more sums ran
+    # scalar without).
+    g.outline = True
     g.imports.add("fastgrad.compiler.codegen.support:flat")
     for v in [*g.arrays, *g.loop.outputs]:
         w(f"{names[id(v)]}f = flat({names[id(v)]})")
@@ -250,6 +254,13 @@ def _flat_run(state: KernelState) -> KernelSource:
     partials += [(f"q{k}", n) for k, n in enumerate(scalar_reductions) if n in elem_sums]
     for name, n in partials:
         w(f"{name} = np.empty((nb, L), {accumulator_type(n)})")
+    # float32 sums add COLUMN_RUN rows at a time into a float32 tile, then into their
+    # float64 partials (codegen.runs): widened term by term, a sum over axis 0 of
+    # 256x512 float32 took 1.3-1.4x as long. A tile per chunk, allocated here: allocated
+    # in the chunk loop, the tiles were arrays LLVM could not tell apart (codegen.outline).
+    runs = [(name, n) for name, n in partials if in_runs(n)]
+    for name, n in runs:
+        w(f"{name}T = np.empty((nb * nt, {u}({_TILE})), {scalar_type(n.out.aval.dtype)})")
     w(f"for c in {'prange' if g.parallel else 'range'}(nb * nt):")
     w.indent()
     g.in_chunk = True
@@ -261,15 +272,11 @@ def _flat_run(state: KernelState) -> KernelSource:
     for name, n in partials:
         w(f"{name}b = {name}[b]")
         w(f"{name}b[plo:phi] = {accumulator_init(n)}")
-    # float32 sums add COLUMN_RUN rows at a time into a float32 tile, then into their
-    # float64 partials (codegen.runs): widened term by term, a sum over axis 0 of
-    # 256x512 float32 took 1.3-1.4x as long.
-    runs = [(name, n) for name, n in partials if in_runs(n)]
     w("slo = (b * R) // nb")
     w(f"shi = ((b + {u}(1)) * R) // nb")
     if runs:
-        for name, n in runs:
-            w(f"{name}t = np.empty({u}({_TILE}), {scalar_type(n.out.aval.dtype)})")
+        for name, _ in runs:
+            w(f"{name}t = {name}T[c]")
         w(f"for s0 in range(slo, shi, {u}({COLUMN_RUN})):")
         w.indent()
         for name, n in runs:
