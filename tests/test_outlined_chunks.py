@@ -5,6 +5,7 @@ LLVM could not tell apart ("too many memory checks needed")."""
 import re
 
 import numpy as np
+import pytest
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
@@ -65,3 +66,50 @@ def test_chunk_loop_moves_only_when_nothing_flows_out():
     rebound = [*lines, "    s = f64(1)", "    o0[0] = s"]
     assert outline_chunks("def kernel(n0, nchunks, a0, o0):", rebound, "") is not None
     assert outline_chunks("def kernel(n0, a0):", ["    o0[0] = a0[0]"], "") is None
+
+
+def _lanes(x, b):  # (N, 8, 2) summed over N, reading x[:, None, :]: codegen.lanecolumns
+    h, s = x[:, None, :] - b, 0.0
+    for k in range(16):
+        h = fnp.tanh(h + b)
+        s = s + fnp.sum(h, axis=0) * (k + 1.0)
+    return s
+
+
+def _passes(x, b):  # 16 row means, then a pass reading the stored rows again
+    h, t = x, 0.0
+    for _ in range(16):
+        h = fnp.tanh(h + b)
+        d = h - fnp.mean(h, axis=1, keepdims=True)
+        t = t + fnp.sum(d * d, axis=1)
+    return fnp.sum(t)
+
+
+def _nested(x, y):  # y broadcast over a reduced axis only: the nested column form
+    h, s = x * y, 0.0
+    for k in range(16):
+        h = fnp.tanh(h + 0.5)
+        s = s + fnp.sum(h, axis=(0, 1)) * (k + 1.0)
+    return s
+
+
+FORMS = {
+    "columns": (powers, [(300, 8)]),
+    "lanes": (_lanes, [(300, 2), (8, 2)]),
+    "passes": (_passes, [(20, 256), (256,)]),
+    "nested": (_nested, [(20, 30, 16), (20, 1, 16)]),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunk_loops_allocate_nothing(form, dtype):
+    """Each form's chunk loop is outlined, and allocates no array of its own (one it did
+    would be one LLVM cannot tell apart from the others again). Source only: no compile."""
+    fun, shapes = FORMS[form]
+    draw = np.random.default_rng(5)
+    args = [draw.standard_normal(s).astype(dtype) for s in shapes]
+    (source,) = fg.jit(fun).lower(*args).executable.kernels
+    outlined = source.source.split(f"def {NAME}(")
+    assert len(outlined) == 2, source.source
+    assert not re.search(r"np\.(empty|full|zeros)\(", outlined[1]), outlined[1]
