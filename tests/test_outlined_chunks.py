@@ -1,5 +1,5 @@
 """Loops storing into many arrays of their own vectorize (compiler.codegen.outline): a column
-loop with 20 sums ran scalar when its partials were arrays allocated in the kernel, which
+loop with 16 sums ran scalar when its partials were arrays allocated in the kernel, which
 LLVM could not tell apart ("too many memory checks needed")."""
 
 import re
@@ -11,7 +11,7 @@ import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.compiler.codegen.outline import NAME, outline_chunks
 
-K = 20
+K = 16
 
 
 def powers(x):
