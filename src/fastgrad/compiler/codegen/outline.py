@@ -4,14 +4,15 @@ Arrays a kernel allocates (a column loop's partials or accumulators, one per red
 and float32 tiles; the lane form's transposed blocks; a multi-pass row loop's stored
 values) come from Numba's allocator, which LLVM cannot see through: it does not know two
 of them are apart, so a loop storing into several guards its vector form with run-time
-checks that each pair of arrays it stores to and reads from do not overlap. LLVM 22
-gives up past a budget of such checks (`-runtime-memory-check-threshold`, 8
-comparisons, more when checks merge) and of index assumptions
-(`-vectorize-scev-check-threshold`, 16): the loop then runs scalar. A column loop with
-14 sums (a 12-layer tanh network's gradient: 12 bias sums, the loss, the input's) was
-"not vectorized: too many memory checks needed", 8.6x the time of the one with 12 sums;
-kept in one interleaved array its arrays needed no checks, but its indices "too many
-SCEV assumptions" from 16 sums on.
+checks that each pair of arrays it stores to and reads from do not overlap, and gives
+up past a budget of them: the loop then runs scalar. A column loop of 14 sums or more
+(a tanh network's gradient, 13 layers or more: a bias sum per layer, and the loss's) was
+"not vectorized: too many memory checks needed" (LLVM 22; raising
+-runtime-memory-check-threshold and -pragma-vectorize-memory-check-threshold did not
+change it): 15 sums took 8.5x the time of 13; kept in one interleaved array its arrays
+needed no checks, but its indices "too many SCEV assumptions" from 17 sums on
+(lifted by raising -vectorize-scev-check-threshold: a process-wide option, and a budget
+a larger loop meets again).
 
 Passed as arguments of a function compiled with `support.NoAlias`, the arrays are
 `noalias` pointers: LLVM knows them apart and checks nothing (32 sums vectorize), and
