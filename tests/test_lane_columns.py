@@ -14,7 +14,7 @@ from oracle import fused_matches_reference, kernel_sources
 
 def _lanes(f, *args):
     """Whether a kernel of f's plan runs in this form (its blocks of transposed rows)."""
-    return any("b = np.empty(np.uint64(64)" in source for source in kernel_sources(f, *args))
+    return any("B = np.empty((nb, np.uint64(64)" in source for source in kernel_sources(f, *args))
 
 
 def _columns(x, means, c, reduce):

@@ -97,7 +97,7 @@ FORMS = {
         (0, 1),
         (1 << 10, 1 << 9, 2),
         (1 << 9, 2),
-        "= np.full((hi - lo,)",
+        "[lo:hi] = f64(0)",  # its accumulators, a part of each per chunk
     ),
     "merged axes": (
         lambda x, y: fnp.sum(_centred(x, (1, 2)), axis=(1, 2)),

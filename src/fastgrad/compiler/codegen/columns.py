@@ -50,13 +50,17 @@ def column_run(state: KernelState) -> KernelSource:
     o, rest = g.outer[0], g.outer[1:]
     kept = ", ".join(f"n{a}" for a in g.outer)
     position = ", ".join(f"i{a}" for a in g.outer)
-    local = ", ".join(["hi - lo", *(f"n{a}" for a in rest)])
-    local_position = ", ".join([f"i{o} - lo", *(f"i{a}" for a in rest)])
     scalar_index = state.sched.scalar_index
-    for k, n in enumerate(scalar_reductions):
-        w(f"q{k} = np.empty(({kept},), {accumulator_type(n)})")
+    rows = [n for n in nodes if id(n.out) in reduce_phase]
+    # Every accumulator array allocated here, each chunk its own part of it, and the chunk
+    # loop outlined (codegen.outline): allocated in the loop, LLVM could not tell them apart.
+    g.outline = True
+    accumulators = [(f"q{k}", n) for k, n in enumerate(scalar_reductions)]
+    accumulators += [(f"r{g.index[id(n.out)]}", n) for n in rows]
+    for name, n in accumulators:
+        w(f"{name} = np.empty(({kept},), {accumulator_type(n)})")
         if tracks_nan(n):
-            w(f"q{k}n = np.empty(({kept},), np.bool_)")
+            w(f"{name}n = np.empty(({kept},), np.bool_)")
     g.scalar_acc = lambda k: f"q{k}[{position}]"
     w(f"for c in {'prange' if g.parallel else 'range'}(nchunks):")
     w.indent()
@@ -65,16 +69,10 @@ def column_run(state: KernelState) -> KernelSource:
     w(f"lo = np.uint64((c * n{o}) // nchunks)")
     w(f"hi = np.uint64(((c + 1) * n{o}) // nchunks)")
     # Reset here, not before the chunk loop: a chunk that reruns (bounded trig) starts over.
-    for k, n in enumerate(scalar_reductions):
-        w(f"q{k}[lo:hi] = {accumulator_init(n)}")
+    for name, n in accumulators:
+        w(f"{name}[lo:hi] = {accumulator_init(n)}")
         if tracks_nan(n):
-            w(f"q{k}n[lo:hi] = False")
-    rows = [n for n in nodes if id(n.out) in reduce_phase]
-    for n in rows:
-        k = g.index[id(n.out)]
-        w(f"r{k} = np.full(({local},), {accumulator_init(n)})")
-        if tracks_nan(n):
-            w(f"r{k}n = np.zeros(({local},), np.bool_)")
+            w(f"{name}n[lo:hi] = False")
     for a in g.inner:
         w(f"for i{a} in range({trips(g.shape, a)}):")
         w.indent()
@@ -84,7 +82,7 @@ def column_run(state: KernelState) -> KernelSource:
     for n in rows + sums:
         if id(n.out) in reduce_phase:
             k = g.index[id(n.out)]
-            acc, flag = f"r{k}[{local_position}]", f"r{k}n[{local_position}]"
+            acc, flag = f"r{k}[{position}]", f"r{k}n[{position}]"
         else:
             k = scalar_index[id(n.out)]
             acc, flag = f"q{k}[{position}]", f"q{k}n[{position}]"
@@ -97,7 +95,7 @@ def column_run(state: KernelState) -> KernelSource:
             continue
         k = g.index[id(n.out)]
         if id(n.out) in reduce_phase:
-            expr = narrow(n, settle(n, f"r{k}[{local_position}]", f"r{k}n[{local_position}]"))
+            expr = narrow(n, settle(n, f"r{k}[{position}]", f"r{k}n[{position}]"))
         else:
             expr = g.expression(n, "row")
         g.assign(w, f"v{k}", expr)
@@ -220,6 +218,10 @@ def _flat_run(state: KernelState) -> KernelSource:
         )
 
     g.flat_columns = address
+    # Its partials, one array per reduction, are stored in the loop: with the loop
+    # outlined, LLVM needs no run-time check that they do not overlap (14 or more sums ran
+    # scalar without).
+    g.outline = True
     g.imports.add("fastgrad.compiler.codegen.support:flat")
     for v in [*g.arrays, *g.loop.outputs]:
         w(f"{names[id(v)]}f = flat({names[id(v)]})")
@@ -250,6 +252,13 @@ def _flat_run(state: KernelState) -> KernelSource:
     partials += [(f"q{k}", n) for k, n in enumerate(scalar_reductions) if n in elem_sums]
     for name, n in partials:
         w(f"{name} = np.empty((nb, L), {accumulator_type(n)})")
+    # float32 sums add COLUMN_RUN rows at a time into a float32 tile, then into their
+    # float64 partials (codegen.runs): widened term by term, a sum over axis 0 of
+    # 256x512 float32 took 1.3-1.4x as long. A tile per chunk, allocated here: allocated
+    # in the chunk loop, the tiles were arrays LLVM could not tell apart (codegen.outline).
+    runs = [(name, n) for name, n in partials if in_runs(n)]
+    for name, n in runs:
+        w(f"{name}T = np.empty((nb * nt, {u}({_TILE})), {scalar_type(n.out.aval.dtype)})")
     w(f"for c in {'prange' if g.parallel else 'range'}(nb * nt):")
     w.indent()
     g.in_chunk = True
@@ -261,15 +270,11 @@ def _flat_run(state: KernelState) -> KernelSource:
     for name, n in partials:
         w(f"{name}b = {name}[b]")
         w(f"{name}b[plo:phi] = {accumulator_init(n)}")
-    # float32 sums add COLUMN_RUN rows at a time into a float32 tile, then into their
-    # float64 partials (codegen.runs): widened term by term, a sum over axis 0 of
-    # 256x512 float32 took 1.3-1.4x as long.
-    runs = [(name, n) for name, n in partials if in_runs(n)]
     w("slo = (b * R) // nb")
     w(f"shi = ((b + {u}(1)) * R) // nb")
     if runs:
-        for name, n in runs:
-            w(f"{name}t = np.empty({u}({_TILE}), {scalar_type(n.out.aval.dtype)})")
+        for name, _ in runs:
+            w(f"{name}t = {name}T[c]")
         w(f"for s0 in range(slo, shi, {u}({COLUMN_RUN})):")
         w.indent()
         for name, n in runs:

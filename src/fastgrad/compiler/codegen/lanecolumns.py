@@ -127,8 +127,18 @@ def lane_run(state: KernelState) -> KernelSource:
     reducers = [n for n in nodes if id(n.out) in state.sched.reduce_phase]
     tiled = [n for n in reducers if in_runs(n)]
     w(f"nb = max({u}(1), min({u}({_PARTS}), {u}(n0) // {u}({_PART_ROWS})))")
+    # Every array the chunk loop stores into is allocated here, one row per chunk, and the
+    # loop is outlined (codegen.outline): LLVM then needs no run-time check that they do not
+    # overlap (16 sums ran scalar: 16x the time of 8).
+    g.outline = True
     for n in reducers:
-        w(f"p{g.index[id(n.out)]} = np.empty((nb, K * {u}({BLOCK})), {accumulator_type(n)})")
+        k, t = g.index[id(n.out)], scalar_type(n.out.aval.dtype)
+        w(f"p{k} = np.empty((nb, K * {u}({BLOCK})), {accumulator_type(n)})")
+        if n in tiled:
+            w(f"t{k}T = np.empty((nb, K * {u}({BLOCK})), {t})")
+    for v in lanes:
+        size = " * ".join([f"{u}({BLOCK})", *(f"n{a}" for a in rest(v))])
+        w(f"{names[id(v)]}B = np.empty((nb, {size}), {scalar_type(v.aval.dtype)})")
     w(f"for c in {'prange' if g.parallel else 'range'}(nb):")
     w.indent()
     g.in_chunk = True
@@ -136,14 +146,13 @@ def lane_run(state: KernelState) -> KernelSource:
     w(f"lo = {u}((c * n0) // nb)")
     w(f"hi = {u}(((c + 1) * n0) // nb)")
     for v in lanes:
-        size = " * ".join([f"{u}({BLOCK})", *(f"n{a}" for a in rest(v))])
-        w(f"{names[id(v)]}b = np.empty({size}, {scalar_type(v.aval.dtype)})")
+        w(f"{names[id(v)]}b = {names[id(v)]}B[c]")
     for n in reducers:
         k = g.index[id(n.out)]
         w(f"p{k}[c, :] = {accumulator_init(n)}")
         if n in tiled:
-            dtype = n.out.aval.dtype
-            w(f"t{k} = np.full(K * {u}({BLOCK}), {reduction_init(n.op.name, dtype)})")
+            w(f"t{k} = t{k}T[c]")
+            w(f"t{k}[:] = {reduction_init(n.op.name, n.out.aval.dtype)}")
     w("q = 0")
     w(f"for rb in range(lo, hi, {u}({BLOCK})):")
     w.indent()

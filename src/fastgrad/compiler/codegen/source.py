@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fastgrad.compiler.codegen.outline import NAME as outlined_name
+from fastgrad.compiler.codegen.outline import outline_chunks
 from fastgrad.core.ir import Node, Var
 
 _TYPE = {
@@ -205,8 +207,12 @@ def _module_hash(module: str) -> str:
     return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()[:16]
 
 
-def module_text(signature: str, lines: list[str], imports: set[str], parallel: bool) -> str:
-    """The kernel module; `imports` are vecmath names, or "module:name" from elsewhere."""
+def module_text(
+    signature: str, lines: list[str], imports: set[str], parallel: bool, outline: bool = False
+) -> str:
+    """The kernel module; `imports` are vecmath names, or "module:name" from elsewhere.
+    `outline`: its chunk loop in a function of its own, its arrays arguments
+    (codegen.outline)."""
     module_imports = {tuple(i.split(":")) for i in imports if ":" in i}
     imports = {i for i in imports if ":" not in i}
     header = [
@@ -225,10 +231,15 @@ def module_text(signature: str, lines: list[str], imports: set[str], parallel: b
     # A local named like an imported name makes it local to the whole function, and Numba
     # refuses the kernel (a fold of node 64 named `f64` did: the loop then ran NumPy).
     names = {"np", "njit", "prange", *_SUPPORT, *imports, *(n for _, n in module_imports)}
+    names.add(outlined_name)
     shadowed = {m.group(1) for line in lines for m in [_ASSIGNED.match(line)] if m} & names
     if shadowed:
         raise RuntimeError(f"fastgrad internal error: a kernel's locals shadow {shadowed}")
     flags = f"parallel={parallel}, error_model='numpy', nogil=True, pipeline_class=NoAlias"
+    moved = outline_chunks(signature, lines, flags) if outline else None
+    if moved is not None:  # the chunk loop's function runs in parallel, not the kernel
+        lines = moved
+        flags = flags.replace(f"parallel={parallel}", "parallel=False")
     return "\n".join([*header, "", "", f"@njit({flags})", signature, *lines]) + "\n"
 
 

@@ -1,0 +1,115 @@
+"""Loops storing into many arrays of their own vectorize (compiler.codegen.outline): a column
+loop with 16 sums ran scalar when its partials were arrays allocated in the kernel, which
+LLVM could not tell apart ("too many memory checks needed")."""
+
+import re
+
+import numpy as np
+import pytest
+
+import fastgrad as fg
+import fastgrad.numpy as fnp
+from fastgrad.compiler.codegen.outline import NAME, outline_chunks
+
+K = 16
+
+
+def powers(x):
+    h, s = x, 0.0
+    for k in range(K):
+        h = h * x
+        s = s + fnp.sum(h, axis=0) * (k + 1.0)
+    return s
+
+
+def test_many_column_sums_vectorize():
+    """The loop's K multiplies are packed (`fmul <n x double>`, whatever the vector width):
+    without the chunk loop outlined, every one was scalar. Its results equal NumPy's."""
+    x = np.random.default_rng(3).standard_normal((300, 8))
+    f = fg.jit(powers)
+    f.compile(x)
+    got = f(x)
+    want, h = np.zeros(8), x
+    for k in range(K):
+        h = h * x
+        want = want + h.sum(axis=0) * (k + 1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    (source,) = f.lower(x).executable.kernels
+    # Compiled here by Numba alone (no machine code from the cache, which has no IR).
+    namespace: dict = {}
+    exec(compile(source.source, "<kernel>", "exec"), namespace)
+    kernel = namespace["kernel"]
+    params = re.search(r"def kernel\((.*)\):", source.source).group(1).split(", ")
+    values = {"n0": 300, "n1": 8, "nchunks": 1, "a0": x, "o0": np.empty(8)}
+    kernel(*(values.get(p, 1.0) for p in params))
+    ir = kernel.inspect_llvm(kernel.signatures[0])
+    assert len(re.findall(r"= fmul <\d+ x double>", ir)) >= K
+    assert f"def {NAME}(" in source.source
+
+
+def test_chunk_loop_moves_only_when_nothing_flows_out():
+    lines = [
+        "    s = f64(0)",
+        "    r = np.empty(n0, f64)",
+        "    for c in range(nchunks):",
+        "        r[c] = a0[c]",
+        "        s = radd(s, a0[c])",
+    ]
+    moved = outline_chunks("def kernel(n0, nchunks, a0, o0):", [*lines, "    o0[0] = r[0]"], "")
+    assert moved is not None
+    assert f"    {NAME}(a0, nchunks, r, s)" in moved
+    assert f"def {NAME}(a0, nchunks, r, s):" in moved
+    # A scalar the loop assigns, read after it: it would not come back from the function.
+    carried = [*lines, "    o0[0] = s"]
+    assert outline_chunks("def kernel(n0, nchunks, a0, o0):", carried, "") is None
+    # Assigned again after the loop before it is read: nothing flows out.
+    rebound = [*lines, "    s = f64(1)", "    o0[0] = s"]
+    assert outline_chunks("def kernel(n0, nchunks, a0, o0):", rebound, "") is not None
+    assert outline_chunks("def kernel(n0, a0):", ["    o0[0] = a0[0]"], "") is None
+
+
+def _lanes(x, b):  # (N, 8, 2) summed over N, reading x[:, None, :]: codegen.lanecolumns
+    h, s = x[:, None, :] - b, 0.0
+    for k in range(16):
+        h = fnp.tanh(h + b)
+        s = s + fnp.sum(h, axis=0) * (k + 1.0)
+    return s
+
+
+def _passes(x, b):  # 16 row means, then a pass reading the stored rows again
+    h, t = x, 0.0
+    for _ in range(16):
+        h = fnp.tanh(h + b)
+        d = h - fnp.mean(h, axis=1, keepdims=True)
+        t = t + fnp.sum(d * d, axis=1)
+    return fnp.sum(t)
+
+
+def _nested(x, y):  # y broadcast over a reduced axis only: the nested column form
+    h, s = x * y, 0.0
+    for k in range(16):
+        h = fnp.tanh(h + 0.5)
+        s = s + fnp.sum(h, axis=(0, 1)) * (k + 1.0)
+    return s
+
+
+FORMS = {
+    "columns": (powers, [(300, 8)]),
+    "lanes": (_lanes, [(300, 2), (8, 2)]),
+    "passes": (_passes, [(20, 256), (256,)]),
+    "nested": (_nested, [(20, 30, 16), (20, 1, 16)]),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunk_loops_allocate_nothing(form, dtype):
+    """Each form's chunk loop is outlined, and allocates no array of its own (one it did
+    would be one LLVM cannot tell apart from the others again). Source only: no compile."""
+    fun, shapes = FORMS[form]
+    draw = np.random.default_rng(5)
+    args = [draw.standard_normal(s).astype(dtype) for s in shapes]
+    (source,) = fg.jit(fun).lower(*args).executable.kernels
+    outlined = source.source.split(f"def {NAME}(")
+    assert len(outlined) == 2, source.source
+    assert not re.search(r"np\.(empty|full|zeros)\(", outlined[1]), outlined[1]
