@@ -401,14 +401,17 @@ class _Generator:
             source = block_run(state, transpose=False)
             source.column = True  # each column's result is the same whatever the chunks
             return source
-        # Values a pass stores for later ones: a row's buffer per chunk, allocated here and
-        # the chunk loop outlined (codegen.outline). Allocated in the loop, LLVM could not
-        # tell the buffers apart, and a pass storing 24 ran scalar (11x the time of 16).
-        scratch = sorted(self.index[i] for i in sched.stored)
-        for k in scratch:
-            t = scalar_type(nodes[k].out.aval.dtype)
-            w(f"t{k}c = np.empty((nchunks, np.uint64(n{self.inner[0]})), {t})")
-        self.outline = bool(scratch)
+        # Values a pass stores for later ones: a row's buffer, allocated here and the chunk
+        # loop outlined (codegen.outline), or LLVM cannot tell the buffers apart (24 ran
+        # scalar, 11x 16's time). Serial loops only: one buffer serves the chunks in turn,
+        # a buffer per chunk of a parallel loop (64 rows of 400,000) took 770 MB, 3x time.
+        scratch = [
+            f"t{k} = np.empty(n{self.inner[0]}, {scalar_type(nodes[k].out.aval.dtype)})"
+            for k in sorted(self.index[i] for i in sched.stored)
+        ]
+        self.outline = bool(scratch) and not self.parallel
+        for line in scratch if self.outline else ():
+            w(line)
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
         w.indent()
         self.in_chunk = True
@@ -441,8 +444,8 @@ class _Generator:
                 self.after_value(w, n, "row", outputs, scalar_index)
 
         plan, stored = sched.plan, sched.stored
-        indent = "    " * scratch_depth
-        w.lines[scratch_at:scratch_at] = [f"{indent}t{k} = t{k}c[c]" for k in scratch]
+        if not self.outline:
+            w.lines[scratch_at:scratch_at] = ["    " * scratch_depth + t for t in scratch]
 
         for p in range(n_phases):
             emit_rows(p)
