@@ -117,6 +117,30 @@ def test_what_native_plan_mirrors_without_numba_agrees():
     assert vm_rows.loop_source_tag() == vm._source_tag()
 
 
+def test_loop_source_tag_covers_what_the_loop_imports():
+    """The interpreter loop's stored machine code is keyed by the source of every runtime
+    module it imports at module level, transitively (a constant it inlines from one left
+    out, e.g. the cut state's CUT entry in gemm_jobs, would leave an older loop calling a
+    wrong address)."""
+    import ast
+
+    root = Path(vm_rows.__file__).parent
+    seen, todo = set(), ["vm"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.parse((root / f"{name}.py").read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module == "fastgrad.runtime":
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "fastgrad.runtime."
+            ):
+                todo.append(node.module.split(".")[2])
+    assert seen == set(vm_rows._LOOP_SOURCES)
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
 def test_the_native_entry_sets_the_pointers_run_steps_sets():
     """The entry compiled with llvmlite writes each array's address where the segment's

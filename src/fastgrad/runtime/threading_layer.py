@@ -69,7 +69,8 @@ def active_layer() -> str | None:
 
 
 def _before_fork() -> None:
-    if active_layer() == "omp":
+    # Without Numba imported no parallel kernel ran (and asking would import it: ~0.15 s)
+    if "numba" in sys.modules and active_layer() == "omp":
         warnings.warn(
             "fastgrad: this process ran parallel kernels on GNU OpenMP, which does not "
             "survive a fork: the child may die or hang. Install the tbb package (then Numba "
