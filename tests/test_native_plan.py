@@ -191,3 +191,21 @@ def test_a_first_call_loads_itself_once_its_loops_on_numpy_add_up():
         assert native_plan._worth_with_others(_Tier(small))
     with background.first_run("another"):  # counted afresh
         assert not native_plan._worth_with_others(_Tier(medium))
+
+
+def test_a_load_asks_again_while_the_engine_is_undecided(monkeypatch):
+    """A load that finds the engine neither made nor refused (a fork's handler held
+    numba_load's lock across the fork) asks again rather than keeping "no kernel", which
+    every tier of that kernel would read, sending the process to Numba's path."""
+    from types import SimpleNamespace
+
+    from fastgrad.runtime import native_code
+
+    answers = iter([None, None, "the kernel"])
+    monkeypatch.setattr(native_code, "kernel", lambda source, shape: next(answers))
+    monkeypatch.setattr(native_code, "undecided", lambda: True)
+    monkeypatch.setattr(native_plan, "_numba_to_come", lambda: False)
+    monkeypatch.setattr(native_plan, "loop", lambda: None)
+    job = native_plan.Load(SimpleNamespace(source="def kernel(): pass"), (0, [], []))
+    job.run()
+    assert job.kernel == "the kernel" and job.error is None

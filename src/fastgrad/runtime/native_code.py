@@ -261,6 +261,12 @@ def started() -> bool:
     return bool(_ENGINE) and _ENGINE[0] is not None
 
 
+def undecided() -> bool:
+    """Whether the engine is neither made nor refused: its making found runtime.numba_load's
+    lock taken (Numba's import, or a fork's handler holding it across the fork)."""
+    return not _ENGINE
+
+
 _SCALAR_TYPES = {"float64", "float32", "int64", "int32", "bool"}
 
 

@@ -143,6 +143,13 @@ class Load:
             if _numba_to_come():  # (its import brings llvmlite's: loads are cheap after it)
                 background.load_numba()
             self.kernel = native_code.kernel(self.source.source, self.shape)
+            # A fork's handler holds numba_load's lock for the fork: not a refusal (kept by
+            # every tier of this kernel, sending the process to Numba), so ask again.
+            while self.kernel is None and native_code.undecided():
+                if time.perf_counter() - start > config.compile_timeout:
+                    break
+                time.sleep(0.002)
+                self.kernel = native_code.kernel(self.source.source, self.shape)
             if self.kernel is not None and "numba" not in sys.modules and loop() is not None:
                 _entry()  # (with Numba imported, lowering takes Numba's path: runtime.vm)
         except Exception as error:  # (a bug: its tier says so, then takes the usual path)
