@@ -140,16 +140,6 @@ def test_the_native_entry_sets_the_pointers_run_steps_sets():
     assert list(tables[0]) == [x.ctypes.data, x.ctypes.data + 8, y.ctypes.data, y.ctypes.data + 16]
 
 
-class _Tier:
-    """What the first call's count reads of a kernel tier (runtime.background.KernelTier)."""
-
-    def __init__(self, work: int):
-        self.work = work
-
-    def _work(self, ops: int = 0) -> int:
-        return self.work if not ops else 0
-
-
 def test_a_first_call_loads_itself_once_its_loops_on_numpy_add_up():
     """Loops none of which pays for llvmlite's import alone are counted on the first
     call under way; once those NumPy ran reach CALL_WORK, the rest load in the call.
@@ -158,12 +148,12 @@ def test_a_first_call_loads_itself_once_its_loops_on_numpy_add_up():
     from fastgrad.runtime import background
 
     small, medium = native_plan.SMALL_WORK // 2, native_plan.CALL_WORK // 3 + 1
-    assert not native_plan._worth_with_others(_Tier(medium))  # no first call under way
+    assert not native_plan._worth_with_others(medium)  # no first call under way
     with background.first_run("a test"):
-        assert not any(native_plan._worth_with_others(_Tier(small)) for _ in range(100))
-        assert not native_plan._worth_with_others(_Tier(medium))
-        assert not native_plan._worth_with_others(_Tier(medium))
-        assert native_plan._worth_with_others(_Tier(medium))  # 3 of a third: loaded now
-        assert native_plan._worth_with_others(_Tier(small))
+        assert not any(native_plan._worth_with_others(small) for _ in range(100))
+        assert not native_plan._worth_with_others(medium)
+        assert not native_plan._worth_with_others(medium)
+        assert native_plan._worth_with_others(medium)  # 3 of a third: loaded now
+        assert native_plan._worth_with_others(small)
     with background.first_run("another"):  # counted afresh
-        assert not native_plan._worth_with_others(_Tier(medium))
+        assert not native_plan._worth_with_others(medium)

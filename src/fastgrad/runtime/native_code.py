@@ -352,10 +352,10 @@ def kernel(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> 
     return found
 
 
-def known(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> bool:
-    """Whether `kernel(source, shape)` answers at once: asked before, or the path cannot
-    run here."""
-    return _key(source, shape) in _KERNELS or _ENGINE == [None]
+def known(key: tuple[Any, ...]) -> bool:
+    """Whether `kernel(source, shape)` answers at once (`key`: `_key(source, shape)`):
+    asked before, or the path cannot run here."""
+    return key in _KERNELS or _ENGINE == [None]
 
 
 def _key(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> tuple[Any, ...]:
@@ -405,15 +405,16 @@ def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
     return tier.native if contiguous(step, env) else None  # type: ignore[no-any-return]
 
 
-def worth_loading(tier: Any) -> bool:
-    """Whether the loop of `tier` (runtime.background.KernelTier) does enough work that
-    loading its kernel in this call (llvmlite's import too, if not done yet) costs less
-    than NumPy running it (`IMPORT_WORK`, `WHOLE_WORK`, `LOAD_WORK` above)."""
+def worth_loading(tier: Any, work: int | None = None) -> bool:
+    """Whether the loop of `tier` (runtime.background.KernelTier; `work`: its `excess`,
+    if known) does enough work that loading its kernel in this call (llvmlite's import
+    too, if not done yet) costs less than NumPy running it (`IMPORT_WORK`, `WHOLE_WORK`,
+    `LOAD_WORK` above)."""
     if started():
         least = LOAD_WORK
     else:
         least = IMPORT_WORK if tier.numpy_loop.blocked is not None else WHOLE_WORK
-    return excess(tier) >= least
+    return (excess(tier) if work is None else work) >= least
 
 
 def excess(tier: Any) -> int:

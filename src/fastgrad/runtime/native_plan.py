@@ -64,14 +64,15 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
         return False
     if not native_code.contiguous(step, env):
         return False
+    key = native_code._key(final.source, shape)
     if not (
         tier.wait
         or config.compile == "sync"
-        or native_code.known(final.source, shape)
-        or native_code.worth_loading(tier)
-        or _worth_with_others(tier)
+        or native_code.known(key)
+        or native_code.worth_loading(tier, work := _excess(tier, final.source))
+        or _worth_with_others(work)
     ):
-        tier.loading = Load.of(final, shape)
+        tier.loading = Load.of(final, shape, key)
         return False
     kernel = native_code.kernel(final.source, shape)
     if kernel is None:
@@ -91,17 +92,28 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
 CALL_WORK, SMALL_WORK = 1 << 20, 1 << 16
 
 
-def _worth_with_others(tier: Any) -> bool:
-    """Whether the loops of the first call under way that NumPy answers, this one with
-    them, add up to `CALL_WORK` (counted on that call's `background.Batch`; not in a
-    first call, in background mode: False)."""
+def _excess(tier: Any, source: str) -> int:
+    """`native_code.excess(tier)`, kept by the loop's kernel and shape: an unrolled loop's
+    steps share a few (the T=200 RNN's 599: 6)."""
+    work = _EXCESS.get((source, tier.shape))
+    if work is None:
+        work = _EXCESS[source, tier.shape] = native_code.excess(tier)
+    return work
+
+
+def _worth_with_others(work: int) -> bool:
+    """Whether the loops of the first call under way that NumPy answers, this one (of
+    `work`, `native_code.excess`) with them, add up to `CALL_WORK` (counted on that
+    call's `background.Batch`; not in a first call, in background mode: False)."""
     batches = background._batches.open  # (the first calls under way in this thread)
     if not batches:
         return False
     batch = batches[-1]
-    work = native_code.excess(tier)
     batch.native_work = getattr(batch, "native_work", 0) + (work if work >= SMALL_WORK else 0)
     return bool(batch.native_work >= CALL_WORK)
+
+
+_EXCESS: dict[tuple[str, tuple[int, ...]], int] = {}
 
 
 class Load:
@@ -125,9 +137,9 @@ class Load:
         self.done, self.settled = threading.Event(), threading.Event()
 
     @classmethod
-    def of(cls, source: Any, shape: Any) -> Load:
-        """The job loading `source` for `shape`, made and handed over when first asked."""
-        key = native_code._key(source.source, shape)
+    def of(cls, source: Any, shape: Any, key: tuple[Any, ...]) -> Load:
+        """The job loading `source` for `shape` (`key`: native_code's `_key` of them), made
+        and handed over when first asked."""
         with _LOADS_LOCK:
             job = _LOADS.get(key)
             new = job is None
