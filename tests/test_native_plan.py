@@ -157,3 +157,47 @@ def test_a_first_call_loads_itself_once_its_loops_on_numpy_add_up():
         assert native_plan._worth_with_others(small)
     with background.first_run("another"):  # counted afresh
         assert not native_plan._worth_with_others(medium)
+
+
+class _Step:
+    """What `native_plan._stored` reads of a kernel step, counting its signature's asks."""
+
+    def __init__(self, form: object, scalars: tuple[object, ...], asked: list[int]):
+        self._form, self.sizes, self.scalars, self.asked = form, (4,), scalars, asked
+
+    def adapter_signature(self) -> tuple[int, list[str], list[tuple[int, str]]]:
+        self.asked.append(1)
+        return 1, [type(s).__name__ for s in self.scalars], [(1, "float32")]
+
+
+def test_a_stored_kernels_signature_is_asked_once_per_kind_of_step(tmp_path, monkeypatch):
+    """Steps alike (kernel, form, NumPy scalars' types) share the answer of the first;
+    another form or scalar type is asked afresh, so is a step with a Python scalar
+    (whose dtype follows its value), and a kernel not stored answers None. (~0.01 s)"""
+    import numpy as np
+
+    from fastgrad.compiler import kernel_cache
+
+    class Final:
+        source = f"def fastgrad_kernel(x):  # {tmp_path}\n    return x\n"
+
+    (tmp_path / kernel_cache.FOLDER).mkdir()
+    name = f"fastgrad_kernel_{kernel_cache.kernel_key(Final.source)}.0.nbm"
+    (tmp_path / kernel_cache.FOLDER / name).write_bytes(b"")
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    final, asked, form = Final(), [], object()
+    first = native_plan._stored(final, _Step(form, (np.float32(1),), asked))
+    assert first is not None and first[0] == (1, ["float32"], [(1, "float32")])
+    assert native_plan._stored(final, _Step(form, (np.float32(2),), asked)) is first
+    assert len(asked) == 1
+    native_plan._stored(final, _Step(object(), (np.float32(2),), asked))
+    native_plan._stored(final, _Step(form, (np.float64(2),), asked))
+    assert len(asked) == 3
+    for _ in range(2):
+        assert native_plan._stored(final, _Step(form, (2.0,), asked))[0][1] == ["float"]
+    assert len(asked) == 5
+
+    class Missing:
+        source = Final.source + "# not stored\n"
+
+    assert native_plan._stored(Missing(), _Step(form, (), asked)) is None

@@ -53,18 +53,15 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
     if tier.loading is not None:
         return False  # loading on the compile thread: the tier answers (`Load.answer`)
     final = tier.stored[-1]
-    shape = getattr(step, "adapter_signature", lambda: None)()
     if (
         not native_code.ENABLED
         or config.runtime != "vm"  # (step by step, Numba's dispatcher costs less a call)
-        or shape is None
         or getattr(step, "parallel", False)
-        or needs_build(final.source)
+        or (found := _stored(final, step)) is None
+        or not native_code.contiguous(step, env)
     ):
         return False
-    if not native_code.contiguous(step, env):
-        return False
-    key = native_code._key(final.source, shape)
+    shape, key = found
     if not (
         tier.wait
         or config.compile == "sync"
@@ -90,6 +87,29 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
 #: included; the T=200 RNN's 599 (2^12-2^14 each, 2^20 in all) in 112 ms of CPU against
 #: 132 (f32, load 3-5).
 CALL_WORK, SMALL_WORK = 1 << 20, 1 << 16
+
+
+def _stored(final: Any, step: Any) -> tuple[Any, tuple[Any, ...]] | None:
+    """The adapter signature of `step` (a kernel step, runtime.plan_steps) and its
+    native_code `_key` with `final` (the step's final variant), if that is stored; else
+    None. Kept per kernel and form of step (`_Form`, with its sizes' count and scalars'
+    types, NumPy's: a Python int's dtype follows its value): an unrolled loop's steps
+    share a few (the T=200 RNN's 599: 6; ~4 us a step asked afresh)."""
+    types = tuple(map(type, step.scalars))
+    kind = (getattr(step, "_form", None), len(step.sizes), types)
+    known = _STORED.get(id(final))
+    if known is not None and known[0] is final and known[1] == kind:
+        return known[2]
+    shape = getattr(step, "adapter_signature", lambda: None)()
+    if shape is None or needs_build(final.source):
+        return None  # (asked again: stored since, maybe)
+    found = shape, native_code._key(final.source, shape)
+    if kind[0] is not None and all(issubclass(t, np.generic) for t in types):
+        _STORED[id(final)] = (final, kind, found)  # (`final` kept: its id is not reused)
+    return found
+
+
+_STORED: dict[int, tuple[Any, tuple[Any, ...], tuple[Any, tuple[Any, ...]]]] = {}
 
 
 def _excess(tier: Any, source: str) -> int:
