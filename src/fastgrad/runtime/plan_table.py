@@ -99,6 +99,7 @@ class Segment:
         self.host: list[Callable[[], None]] = []  # the same steps, one by one
         self.reads: list[tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]] = []
         self.read_indices: list[int] = []
+        self.read_slots: set[int] = set()  # (those of `reads`: a warm RNN's ~200 scanned per read)
         self.fresh: list[tuple[Any, ...]] = []  # (shape, dtype, k, view, slot, small)
         self.fresh_indices: list[int] = []
         self.produced: set[int] = set()  # slots this segment's steps write
@@ -122,7 +123,8 @@ class Segment:
         if slot in table.static:
             if index not in table.fixed:  # (a fixed array's address, once: ~1.3 us each)
                 table.fixed[index] = value.ctypes.data
-        elif slot not in self.produced and all(slot != r[0] for r in self.reads):
+        elif slot not in self.produced and slot not in self.read_slots:
+            self.read_slots.add(slot)
             self.reads.append((slot, value.shape, value.strides, value.dtype))
             self.read_indices.append(index)
         return index
