@@ -201,3 +201,26 @@ def test_a_stored_kernels_signature_is_asked_once_per_kind_of_step(tmp_path, mon
         source = Final.source + "# not stored\n"
 
     assert native_plan._stored(Missing(), _Step(form, (), asked)) is None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+def test_the_native_entrys_machine_code_is_stored_and_read_back(tmp_path, monkeypatch):
+    """Compiled once and stored; read back after; compiled again where the file is
+    damaged (a process running it so: the warm native tests above). (~0.1 s)"""
+    from fastgrad.runtime import native_code
+
+    made = native_code.engine()
+    if made is None:
+        pytest.skip("llvmlite's engine is not available here")
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    compiled = []
+    entry_ir = native_plan._entry_ir
+    monkeypatch.setattr(native_plan, "_entry_ir", lambda: compiled.append(1) or entry_ir())
+    code = native_plan._entry_code(made)
+    assert native_plan._entry_code(made) == code and len(compiled) == 1
+    (path,) = (tmp_path / "adapters").glob("*.nbm")
+    blob = bytearray(path.read_bytes())
+    blob[-10] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    assert native_plan._entry_code(made) == code and len(compiled) == 2
+    assert native_plan._entry_code(made) == code and len(compiled) == 2

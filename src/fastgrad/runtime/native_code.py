@@ -70,6 +70,7 @@ class _Engine:
         self.magic = repr((llvm.get_process_triple(), llvm.get_host_cpu_name(), features))
         target = llvm.Target.from_default_triple()
         machine = target.create_target_machine(codemodel="jitdefault", jit=True)
+        self.machine = machine  # (what code compiled here is emitted by: runtime.native_plan)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
         self.loaded: dict[tuple[Path, bytes], int | None] = {}  # (twice: defined twice)
         _add_numba_symbols(llvm)

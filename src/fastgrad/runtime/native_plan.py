@@ -31,7 +31,7 @@ from fastgrad.compiler import machine_code
 from fastgrad.compiler.kernel_cache import kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import background, native_code, numba_load
+from fastgrad.runtime import background, native_code, numba_load, vm_rows
 from fastgrad.runtime.vm_rows import LOOP_FUNCTION, loop_source_tag
 
 #: The least work (multiply-adds) of a product the cut's worker splits:
@@ -299,17 +299,36 @@ _ENTRY: list[Any] = []
 
 
 def _entry() -> Any:
-    """The entry (`_entry_ir`), compiled once into the engine holding the loaded files."""
+    """The entry (`_entry_ir`), loaded once into the engine holding the loaded files."""
     made = native_code.engine()
     assert made is not None  # (the loop, loaded by it, is what runs)
     with native_code._LOCK:
         if not _ENTRY:
-            module = made.llvm.parse_assembly(_entry_ir())
-            module.verify()
-            made.engine.add_module(module)
+            made.engine.add_object_file(made.llvm.ObjectFileRef.from_data(_entry_code(made)))
             made.engine.finalize_object()
             _ENTRY.append(ENTRY(made.engine.get_function_address("native_entry")))
         return _ENTRY[0]
+
+
+def _entry_code(made: Any) -> bytes:
+    """The entry's machine code for `made` (native_code's engine), stored in fastgrad's
+    cache beside the adapters (compiling it cost each process ~7 ms of the compile
+    thread's CPU, loading it ~1); compiled and stored where missing or damaged."""
+    tag = machine_code.source_tag("native entry", __file__, vm_rows.__file__)
+    name = f"fastgrad.runtime.native_plan.entry[{tag}]"
+    path, key = machine_code.file_for("adapters", "", name, "entry", made.magic)
+    try:
+        return machine_code.unsealed(key, path.read_bytes())
+    except (OSError, ValueError):  # not stored yet, or damaged
+        pass
+    module = made.llvm.parse_assembly(_entry_ir())
+    module.verify()
+    code: bytes = made.machine.emit_object(module)
+    try:
+        machine_code.write_atomically(path, machine_code.sealed(key, code))
+    except OSError:
+        pass  # (a read-only cache: compiled again by the next process)
+    return code
 
 
 class Runner:
