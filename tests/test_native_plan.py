@@ -224,3 +224,36 @@ def test_the_native_entrys_machine_code_is_stored_and_read_back(tmp_path, monkey
     path.write_bytes(bytes(blob))
     assert native_plan._entry_code(made) == code and len(compiled) == 2
     assert native_plan._entry_code(made) == code and len(compiled) == 2
+
+
+def test_a_step_settles_at_its_runs_end_on_a_kernel_loaded_meanwhile():
+    """plan_steps' `_loaded`, asked as the arena binds its unsettled steps after a run:
+    a step whose kernel the compile thread has loaded settles then (its plan lowered at
+    that run's end), but not while the load runs, nor on values not of a run (a fresh
+    arena's empty slots), where the step's own run asks later. (~0.001 s)"""
+    import threading
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fastgrad.runtime import plan_steps
+
+    asked = []
+
+    class Loading:
+        settled = threading.Event()
+
+        def answer(self, tier, step, env, bound):
+            asked.append(env)
+            return False
+
+    step = SimpleNamespace(ins=[0], _reshape_in=(False,), _buffers=[1])
+    tier = SimpleNamespace(loading=None)
+    env = [np.zeros(3), np.zeros(3)]
+    assert not plan_steps._loaded(tier, step, env)
+    tier.loading = Loading()
+    assert not plan_steps._loaded(tier, step, env)  # still loading
+    Loading.settled.set()
+    assert not plan_steps._loaded(tier, step, [None, env[1]])  # not a run's values
+    assert not asked
+    assert plan_steps._loaded(tier, step, env) and asked == [env]
