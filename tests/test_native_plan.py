@@ -230,13 +230,14 @@ def test_a_step_settles_at_its_runs_end_on_a_kernel_loaded_meanwhile():
     """plan_steps' `_loaded`, asked as the arena binds its unsettled steps after a run:
     a step whose kernel the compile thread has loaded settles then (its plan lowered at
     that run's end), but not while the load runs, nor on values not of a run (a fresh
-    arena's empty slots), where the step's own run asks later. (~0.001 s)"""
+    arena's empty slots), nor at a first call's end: the step's own run asks later.
+    (~0.001 s)"""
     import threading
     from types import SimpleNamespace
 
     import numpy as np
 
-    from fastgrad.runtime import plan_steps
+    from fastgrad.runtime import background, plan_steps
 
     asked = []
 
@@ -255,5 +256,7 @@ def test_a_step_settles_at_its_runs_end_on_a_kernel_loaded_meanwhile():
     assert not plan_steps._loaded(tier, step, env)  # still loading
     Loading.settled.set()
     assert not plan_steps._loaded(tier, step, [None, env[1]])  # not a run's values
+    with background.first_run("a test"):  # a first call's end: the next call's run asks
+        assert not plan_steps._loaded(tier, step, env)
     assert not asked
     assert plan_steps._loaded(tier, step, env) and asked == [env]
