@@ -156,6 +156,21 @@ def test_the_default_location_follows_xdg_cache_home(tmp_path):
     assert Path(out.stdout.strip()) == tmp_path / "xdg" / "fastgrad"
 
 
+def test_needs_build_asks_the_cache_folder_in_use(tmp_path, monkeypatch):
+    """Whether a kernel is stored is asked of the folder the environment names at the
+    time (kept per folder: kernel_cache's `_kernels_folder`). (~0.01 s)"""
+    from fastgrad.compiler import kernel_cache
+
+    source = f"def fastgrad_kernel(x):  # {tmp_path}\n    return x\n"
+    stored, empty = tmp_path / "stored", tmp_path / "empty"
+    (stored / kernel_cache.FOLDER).mkdir(parents=True)
+    name = f"fastgrad_kernel_{kernel_cache.kernel_key(source)}.0.nbm"
+    (stored / kernel_cache.FOLDER / name).write_bytes(b"")
+    for folder, builds in ((empty, True), (stored, False), (empty, True), (stored, False)):
+        monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(folder))
+        assert kernel_cache.needs_build(source) is builds
+
+
 GAMMA = textwrap.dedent(
     """
     import sys, numpy as np, fastgrad as fg, fastgrad.numpy as fnp

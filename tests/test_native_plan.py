@@ -117,30 +117,6 @@ def test_what_native_plan_mirrors_without_numba_agrees():
     assert vm_rows.loop_source_tag() == vm._source_tag()
 
 
-def test_loop_source_tag_covers_what_the_loop_imports():
-    """The interpreter loop's stored machine code is keyed by the source of every runtime
-    module it imports at module level, transitively (a constant it inlines from one left
-    out, e.g. the cut state's CUT entry in gemm_jobs, would leave an older loop calling a
-    wrong address)."""
-    import ast
-
-    root = Path(vm_rows.__file__).parent
-    seen, todo = set(), ["vm"]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node in ast.parse((root / f"{name}.py").read_text()).body:
-            if isinstance(node, ast.ImportFrom) and node.module == "fastgrad.runtime":
-                todo += [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                "fastgrad.runtime."
-            ):
-                todo.append(node.module.split(".")[2])
-    assert seen == set(vm_rows._LOOP_SOURCES)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
 def test_the_native_entry_sets_the_pointers_run_steps_sets():
     """The entry compiled with llvmlite writes each array's address where the segment's
@@ -164,16 +140,6 @@ def test_the_native_entry_sets_the_pointers_run_steps_sets():
     assert list(tables[0]) == [x.ctypes.data, x.ctypes.data + 8, y.ctypes.data, y.ctypes.data + 16]
 
 
-class _Tier:
-    """What the first call's count reads of a kernel tier (runtime.background.KernelTier)."""
-
-    def __init__(self, work: int):
-        self.work = work
-
-    def _work(self, ops: int = 0) -> int:
-        return self.work if not ops else 0
-
-
 def test_a_first_call_loads_itself_once_its_loops_on_numpy_add_up():
     """Loops none of which pays for llvmlite's import alone are counted on the first
     call under way; once those NumPy ran reach CALL_WORK, the rest load in the call.
@@ -182,15 +148,142 @@ def test_a_first_call_loads_itself_once_its_loops_on_numpy_add_up():
     from fastgrad.runtime import background
 
     small, medium = native_plan.SMALL_WORK // 2, native_plan.CALL_WORK // 3 + 1
-    assert not native_plan._worth_with_others(_Tier(medium))  # no first call under way
+    assert not native_plan._worth_with_others(medium)  # no first call under way
     with background.first_run("a test"):
-        assert not any(native_plan._worth_with_others(_Tier(small)) for _ in range(100))
-        assert not native_plan._worth_with_others(_Tier(medium))
-        assert not native_plan._worth_with_others(_Tier(medium))
-        assert native_plan._worth_with_others(_Tier(medium))  # 3 of a third: loaded now
-        assert native_plan._worth_with_others(_Tier(small))
+        assert not any(native_plan._worth_with_others(small) for _ in range(100))
+        assert not native_plan._worth_with_others(medium)
+        assert not native_plan._worth_with_others(medium)
+        assert native_plan._worth_with_others(medium)  # 3 of a third: loaded now
+        assert native_plan._worth_with_others(small)
     with background.first_run("another"):  # counted afresh
-        assert not native_plan._worth_with_others(_Tier(medium))
+        assert not native_plan._worth_with_others(medium)
+
+
+class _Step:
+    """What `native_plan._stored` reads of a kernel step, counting its signature's asks."""
+
+    def __init__(self, form: object, scalars: tuple[object, ...], asked: list[int]):
+        self._form, self.sizes, self.scalars, self.asked = form, (4,), scalars, asked
+
+    def adapter_signature(self) -> tuple[int, list[str], list[tuple[int, str]]]:
+        self.asked.append(1)
+        return 1, [type(s).__name__ for s in self.scalars], [(1, "float32")]
+
+
+def test_a_stored_kernels_signature_is_asked_once_per_kind_of_step(tmp_path, monkeypatch):
+    """Steps alike (kernel, form, NumPy scalars' types) share the answer of the first;
+    another form or scalar type is asked afresh, so is a step with a Python scalar
+    (whose dtype follows its value), and a kernel not stored answers None. (~0.01 s)"""
+    import numpy as np
+
+    from fastgrad.compiler import kernel_cache
+
+    class Final:
+        source = f"def fastgrad_kernel(x):  # {tmp_path}\n    return x\n"
+
+    (tmp_path / kernel_cache.FOLDER).mkdir()
+    name = f"fastgrad_kernel_{kernel_cache.kernel_key(Final.source)}.0.nbm"
+    (tmp_path / kernel_cache.FOLDER / name).write_bytes(b"")
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    final, asked, form = Final(), [], object()
+    first = native_plan._stored(final, _Step(form, (np.float32(1),), asked))
+    assert first is not None and first[0] == (1, ["float32"], [(1, "float32")])
+    assert native_plan._stored(final, _Step(form, (np.float32(2),), asked)) is first
+    assert len(asked) == 1
+    native_plan._stored(final, _Step(object(), (np.float32(2),), asked))
+    native_plan._stored(final, _Step(form, (np.float64(2),), asked))
+    assert len(asked) == 3
+    for _ in range(2):
+        assert native_plan._stored(final, _Step(form, (2.0,), asked))[0][1] == ["float"]
+    assert len(asked) == 5
+
+    class Missing:
+        source = Final.source + "# not stored\n"
+
+    assert native_plan._stored(Missing(), _Step(form, (), asked)) is None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF object files")
+def test_the_native_entrys_machine_code_is_stored_and_read_back(tmp_path, monkeypatch):
+    """Compiled once and stored; read back after; compiled again where the file is
+    damaged (a process running it so: the warm native tests above). (~0.1 s)"""
+    from fastgrad.runtime import native_code
+
+    made = native_code.engine()
+    if made is None:
+        pytest.skip("llvmlite's engine is not available here")
+    monkeypatch.setenv("FASTGRAD_CACHE_DIR", str(tmp_path))
+    compiled = []
+    entry_ir = native_plan._entry_ir
+    monkeypatch.setattr(native_plan, "_entry_ir", lambda: compiled.append(1) or entry_ir())
+    code = native_plan._entry_code(made)
+    assert native_plan._entry_code(made) == code and len(compiled) == 1
+    (path,) = (tmp_path / "adapters").glob("*.nbm")
+    blob = bytearray(path.read_bytes())
+    blob[-10] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    assert native_plan._entry_code(made) == code and len(compiled) == 2
+    assert native_plan._entry_code(made) == code and len(compiled) == 2
+
+
+def test_a_step_settles_at_its_runs_end_on_a_kernel_loaded_meanwhile():
+    """plan_steps' `_loaded`, asked as the arena binds its unsettled steps after a run:
+    a step whose kernel the compile thread has loaded settles then (its plan lowered at
+    that run's end), but not while the load runs, nor on values not of a run (a fresh
+    arena's empty slots), nor at a first call's end: the step's own run asks later.
+    (~0.001 s)"""
+    import threading
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fastgrad.runtime import background, plan_steps
+
+    asked = []
+
+    class Loading:
+        settled = threading.Event()
+
+        def answer(self, tier, step, env, bound):
+            asked.append(env)
+            return False
+
+    step = SimpleNamespace(ins=[0], _reshape_in=(False,), _buffers=[1])
+    tier = SimpleNamespace(loading=None)
+    env = [np.zeros(3), np.zeros(3)]
+    assert not plan_steps._loaded(tier, step, env)
+    tier.loading = Loading()
+    assert not plan_steps._loaded(tier, step, env)  # still loading
+    Loading.settled.set()
+    assert not plan_steps._loaded(tier, step, [None, env[1]])  # not a run's values
+    with background.first_run("a test"):  # a first call's end: the next call's run asks
+        assert not plan_steps._loaded(tier, step, env)
+    assert not asked
+    assert plan_steps._loaded(tier, step, env) and asked == [env]
+
+
+def test_loop_source_tag_covers_what_the_loop_imports():
+    """The interpreter loop's stored machine code is keyed by the source of every runtime
+    module it imports at module level, transitively (a constant it inlines from one left
+    out, e.g. the cut state's CUT entry in gemm_jobs, would leave an older loop calling a
+    wrong address)."""
+    import ast
+
+    root = Path(vm_rows.__file__).parent
+    seen, todo = set(), ["vm"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.parse((root / f"{name}.py").read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module == "fastgrad.runtime":
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "fastgrad.runtime."
+            ):
+                todo.append(node.module.split(".")[2])
+    assert seen == set(vm_rows._LOOP_SOURCES)
 
 
 def test_a_load_asks_again_while_the_engine_is_undecided(monkeypatch):

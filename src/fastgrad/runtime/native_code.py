@@ -70,6 +70,7 @@ class _Engine:
         self.magic = repr((llvm.get_process_triple(), llvm.get_host_cpu_name(), features))
         target = llvm.Target.from_default_triple()
         machine = target.create_target_machine(codemodel="jitdefault", jit=True)
+        self.machine = machine  # (what code compiled here is emitted by: runtime.native_plan)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
         self.loaded: dict[tuple[Path, bytes], int | None] = {}  # (twice: defined twice)
         _add_numba_symbols(llvm)
@@ -315,11 +316,12 @@ class NativeKernel:
         for j, array in enumerate(arrays):
             pointers.append(array.__array_interface__["data"][0])
             row += [j, *array.shape]
-        row_array = np.array(row, np.int64)
-        pointer_array = np.array(pointers, np.int64)
-        float_array = np.array(floats or [0.0], np.float64)
+        # ctypes arrays, passed as pointers: NumPy arrays and their ctypes.data cost ~4.5 us
+        # more a call (the first of the T=200 RNN's calls running its 599 steps so).
         self.call(
-            row_array.ctypes.data, pointer_array.ctypes.data, float_array.ctypes.data
+            (ctypes.c_int64 * len(row))(*row),
+            (ctypes.c_int64 * len(pointers))(*pointers),
+            (ctypes.c_double * max(1, len(floats)))(*floats),
         )  # (the arrays are held until it returns)
 
 
@@ -358,10 +360,10 @@ def kernel(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> 
     return found
 
 
-def known(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> bool:
-    """Whether `kernel(source, shape)` answers at once: asked before, or the path cannot
-    run here."""
-    return _key(source, shape) in _KERNELS or _ENGINE == [None]
+def known(key: tuple[Any, ...]) -> bool:
+    """Whether `kernel(source, shape)` answers at once (`key`: `_key(source, shape)`):
+    asked before, or the path cannot run here."""
+    return key in _KERNELS or _ENGINE == [None]
 
 
 def _key(source: str, shape: tuple[int, list[str], list[tuple[int, str]]]) -> tuple[Any, ...]:
@@ -411,15 +413,16 @@ def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
     return tier.native if contiguous(step, env) else None  # type: ignore[no-any-return]
 
 
-def worth_loading(tier: Any) -> bool:
-    """Whether the loop of `tier` (runtime.background.KernelTier) does enough work that
-    loading its kernel in this call (llvmlite's import too, if not done yet) costs less
-    than NumPy running it (`IMPORT_WORK`, `WHOLE_WORK`, `LOAD_WORK` above)."""
+def worth_loading(tier: Any, work: int | None = None) -> bool:
+    """Whether the loop of `tier` (runtime.background.KernelTier; `work`: its `excess`,
+    if known) does enough work that loading its kernel in this call (llvmlite's import
+    too, if not done yet) costs less than NumPy running it (`IMPORT_WORK`, `WHOLE_WORK`,
+    `LOAD_WORK` above)."""
     if started():
         least = LOAD_WORK
     else:
         least = IMPORT_WORK if tier.numpy_loop.blocked is not None else WHOLE_WORK
-    return excess(tier) >= least
+    return (excess(tier) if work is None else work) >= least
 
 
 def excess(tier: Any) -> int:

@@ -31,7 +31,7 @@ from fastgrad.compiler import machine_code
 from fastgrad.compiler.kernel_cache import kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import background, native_code, numba_load
+from fastgrad.runtime import background, native_code, numba_load, vm_rows
 from fastgrad.runtime.vm_rows import LOOP_FUNCTION, loop_source_tag
 
 #: The least work (multiply-adds) of a product the cut's worker splits:
@@ -53,25 +53,23 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
     if tier.loading is not None:
         return False  # loading on the compile thread: the tier answers (`Load.answer`)
     final = tier.stored[-1]
-    shape = getattr(step, "adapter_signature", lambda: None)()
     if (
         not native_code.ENABLED
         or config.runtime != "vm"  # (step by step, Numba's dispatcher costs less a call)
-        or shape is None
         or getattr(step, "parallel", False)
-        or needs_build(final.source)
+        or (found := _stored(final, step)) is None
+        or not native_code.contiguous(step, env)
     ):
         return False
-    if not native_code.contiguous(step, env):
-        return False
+    shape, key = found
     if not (
         tier.wait
         or config.compile == "sync"
-        or native_code.known(final.source, shape)
-        or native_code.worth_loading(tier)
-        or _worth_with_others(tier)
+        or native_code.known(key)
+        or native_code.worth_loading(tier, work := _excess(tier, final.source))
+        or _worth_with_others(work)
     ):
-        tier.loading = Load.of(final, shape)
+        tier.loading = Load.of(final, shape, key)
         return False
     kernel = native_code.kernel(final.source, shape)
     if kernel is None:
@@ -91,17 +89,51 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
 CALL_WORK, SMALL_WORK = 1 << 20, 1 << 16
 
 
-def _worth_with_others(tier: Any) -> bool:
-    """Whether the loops of the first call under way that NumPy answers, this one with
-    them, add up to `CALL_WORK` (counted on that call's `background.Batch`; not in a
-    first call, in background mode: False)."""
+def _stored(final: Any, step: Any) -> tuple[Any, tuple[Any, ...]] | None:
+    """The adapter signature of `step` (a kernel step, runtime.plan_steps) and its
+    native_code `_key` with `final` (the step's final variant), if that is stored; else
+    None. Kept per kernel and form of step (`_Form`, with its sizes' count and scalars'
+    types, NumPy's: a Python int's dtype follows its value): an unrolled loop's steps
+    share a few (the T=200 RNN's 599: 6; ~4 us a step asked afresh)."""
+    types = tuple(map(type, step.scalars))
+    kind = (getattr(step, "_form", None), len(step.sizes), types)
+    known = _STORED.get(id(final))
+    if known is not None and known[0] is final and known[1] == kind:
+        return known[2]
+    shape = getattr(step, "adapter_signature", lambda: None)()
+    if shape is None or needs_build(final.source):
+        return None  # (asked again: stored since, maybe)
+    found = shape, native_code._key(final.source, shape)
+    if kind[0] is not None and all(issubclass(t, np.generic) for t in types):
+        _STORED[id(final)] = (final, kind, found)  # (`final` kept: its id is not reused)
+    return found
+
+
+_STORED: dict[int, tuple[Any, tuple[Any, ...], tuple[Any, tuple[Any, ...]]]] = {}
+
+
+def _excess(tier: Any, source: str) -> int:
+    """`native_code.excess(tier)`, kept by the loop's kernel and shape: an unrolled loop's
+    steps share a few (the T=200 RNN's 599: 6)."""
+    work = _EXCESS.get((source, tier.shape))
+    if work is None:
+        work = _EXCESS[source, tier.shape] = native_code.excess(tier)
+    return work
+
+
+def _worth_with_others(work: int) -> bool:
+    """Whether the loops of the first call under way that NumPy answers, this one (of
+    `work`, `native_code.excess`) with them, add up to `CALL_WORK` (counted on that
+    call's `background.Batch`; not in a first call, in background mode: False)."""
     batches = background._batches.open  # (the first calls under way in this thread)
     if not batches:
         return False
     batch = batches[-1]
-    work = native_code.excess(tier)
     batch.native_work = getattr(batch, "native_work", 0) + (work if work >= SMALL_WORK else 0)
     return bool(batch.native_work >= CALL_WORK)
+
+
+_EXCESS: dict[tuple[str, tuple[int, ...]], int] = {}
 
 
 class Load:
@@ -125,9 +157,9 @@ class Load:
         self.done, self.settled = threading.Event(), threading.Event()
 
     @classmethod
-    def of(cls, source: Any, shape: Any) -> Load:
-        """The job loading `source` for `shape`, made and handed over when first asked."""
-        key = native_code._key(source.source, shape)
+    def of(cls, source: Any, shape: Any, key: tuple[Any, ...]) -> Load:
+        """The job loading `source` for `shape` (`key`: native_code's `_key` of them), made
+        and handed over when first asked."""
         with _LOADS_LOCK:
             job = _LOADS.get(key)
             new = job is None
@@ -274,17 +306,36 @@ _ENTRY: list[Any] = []
 
 
 def _entry() -> Any:
-    """The entry (`_entry_ir`), compiled once into the engine holding the loaded files."""
+    """The entry (`_entry_ir`), loaded once into the engine holding the loaded files."""
     made = native_code.engine()
     assert made is not None  # (the loop, loaded by it, is what runs)
     with native_code._LOCK:
         if not _ENTRY:
-            module = made.llvm.parse_assembly(_entry_ir())
-            module.verify()
-            made.engine.add_module(module)
+            made.engine.add_object_file(made.llvm.ObjectFileRef.from_data(_entry_code(made)))
             made.engine.finalize_object()
             _ENTRY.append(ENTRY(made.engine.get_function_address("native_entry")))
         return _ENTRY[0]
+
+
+def _entry_code(made: Any) -> bytes:
+    """The entry's machine code for `made` (native_code's engine), stored in fastgrad's
+    cache beside the adapters (compiling it cost each process ~7 ms of the compile
+    thread's CPU, loading it ~1); compiled and stored where missing or damaged."""
+    tag = machine_code.source_tag("native entry", __file__, vm_rows.__file__)
+    name = f"fastgrad.runtime.native_plan.entry[{tag}]"
+    path, key = machine_code.file_for("adapters", "", name, "entry", made.magic)
+    try:
+        return machine_code.unsealed(key, path.read_bytes())
+    except (OSError, ValueError):  # not stored yet, or damaged
+        pass
+    module = made.llvm.parse_assembly(_entry_ir())
+    module.verify()
+    code: bytes = made.machine.emit_object(module)
+    try:
+        machine_code.write_atomically(path, machine_code.sealed(key, code))
+    except OSError:
+        pass  # (a read-only cache: compiled again by the next process)
+    return code
 
 
 class Runner:

@@ -20,7 +20,7 @@ from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.compiler.fusion import Loop
 from fastgrad.compiler.kernel_cache import call_writable, first_call, load_kernel
 from fastgrad.ops.shape import _as_slices as as_slices
-from fastgrad.runtime import adapters
+from fastgrad.runtime import adapters, background
 from fastgrad.runtime.arena import staggered_empty
 from fastgrad.runtime.background import KernelTier, layout
 from fastgrad.runtime.control_flow import LoopStep
@@ -137,8 +137,11 @@ class _KernelStep:
         """This step as a call with its arguments bound: the buffers, constants and views in
         `static` slots of `env` once and for all, the other slots read at each call. None
         while its kernel is not settled (not loaded yet, or compiling in the background)."""
+        tier = self.tier
+        if tier is not None and _loaded(tier, self, env):
+            tier = None  # (settled by its kernel loaded meanwhile: runtime.native_plan)
         kernel = self.kernel
-        if kernel is None or self.tier is not None:
+        if kernel is None or tier is not None:
             return None
         if self.checks:
             return partial(self.run, env)
@@ -275,6 +278,23 @@ def _settles_natively(tier: KernelTier, step: _KernelStep, env: list[Any]) -> bo
     from fastgrad.runtime.native_plan import settle
 
     return settle(tier, step, env)
+
+
+def _loaded(tier: KernelTier, step: _KernelStep, env: list[Any]) -> bool:
+    """Whether `step`, whose kernel the compile thread has loaded without Numba since
+    the step last ran (`native_plan.Load`), settles on it now, with this run's values in
+    `env`: the arena then lowers its plan at the end of this run rather than running
+    the steps one by one through their loaded kernels first (a warm T=200 RNN's 599:
+    ~15 ms of CPU and a call more to its steady state). Not at a first call's end: the
+    next call's run settles them, as the first call's is not to pay for it."""
+    loading = tier.loading
+    if loading is None or not loading.settled.is_set() or background._batches.open:
+        return False  # (in a first call, whose plan is lowered at the next call anyway)
+    from fastgrad.runtime import native_code
+
+    if not native_code.contiguous(step, env):  # (not this run's values: a fresh arena's)
+        return False
+    return loading.answer(tier, step, env, ()) is False
 
 
 @functools.lru_cache(maxsize=256)

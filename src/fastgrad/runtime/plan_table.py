@@ -32,6 +32,7 @@ from fastgrad.runtime.loop_row import rows as loop_rows
 from fastgrad.runtime.native_plan import CUT_WORK, Runner
 from fastgrad.runtime.native_plan import loop as native_loop
 from fastgrad.runtime.plan_rows import gemm_row, vector_row, view_offset
+from fastgrad.runtime.plan_steps import dtype_name
 from fastgrad.runtime.small_call import drop, entry_point, take
 from fastgrad.runtime.thread_budget import cuts_products
 from fastgrad.runtime.vm_rows import DOT, GEMM, GEMV, KERNEL, NOBLAS, VIEW, pack
@@ -75,7 +76,7 @@ class _Table:
         return self.functions.setdefault(address, len(self.functions))
 
     def scalar(self, value: Any) -> int:
-        if np.asarray(value).dtype.name in FLOATS:
+        if dtype_name(np.asarray(value).dtype) in FLOATS:
             self.floats.append(float(value))
             return len(self.floats) - 1
         return int(value)
@@ -98,6 +99,7 @@ class Segment:
         self.host: list[Callable[[], None]] = []  # the same steps, one by one
         self.reads: list[tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]] = []
         self.read_indices: list[int] = []
+        self.read_slots: set[int] = set()  # (those of `reads`: a warm RNN's ~200 scanned per read)
         self.fresh: list[tuple[Any, ...]] = []  # (shape, dtype, k, view, slot, small)
         self.fresh_indices: list[int] = []
         self.produced: set[int] = set()  # slots this segment's steps write
@@ -119,8 +121,10 @@ class Segment:
         index = table.index(slot)
         value = self.env[slot]
         if slot in table.static:
-            table.fixed[index] = value.ctypes.data
-        elif slot not in self.produced and all(slot != r[0] for r in self.reads):
+            if index not in table.fixed:  # (a fixed array's address, once: ~1.3 us each)
+                table.fixed[index] = value.ctypes.data
+        elif slot not in self.produced and slot not in self.read_slots:
+            self.read_slots.add(slot)
             self.reads.append((slot, value.shape, value.strides, value.dtype))
             self.read_indices.append(index)
         return index
@@ -179,7 +183,9 @@ class Segment:
             or step.kernel is None
             or step.tier is not None
             or any(slot in self.produced for slot in step.checks)
-            or any(v.aval.dtype.name not in ADAPTED for v in [*source.inputs, *source.outputs])
+            or any(
+                dtype_name(v.aval.dtype) not in ADAPTED for v in [*source.inputs, *source.outputs]
+            )
         ):
             return None
         inputs = self._arrays(step.ins)
