@@ -288,3 +288,20 @@ def test_sync_mode_waits_for_an_adapter_under_the_watchdog(fresh, monkeypatch, c
     assert slow_kernels.recorded(job.source.source) is None
     release.set()
     assert background.wait_idle(timeout=120)
+
+
+def test_an_overdue_load_of_stored_code_says_what_follows(capsys):
+    """A load of stored machine code (runtime.native_plan.Load) that outruns the timeout
+    is not a compile of an adapter: the warning neither says plans run step by step nor
+    that a kernel compiles apart next time, and the load is not recorded as slow."""
+    from types import SimpleNamespace
+
+    from fastgrad.runtime import native_plan
+
+    source = "def kernel(a0):\n    a0[0] = 1.0\n"
+    job = native_plan.Load(SimpleNamespace(source=source), (0, [], [(1, "float64")]))
+    background._Worker()._overdue(job, time.perf_counter() - 99.0)
+    err = capsys.readouterr().err
+    assert "has run for" in err and "no compile" in err, err
+    assert "step by step" not in err and "separate process" not in err, err
+    assert job.settled.is_set() and slow_kernels.recorded(source) is None

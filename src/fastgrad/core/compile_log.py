@@ -83,12 +83,15 @@ def log_kernel_ready(label: str, ok: bool, built: bool, seconds: float) -> None:
         print(text + ("; calls switch to it" if ok else ""), file=_stream(), flush=True)
 
 
-def compile_overdue(label: str, size: str, seconds: float, kernel: bool = True) -> None:
+def compile_overdue(label: str, size: str, seconds: float, kernel: bool | str = True) -> None:
     """Say (always: something is wrong) that the compile of one kernel (`label`, of `size`)
     has run for `seconds`, past `config.compile_timeout`; a kernel (not an adapter or the
-    plan interpreter) compiles in a separate process next time."""
+    plan interpreter) compiles in a separate process next time; a job of another kind
+    says what follows (`kernel` a sentence: runtime.native_plan.Load's)."""
     then = (
-        "the kernel compiles in a separate process next time"
+        kernel
+        if isinstance(kernel, str)
+        else "the kernel compiles in a separate process next time"
         if kernel
         else "plans run step by step"
     )

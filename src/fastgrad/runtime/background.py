@@ -275,7 +275,7 @@ class _Worker:
         if kernel:
             slow_kernels.record(job.source.source, slow_kernels.SLOW, job.label, seconds)
         size = f"{job.source.source.count(chr(10))} lines of source"
-        compile_log.compile_overdue(job.label, size, seconds, kernel)  # before calls go on
+        compile_log.compile_overdue(job.label, size, seconds, getattr(job, "overdue", kernel))
         for waiting in (job, *behind):
             waiting.settled.set()
 

@@ -148,6 +148,8 @@ class Load:
 
     apart = later = False
     first = True
+    # What the watchdog's warning says follows where a load outruns compile_timeout.
+    overdue = "it loads machine code stored before (no compile); the loop takes Numba's path"
 
     def __init__(self, source: Any, shape: Any):
         self.source, self.shape = source, shape  # (a KernelSource: the watchdog reads it)
