@@ -23,7 +23,7 @@ import functools
 import hashlib
 import io
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -439,11 +439,7 @@ def encode_plan(
         a is not b for a, b in zip(graph.inputs, traced.inputs, strict=True)
     ):
         raise Uncacheable("the plan's inputs are not the traced graph's")
-    traced_consts = constant_places(traced)
-
-    def array(a: np.ndarray) -> Any:
-        k = traced_consts.get(id(a))
-        return ("ref", k) if k is not None else ("data", *array_bytes(a))
+    array = functools.partial(array_form, places=constant_places(traced))
 
     for step in steps:
         _check_known(step, _LOOP_FIELDS if isinstance(step, Loop) else _CALL_FIELDS)
@@ -526,6 +522,17 @@ def encode_plan(
     )
 
 
+def array_form(a: np.ndarray, places: dict[int, int]) -> tuple[Any, ...]:
+    """An array as stored: a traced graph's constant by place (`constant_places`), or bytes."""
+    k = places.get(id(a))
+    return ("ref", k) if k is not None else ("data", *array_bytes(a))
+
+
+def array_of(form: tuple[Any, ...], consts: Callable[[], list[np.ndarray]]) -> np.ndarray:
+    """The array `array_form` stored (`consts()`, the `constants`: asked for a reference)."""
+    return consts()[form[1]] if form[0] == "ref" else array_from(form[1:])
+
+
 def constant_places(traced: Graph) -> dict[int, int]:
     """Where each constant of `traced` is among its constants, by the id of its value (what
     stored data refers to); empty for a graph held back (core.interpreter.DeferredGraph):
@@ -545,14 +552,8 @@ def decode_plan(
 ) -> tuple[Graph, list[Step], dict[tuple[int, bool], KernelSource]]:
     """`encode_plan`'s data rebuilt for `traced` (raises on anything that does not fit)."""
     avals_data, nodes_data, outputs, steps_data, texts, sources_data, rows = data
-    consts: list[np.ndarray] = []  # (listed at the first reference: none held back)
-
-    def array(form: Any) -> np.ndarray:
-        if form[0] != "ref":
-            return array_from(form[1:])
-        if not consts:
-            consts.extend(constants(traced))
-        return consts[form[1]]
+    listed = functools.cache(functools.partial(constants, traced))  # (at a first reference)
+    array = functools.partial(array_of, consts=listed)
 
     avals = _avals_from(avals_data)
     params = _params_from(rows, array)

@@ -22,7 +22,7 @@ from typing import Any
 
 from fastgrad.compiler import plan_cache
 from fastgrad.compiler.fusion import Loop, Step
-from fastgrad.compiler.plan_codec import array_bytes, constant_places
+from fastgrad.compiler.plan_codec import array_form, constant_places
 from fastgrad.core.ir import Graph
 from fastgrad.runtime.thread_budget import numba_threads
 
@@ -135,11 +135,7 @@ def encode_arrays(form: tuple[Any, ...], traced_consts: dict[int, int]) -> tuple
     traced graph by its place among them (`traced_consts`: id of its value -> place),
     others by their bytes."""
     *rest, arrays = form
-    data = tuple(
-        ("ref", traced_consts[id(a)]) if id(a) in traced_consts else ("data", *array_bytes(a))
-        for a in arrays
-    )
-    return (*rest, data)
+    return (*rest, tuple(array_form(a, traced_consts) for a in arrays))
 
 
 def drop(plan_key: str) -> None:

@@ -32,7 +32,7 @@ from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.plan_codec import (
     Numbered,
     Uncacheable,
-    array_from,
+    array_of,
     decode_value,
     encode_value,
 )
@@ -184,21 +184,14 @@ def build(
     inputs, slots, const_rows, aval_rows, source_rows, param_rows, kind_rows, rows, forms = (
         tables.steps
     )
-    listed: list[Any] = []
     arrays: list[Any] = list(forms)
+    listed = functools.cache(consts)  # (asked at the first reference to a constant)
 
     def array(k: int) -> np.ndarray:
         form = arrays[k]
-        if type(form) is not tuple:
-            return form
-        if form[0] == "ref":
-            if not listed:
-                listed.extend(consts())
-            value = listed[form[1]]
-        else:
-            value = array_from(form[1:])
-        arrays[k] = value
-        return value
+        if type(form) is tuple:
+            form = arrays[k] = array_of(form, listed)
+        return form
 
     dtypes: dict[str, np.dtype] = {}
 
