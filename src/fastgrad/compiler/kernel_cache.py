@@ -27,7 +27,7 @@ import numpy as np
 
 from fastgrad.compiler.machine_code import MachineCodeCache, environment_tag
 from fastgrad.core import compile_log
-from fastgrad.core.config import cache_dir
+from fastgrad.core.config import CACHE_VARIABLES, cache_dir
 
 FOLDER = "kernels"
 
@@ -106,7 +106,7 @@ def needs_build(source: str) -> bool:
     if loaded is not None:
         return not loaded.signatures
     environ = os.environ
-    where = _kernels_folder(*[environ.get(name) for name in _CACHE_VARIABLES])
+    where = _kernels_folder(*[environ.get(name) for name in CACHE_VARIABLES])
     if (where, key) in _ON_DISK:
         return False
     folder = Path(where)
@@ -131,9 +131,6 @@ def needs_build(source: str) -> bool:
     if found:
         _ON_DISK.add((where, key))
     return not found
-
-
-_CACHE_VARIABLES = ("FASTGRAD_CACHE_DIR", "XDG_CACHE_HOME", "HOME")  # what cache_dir reads
 
 
 @functools.lru_cache(maxsize=8)

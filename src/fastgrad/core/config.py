@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 
+# What `cache_dir` reads (HOME: through Path.home): a cache of it is kept under them.
+CACHE_VARIABLES = ("FASTGRAD_CACHE_DIR", "XDG_CACHE_HOME", "HOME")
+
+
 def cache_dir() -> Path:
     """The directory for fastgrad's on-disk cache (not created here)."""
     explicit = os.environ.get("FASTGRAD_CACHE_DIR")
