@@ -20,7 +20,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-
 # What `cache_dir` reads (HOME: through Path.home): a cache of it is kept under them.
 CACHE_VARIABLES = ("FASTGRAD_CACHE_DIR", "XDG_CACHE_HOME", "HOME")
 
