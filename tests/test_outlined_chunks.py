@@ -66,6 +66,15 @@ def test_chunk_loop_moves_only_when_nothing_flows_out():
     rebound = [*lines, "    s = f64(1)", "    o0[0] = s"]
     assert outline_chunks("def kernel(n0, nchunks, a0, o0):", rebound, "") is not None
     assert outline_chunks("def kernel(n0, a0):", ["    o0[0] = a0[0]"], "") is None
+    # Names bound together (a pair of results, codegen.pairs): the same, each of them.
+    paired = [*lines[:3], "        u, v = a0[c], r[c]", "        r[c] = u + v"]
+    moved = outline_chunks("def kernel(n0, nchunks, a0, o0):", paired, "")
+    assert moved is not None and f"    {NAME}(a0, nchunks, r)" in moved
+    assert (
+        outline_chunks("def kernel(n0, nchunks, a0, o0):", [*paired, "    o0[0] = v"], "") is None
+    )
+    ahead = ["    lo, hi = f64(0), f64(1)", "    for c in range(nchunks):", "        a0[c] = hi"]
+    assert f"    {NAME}(a0, hi, nchunks)" in outline_chunks("def kernel(nchunks, a0):", ahead, "")
 
 
 def _lanes(x, b):  # (N, 8, 2) summed over N, reading x[:, None, :]: codegen.lanecolumns

@@ -28,16 +28,16 @@ import re
 # The inner function's name: not a name any kernel assigns.
 NAME = "kernel_chunks"
 _WORD = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
-# `name = ...`, `name += ...` (group 2: the operator) or `for name in ...`.
-_TARGET = re.compile(r"\s*(?:for\s+)?(\w+)\s*(?:([-+*/%&|^]?)=(?!=)|in\b)")
+# `name = ...`, `a, b = ...`, `name += ...` (group 2: the operator) or `for name in ...`.
+_TARGET = re.compile(r"\s*(?:for\s+)?(\w+(?:\s*,\s*\w+)*)\s*(?:([-+*/%&|^]?)=(?!=)|in\b)")
 
 
-def _split(line: str) -> tuple[str | None, str]:
-    """(the name `line` assigns, or binds in a for, or None; the text it reads)."""
+def _split(line: str) -> tuple[list[str], str]:
+    """(the names `line` assigns, or binds in a for; the text it reads)."""
     m = _TARGET.match(line)
     if m is None:
-        return None, line
-    return m.group(1), line if m.group(2) else line[m.end() :]
+        return [], line
+    return m.group(1).replace(" ", "").split(","), line if m.group(2) else line[m.end() :]
 
 
 def outline_chunks(signature: str, lines: list[str], flags: str) -> list[str] | None:
@@ -53,24 +53,20 @@ def outline_chunks(signature: str, lines: list[str], flags: str) -> list[str] | 
     params = signature[signature.index("(") + 1 : signature.rindex(")")].split(", ")
     before = set(params)
     for line in lines[:start]:
-        target, _ = _split(line)
-        if target is not None:
-            before.add(target)
+        before.update(_split(line)[0])
     block = lines[start:end]
     inside: set[str] = set()
     read: set[str] = set()
     for line in block:
-        target, text = _split(line)
+        targets, text = _split(line)
         read.update(_WORD.findall(text))
-        if target is not None:
-            inside.add(target)
+        inside.update(targets)
     seen: set[str] = set()
     for line in lines[end:]:
-        target, text = _split(line)
+        targets, text = _split(line)
         if any(w in inside and w not in seen for w in _WORD.findall(text)):
             return None
-        if target is not None:
-            seen.add(target)
+        seen.update(targets)
     args = ", ".join(sorted(read & before))
     return [
         *lines[:start],
