@@ -255,14 +255,17 @@ class Segment:
         if fields is None:
             return None if step.accumulate else self._vector(step, a, b, out)
         (gemm, syrk), params, offsets = fields
+        work = params[3] * params[4] * params[5] * offsets[0]
+        if self.table.cut and self.table.native and work >= CUT_WORK:
+            # The cut's worker needs Numba: np.matmul, as a host step. Asked before the
+            # operands are noted: a fresh output noted for a row never added was still
+            # allocated by the segment, in the host step's slot (its result lost).
+            return None
         pointers = [self.operand(step.ins[0]), self.operand(step.ins[1])]
         fresh = None if target is not None else (step.shape, step.dtype, 0, None)
         pointers.append(self.output(step.out, fresh) if fresh else self.operand(target))
         functions = [self.table.function(gemm), self.table.function(syrk)]
         split = -1  # a big product cut across the cores (runtime.gemm_split)
-        work = params[3] * params[4] * params[5] * offsets[0]
-        if self.table.cut and self.table.native and work >= CUT_WORK:
-            return None  # the cut's worker needs Numba: np.matmul, as a host step
         if self.table.cut and not self.table.native:
             split = self._split(work)
         return [GEMM, *functions, split, *params, *pointers, *offsets]
