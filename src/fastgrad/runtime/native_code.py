@@ -10,10 +10,12 @@ API and libc (found in the process), Numba's helper library (`numba_gil_ensure`,
 `numba_do_raise`, ... : error paths) and Numba's runtime (`NRT_MemInfo_call_dtor`, ...:
 reference counts), whose addresses their extension modules list (`c_helpers`), loaded here
 without the numba package; and, for parallel variants only, Numba's threading layer
-(`numba_parallel_for`, ...), which only Numba's import starts. A file whose undefined
-symbols are not all known is not loaded (so parallel variants wait for Numba), and a
-file whose digest does not match is left to the usual path: never a crash, never a
-wrong result.
+(`numba_parallel_for`, `do_scheduling_unsigned`, `get_num_threads`, ...), which
+runtime.threading_layer starts as Numba would (TBB, from its extension module) when the
+first such file loads, where Numba would choose TBB. A file whose undefined symbols are
+not all known is not loaded (so parallel variants wait for Numba where the user chose
+another layer), and a file whose digest does not match is left to the usual path: never
+a crash, never a wrong result.
 
 A kernel runs through its adapter (the C function of one signature the plan interpreter
 calls kernels by: compiler.codegen.adapter) with the row, pointers and floats written
@@ -26,9 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
-import importlib.machinery
-import importlib.util
 import io
 import os
 import pickle
@@ -45,7 +44,7 @@ from fastgrad.compiler import machine_code
 from fastgrad.compiler.codegen.adapter import FLOATS, adapter_source
 from fastgrad.compiler.kernel_cache import FOLDER, STATS, kernel_key, needs_build
 from fastgrad.core.config import config
-from fastgrad.runtime import numba_load
+from fastgrad.runtime import numba_load, threading_layer
 
 # FASTGRAD_NATIVE=0 turns this path off: kernels wait for Numba as before.
 ENABLED = os.environ.get("FASTGRAD_NATIVE", "1") != "0"
@@ -103,6 +102,11 @@ class _Engine:
             missing = [s for s in undefined(object_code) if not self.llvm.address_of_symbol(s)]
         except (ValueError, struct.error, IndexError):  # not an object file this reads
             return None
+        if missing and set(missing) <= threading_layer.SYMBOLS.keys():  # a parallel kernel
+            symbols = threading_layer.native_symbols()  # (its threads started, if not yet)
+            for name, address in (symbols or {}).items():
+                self.llvm.add_symbol(name, address)
+            missing = [s for s in missing if not self.llvm.address_of_symbol(s)]
         if missing:  # resolving it later would abort the process (LLVM's fatal error)
             return None
         self.engine.add_object_file(self.llvm.ObjectFileRef.from_data(object_code))
@@ -115,18 +119,14 @@ def _add_numba_symbols(llvm: Any) -> None:
     `_load_global_helpers`, the runtime's `initialize`): its helper library's and its
     runtime's C functions, read from their extension modules loaded without the numba
     package (the same shared objects Numba's import maps later: the same addresses)."""
-    spec = importlib.util.find_spec("numba")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("numba is not installed")
-    root = next(iter(spec.submodule_search_locations))
     # Not beside Numba's import on the compile thread (it would load the same modules):
     # then this path waits for a later call (`_Busy`), for it may never wait for that
     # import, which pauses while a first call runs.
     if not numba_load.LOCK.acquire(blocking=False):
         raise _Busy
     try:
-        helpers = _extension(root, "numba._helperlib", "_helperlib")
-        runtime = _extension(root, "numba.core.runtime._nrt_python", "core/runtime/_nrt_python")
+        helpers = numba_load.extension("numba._helperlib")
+        runtime = numba_load.extension("numba.core.runtime._nrt_python")
         runtime.memsys_use_cpython_allocator()  # as numba.core.runtime.nrt's import does
     finally:
         numba_load.LOCK.release()
@@ -144,24 +144,6 @@ def _add_numba_symbols(llvm: Any) -> None:
 
 class _Busy(Exception):
     """Numba is being imported on another thread."""
-
-
-def _extension(root: str, name: str, relative: str) -> Any:
-    """Numba's extension module `name` (file `relative` under `root`), loaded on its own.
-    Taken out of sys.modules again unless it was there: Numba's import then loads it as
-    ever (CPython hands out the module it initialised once: one copy of its state)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    paths = [p for s in suffixes for p in glob.glob(os.path.join(root, relative + s))]
-    if not paths:
-        raise ImportError(f"{name} not found under {root}")
-    spec = importlib.util.spec_from_file_location(name, paths[0])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules.pop(name, None)
-    return module
 
 
 class _Stub:
@@ -385,7 +367,8 @@ IMPORT_WORK, WHOLE_WORK, LOAD_WORK = 1 << 25, 1 << 28, 1 << 20
 def for_tier(tier: Any, step: Any, env: list[Any]) -> NativeKernel | None:
     """The kernel of `step` (a kernel step, runtime.plan_steps) loaded without Numba, for
     its tier (runtime.background.KernelTier) while Numba's is not ready: when its machine
-    code is on disk (a serial variant: parallel ones need Numba), the loop's work is worth
+    code is on disk (the final variant first; a parallel one where Numba's threading
+    layer can start without Numba, runtime.threading_layer), the loop's work is worth
     loading it (above) and this call's operands are C-contiguous. The tier keeps it in
     `tier.native` (False: never)."""
     if tier.native is False:

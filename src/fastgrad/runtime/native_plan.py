@@ -2,8 +2,9 @@
 variants, their adapters and the interpreter's loop (runtime.vm's `_run_table`) loaded
 from their stored machine code by runtime.native_code, the loop called through ctypes.
 
-A kernel step whose final variant is stored and loads this way (a serial one: parallel
-variants need Numba's threading layer) settles on it (`settle`): the same machine code
+A kernel step whose final variant is stored and loads this way (a parallel one too, its
+threading layer started as Numba would start it: runtime.threading_layer; not where the
+user chose a layer but TBB) settles on it (`settle`): the same machine code
 Numba would load, so its tier has nothing left to wait for and hands the compile thread
 no compile (no Numba import). Where the loop is small (llvmlite's import, ~26 ms of CPU,
 and the loads would cost its first call more than NumPy running it) the compile thread
@@ -13,7 +14,7 @@ lowered at the end of the next run (runtime.plan_table, with `loop()`), its segm
 run by `Runner`: the arrays' addresses written into the table from Python, then the
 loop called, what run_steps does in compiled code. Rows that need code only Numba's
 import gives (a product the cut's worker would split, products with a dimension of 1,
-scan loops) stay host steps. A plan with a parallel final variant keeps the usual path.
+scan loops) stay host steps.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from fastgrad.compiler import machine_code
 from fastgrad.compiler.kernel_cache import kernel_key, needs_build
 from fastgrad.core import compile_log
 from fastgrad.core.config import config
-from fastgrad.runtime import background, native_code, numba_load, vm_rows
+from fastgrad.runtime import background, native_code, numba_load, threading_layer, vm_rows
 from fastgrad.runtime.vm_rows import LOOP_FUNCTION, loop_source_tag
 
 #: The least work (multiply-adds) of a product the cut's worker splits:
@@ -44,7 +45,8 @@ _LOOP_SIGNATURE = "(int64*, int64) -> none"  # str() of vm.TABLE_SIGNATURE
 
 def settle(tier: Any, step: Any, env: list[Any]) -> bool:
     """Install the final variant of `step`'s kernel loaded without Numba as `step.kernel`
-    and settle the step (`step.tier = None`): True if it is stored, serial and loads, and
+    and settle the step (`step.tier = None`): True if it is stored and loads (a parallel
+    one where runtime.threading_layer can start Numba's layer without Numba), and
     this call's operands are C-contiguous (the layouts the plan keeps); else False (asked
     once per tier). Loaded in this call only where that costs nothing or pays back within
     it (`native_code.worth_loading`), or the call waits for its kernels (sync mode,
@@ -56,7 +58,7 @@ def settle(tier: Any, step: Any, env: list[Any]) -> bool:
     if (
         not native_code.ENABLED
         or config.runtime != "vm"  # (step by step, Numba's dispatcher costs less a call)
-        or getattr(step, "parallel", False)
+        or (getattr(step, "parallel", False) and not threading_layer.loads_parallel_kernels())
         or (found := _stored(final, step)) is None
         or not native_code.contiguous(step, env)
     ):

@@ -68,6 +68,31 @@ def blas_found() -> None:
         check()
 
 
+def extension(name: str) -> Any:
+    """Numba's extension module `name` ("numba._helperlib", say), loaded from its file on
+    its own, without the numba package's import (ImportError where there is none). Taken
+    out of sys.modules again unless it was there: Numba's import then loads it as ever,
+    and CPython hands it the module it initialised once (its single-phase init's copy:
+    the same attributes, one copy of the C state)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec("numba")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("numba is not installed")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    stem = root.joinpath(*name.split(".")[1:])
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    paths = [path for s in suffixes if (path := Path(f"{stem}{s}")).is_file()]
+    if not paths:
+        raise ImportError(f"{name} not found under {root}")
+    module_spec = importlib.util.spec_from_file_location(name, paths[0])
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    sys.modules.pop(name, None)
+    return module
+
+
 def imported(name: str) -> Any:
     """The module `name` if it is imported, not only under way (the compile thread's
     load may be paused in the middle of Numba's import), else None.
