@@ -179,11 +179,14 @@ def started_natively() -> bool:
 
 
 def active_layer() -> str | None:
-    """The threading layer Numba runs parallel kernels on, or None before it started.
+    """The threading layer Numba runs parallel kernels on, or None before it started
+    (TBB where `native_symbols` started it: Numba, not yet asked to, does not know).
 
     >>> active_layer() in (None, "tbb", "omp", "workqueue")
     True
     """
+    if _STARTED:
+        return "tbb"
     import numba
 
     try:
