@@ -7,13 +7,17 @@ runs in a fresh process: the layer is the process's."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="ELF object files, TBB")
+from test_native_plan import _run as run_child
+
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="ELF object files, TBB"),
+    pytest.mark.skipif(bool(os.environ.get("NUMBA_THREADING_LAYER")), reason="a layer chosen"),
+]
 
 SCRIPT = """
 import hashlib, os, sys
@@ -68,18 +72,8 @@ print("bits", bits(f(x)))
 
 
 def _run(cache: Path, script: str, native: bool = True, **more: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTGRAD_", "NUMBA_"))}
-    env.update(FASTGRAD_CACHE_DIR=str(cache), FASTGRAD_NATIVE="1" if native else "0")
-    env.update(NUMBA_NUM_THREADS="2", **more)  # (parallel variants, whatever the machine)
-    out = subprocess.run(
-        [sys.executable, "-W", "error", "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+    """test_native_plan's `_run`, on two threads whatever the machine (parallel variants)."""
+    return run_child(cache, native, script, **{"NUMBA_NUM_THREADS": "2", **more})
 
 
 @pytest.fixture(scope="module")
