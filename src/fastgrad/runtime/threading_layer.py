@@ -118,9 +118,10 @@ def numbas_choice_is_tbb() -> bool:
 def native_symbols() -> dict[str, int] | None:
     """The addresses of `SYMBOLS`, Numba's threading layer started (TBB, as Numba starts
     it) where it was not yet; None where it cannot be started so (`numbas_choice_is_tbb`),
-    or Numba's import is under way (asked again later). Without Numba imported, the
-    layer starts from its extension module, GIL held throughout: a thread importing Numba
-    meanwhile (no parallel kernel before that import's end) cannot start it as well.
+    or Numba's import is under way (the kernel then takes Numba's path). Without Numba
+    imported, the layer starts from its extension module, GIL held throughout: a thread
+    importing Numba meanwhile (no parallel kernel before that import's end) cannot start
+    it as well.
     With Numba imported, Numba's own `_launch_threads` starts it (whatever layer it
     picks: the names are then known to LLVM, and this answers {})."""
     from fastgrad.runtime import numba_load
@@ -132,7 +133,10 @@ def native_symbols() -> dict[str, int] | None:
             return None  # under way
         from numba.np.ufunc import parallel
 
-        parallel._launch_threads()
+        try:
+            parallel._launch_threads()
+        except (ImportError, ValueError):  # no layer loads: Numba's path says so
+            return None
         return {}
     if not numbas_choice_is_tbb() or not numba_load.LOCK.acquire(blocking=False):
         return None
