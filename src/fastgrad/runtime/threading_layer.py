@@ -119,9 +119,10 @@ def native_symbols() -> dict[str, int] | None:
     """The addresses of `SYMBOLS`, Numba's threading layer started (TBB, as Numba starts
     it) where it was not yet; None where it cannot be started so (`numbas_choice_is_tbb`),
     or Numba's import is under way (the kernel then takes Numba's path). Without Numba
-    imported, the layer starts from its extension module, GIL held throughout: a thread
-    importing Numba meanwhile (no parallel kernel before that import's end) cannot start
-    it as well.
+    imported, the layer starts from its extension module, runtime.numba_load's lock held
+    (the compile thread's import of Numba waits) and its functions called with the GIL
+    held: a thread importing Numba otherwise is far from a parallel kernel of its own
+    (~0.2 s of import) and cannot start the layer as well.
     With Numba imported, Numba's own `_launch_threads` starts it (whatever layer it
     picks: the names are then known to LLVM, and this answers {})."""
     from fastgrad.runtime import numba_load
