@@ -50,7 +50,7 @@ from fastgrad.runtime.stored_plan import (
     layout_tables,
     stored_arena,
 )
-from fastgrad.runtime.thread_budget import numba_threads, products, shares_cores
+from fastgrad.runtime.thread_budget import cuts_products, numba_threads, products, shares_cores
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP
@@ -475,7 +475,7 @@ def _arena(
                 plain.add(step.out)
             continue
         steps.append(step)
-    _spans(plan, buffers, outputs)
+    _spans(plan, buffers, outputs, one_blas_thread and cuts_products())
     # Outside a loop body what the caller receives is fresh: constants, arguments (and
     # views of either) are copied (runtime.ownership).
     owned = static | from_args
@@ -515,7 +515,9 @@ def fresh_slots(
     return fresh
 
 
-def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) -> None:
+def _spans(
+    plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int], posting: bool = False
+) -> None:
     """Set each buffer's span: the step that writes it, and the last that reads it or a
     value that may be a view of it (through views, library calls and loops)."""
     aliases: dict[int, set[int]] = {}  # slot -> buffers whose memory it may be
@@ -545,22 +547,22 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) 
     for slot in outputs:  # read by the caller: preallocated outputs (a loop body's) too
         for k in aliases.get(slot, ()):
             buffers[k].last = len(plan)
-    _pair_spans(plan, buffers, aliases)
+    _pair_spans(plan, buffers, aliases, posting)
 
 
-def _pair_spans(plan: list[PlanStep], buffers: list[Buffer], aliases: dict[int, set[int]]) -> None:
+def _pair_spans(
+    plan: list[PlanStep], buffers: list[Buffer], aliases: dict[int, set[int]], posting: bool
+) -> None:
     """Two products with only views between may run at once (runtime.gemm_split.pair):
     what the first reads lives until the second is written, so that the second never
     writes where the first reads (a backward pass's g @ v.T and p.T @ g wrote dv over v,
-    and ran one after the other). A product may also be handed to the worker and waited
-    for later (runtime.plan_posts): what it reads lives until the first step that reads
-    what it writes (`_posted_until`), so that the steps the caller runs meanwhile do not
-    write there (plan_posts waits before one that would)."""
+    and ran one after the other). With `posting`, a product may be waited for later
+    (runtime.plan_posts): what it reads lives until `_posted_until`."""
     after = len(plan)  # the next step that is not a view
     for i in range(len(plan) - 1, -1, -1):
         step = plan[i]
         if isinstance(step, _MatmulStep):
-            until = _posted_until(plan, i)
+            until = _posted_until(plan, i) if posting else i
             if after < len(plan) and isinstance(plan[after], _MatmulStep):
                 until = max(until, after)
             for slot in step.ins:
