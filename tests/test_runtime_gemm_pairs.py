@@ -34,6 +34,14 @@ from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
 Product = tuple[np.ndarray, np.ndarray, np.ndarray, int]  # c (+)= a @ b
 
 
+@pytest.fixture
+def no_posting(split: np.ndarray) -> Any:  # noqa: F811
+    """Plans lowered meanwhile post no product (runtime.plan_posts): they pair them."""
+    split[gemm_split.POSTING] = 0
+    yield split
+    split[gemm_split.POSTING] = 1
+
+
 def _rows(products: list[Product], cut: bool) -> Any:
     """An interpreter table of one GEMM row per product, in order, run as one segment:
     operand slots 3i, 3i + 1, 3i + 2 are product i's a, b, c."""
@@ -137,7 +145,7 @@ def test_dependent_products_are_not_paired(split: np.ndarray) -> None:  # noqa: 
             assert all(np.array_equal(x, y) for x, y in zip(e[:3], g[:3], strict=True))
 
 
-@pytest.mark.usefixtures("sync")
+@pytest.mark.usefixtures("sync", "no_posting")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_matmuls_backward_products_run_as_a_pair(split: np.ndarray, dtype: Any) -> None:  # noqa: F811
     """x @ w's backward pass: g @ w.T and x.T @ g, with transposes between, are put side
@@ -169,7 +177,7 @@ def test_a_matmuls_backward_products_run_as_a_pair(split: np.ndarray, dtype: Any
         assert np.array_equal(np.asarray(e), np.asarray(a))
 
 
-@pytest.mark.usefixtures("sync")
+@pytest.mark.usefixtures("sync", "no_posting")
 def test_the_arena_keeps_what_the_first_product_reads_for_the_pair(split: np.ndarray) -> None:  # noqa: F811
     """s = (x @ a) @ (x @ b): its backward's ds @ v.T and q.T @ ds are side by side, and v
     dies at the first; the arena would give dv v's memory, and the pair could not run at

@@ -50,7 +50,7 @@ from fastgrad.runtime.stored_plan import (
     layout_tables,
     stored_arena,
 )
-from fastgrad.runtime.thread_budget import numba_threads, products, shares_cores
+from fastgrad.runtime.thread_budget import cuts_products, numba_threads, products, shares_cores
 
 # Below this many iterations a parallel loop costs more than it saves: thread wake-up, and
 # contention with BLAS threads still spinning after a matmul (measured on the MLP
@@ -427,7 +427,11 @@ def _arena(
     buffer itself (or of a constant) is made once; other views of views run per call.
     With `tables`: the layout they hold (stored_plan.layout_tables), bound to `plan`'s steps."""
     # The interpreter runs BLAS on one thread where the step runner would.
-    lower = partial(_lower, one_thread=one_blas_thread) if config.runtime == "vm" else None
+    lower = (
+        partial(_lower, one_thread=one_blas_thread, private=frozenset(from_args))
+        if config.runtime == "vm"
+        else None
+    )
     if tables is not None:
         return stored_arena(plan, template, outputs, lower, tables.arena)
     fresh = set() if bound else fresh_slots(plan, outputs)  # bound: the loop copies
@@ -471,7 +475,7 @@ def _arena(
                 plain.add(step.out)
             continue
         steps.append(step)
-    _spans(plan, buffers, outputs)
+    _spans(plan, buffers, outputs, one_blas_thread and cuts_products())
     # Outside a loop body what the caller receives is fresh: constants, arguments (and
     # views of either) are copied (runtime.ownership).
     owned = static | from_args
@@ -487,12 +491,12 @@ def _stored_matmul(step: _MatmulStep, stored: tuple[int, bool] | None) -> None:
     step.out, step.accumulate = stored
 
 
-def _lower(*args: Any, one_thread: bool) -> Any:
+def _lower(*args: Any, one_thread: bool, private: frozenset[int]) -> Any:
     """runtime.plan_table's `lower`, imported when a plan is first lowered (its kernels
     compiled): the interpreter imports Numba, which a first call does not wait for."""
     from fastgrad.runtime.plan_table import lower
 
-    return lower(*args, one_thread=one_thread)
+    return lower(*args, one_thread=one_thread, private=private)
 
 
 def fresh_slots(
@@ -511,7 +515,9 @@ def fresh_slots(
     return fresh
 
 
-def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) -> None:
+def _spans(
+    plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int], posting: bool = False
+) -> None:
     """Set each buffer's span: the step that writes it, and the last that reads it or a
     value that may be a view of it (through views, library calls and loops)."""
     aliases: dict[int, set[int]] = {}  # slot -> buffers whose memory it may be
@@ -541,21 +547,53 @@ def _spans(plan: list[PlanStep], buffers: list[Buffer], outputs: Sequence[int]) 
     for slot in outputs:  # read by the caller: preallocated outputs (a loop body's) too
         for k in aliases.get(slot, ()):
             buffers[k].last = len(plan)
-    _pair_spans(plan, buffers, aliases)
+    _pair_spans(plan, buffers, aliases, posting)
 
 
-def _pair_spans(plan: list[PlanStep], buffers: list[Buffer], aliases: dict[int, set[int]]) -> None:
+def _pair_spans(
+    plan: list[PlanStep], buffers: list[Buffer], aliases: dict[int, set[int]], posting: bool
+) -> None:
     """Two products with only views between may run at once (runtime.gemm_split.pair):
     what the first reads lives until the second is written, so that the second never
     writes where the first reads (a backward pass's g @ v.T and p.T @ g wrote dv over v,
-    and ran one after the other)."""
+    and ran one after the other). With `posting`, a product may be waited for later
+    (runtime.plan_posts): what it reads lives until `_posted_until`."""
     after = len(plan)  # the next step that is not a view
     for i in range(len(plan) - 1, -1, -1):
         step = plan[i]
-        if isinstance(step, _MatmulStep) and after < len(plan):
-            if isinstance(plan[after], _MatmulStep):
-                for slot in step.ins:
-                    for k in aliases.get(slot, ()):
-                        buffers[k].last = max(buffers[k].last, after)
+        if isinstance(step, _MatmulStep):
+            until = _posted_until(plan, i) if posting else i
+            if after < len(plan) and isinstance(plan[after], _MatmulStep):
+                until = max(until, after)
+            for slot in step.ins:
+                for k in aliases.get(slot, ()):
+                    buffers[k].last = max(buffers[k].last, until)
         if not isinstance(step, _ViewStep):
             after = i
+
+
+# A product worth handing to the worker writes this many elements at least (it has
+# MIN_WORK = 2^21 multiply-adds at least, runtime.gemm_split: 32 x 32 times k = 2048),
+# and its wait is looked for this many steps ahead at most.
+POSTED_SIZE, POSTED_REACH = 1 << 10, 64
+
+
+def _posted_until(plan: list[PlanStep], i: int) -> int:
+    """The step before which the product `plan[i]` is waited for, if handed to the worker
+    (runtime.plan_posts), at the latest: the first that reads what it writes (or a view
+    of it), that the interpreter does not run in its loop (a library call or a loop:
+    plan_posts waits before it), or POSTED_REACH steps on; i for a small product."""
+    step = plan[i]
+    assert isinstance(step, _MatmulStep)
+    if math.prod(step.shape) < POSTED_SIZE:
+        return i
+    written = {step.out}
+    for j in range(i + 1, min(len(plan), i + 1 + POSTED_REACH)):
+        later = plan[j]
+        if not isinstance(later, _KernelStep | _MatmulStep | _ViewStep):
+            return j
+        if any(slot in written for slot in [*later.ins, *getattr(later, "checks", ())]):
+            if not isinstance(later, _ViewStep):
+                return j
+            written.add(later.out)
+    return min(len(plan), i + 1 + POSTED_REACH)

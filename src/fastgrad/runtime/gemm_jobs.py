@@ -33,15 +33,17 @@ MAX_PIECES = 8
 # where the caller and the worker write their timelines (TRACE, TRACE + 1; 0: not kept);
 # the address of the C function the plan interpreter calls to cut its products (CUT,
 # `rows_function`; set before READY, kept across a reset); into how many bands at most a
-# single product alone is cut (PIECES: as many as threads run them, module doc).
+# single product alone is cut (PIECES: as many as threads run them, module doc); whether
+# products are posted (POSTING, 1 unless a test or tuning turns it off: gemm_split.post),
+# how many were and how many of them the caller ran itself at the join (counters).
 (WAIT, TRYWAIT, POST, READY, STOP, SPIN, PIECE_WORK, MIN_WORK, JOBS, TAKEN, WAIT_SPIN, PAIRED,
  PAIRS, PAIRING, PAIR_PIECES, TRACE) = range(16)  # fmt: skip
-CUT, PIECES = TRACE + 2, TRACE + 3
+CUT, PIECES, POSTING, POSTS, STOLEN = TRACE + 2, TRACE + 3, TRACE + 4, TRACE + 5, TRACE + 6
 # The job: one product per block (a pair: two), each BLAS's gemm and its arguments, the
 # matrices' base addresses, where their byte offsets are (count triples of int64s), and
 # the cut: bands per matrix, along which axis (0: C's rows), of how many rows or columns
 # (the last band: the rest). Block b's entries are at JOB + BLOCK * b + the names below.
-JOB, BLOCK = PIECES + 1, 20
+JOB, BLOCK = STOLEN + 1, 20
 (GEMM, DOUBLE, TA, TB, M, N, K, LDA, LDB, LDC, BETA, A, B, C) = range(14)
 OFFSETS, COUNT, BANDS, AXIS, STEP = range(14, 19)
 BOUNDS = JOB + 2 * BLOCK  # the pieces' first units (unit u: band u % bands of matrix u // bands)

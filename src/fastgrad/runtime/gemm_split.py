@@ -99,12 +99,15 @@ from fastgrad.runtime.gemm_jobs import (
     PIECE_WORK,
     PIECES,
     POST,
+    POSTING,
+    POSTS,
     READY,
     SEM_STRIDE,
     SEMS,
     SIZE,
     SPIN,
     STEP,
+    STOLEN,
     STOP,
     TA,
     TAKEN,
@@ -319,11 +322,60 @@ def pair(
     return True
 
 
+@_helper
+def post(
+    state: int, table: Any, functions: int, ptrs: int, p: int
+) -> bool:  # pragma: no cover - compiled
+    """Hand the GEMM row at `table[p]` to the worker whole, not waiting: the caller goes
+    on and calls `join` before what needs it (runtime.plan_posts), holding the product
+    lock until then (other products run whole). False, and nothing done, where the
+    worker is not serving, posting is off, the lock is held, or it may be a syrk."""
+    s = carray(int64_pointer(state), (SIZE,))
+    if s[READY] == 0 or s[POSTING] == 0 or sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
+        return False
+    load_row(s, JOB, table, functions, ptrs, p)
+    if syrk(s, JOB):
+        sem_call(s[POST], _semaphore(state, LOCK))
+        return False
+    s[PAIRED] = 0
+    bounds(s, JOB, 1)
+    _event(s, 0, POSTED, 1)
+    sem_call(s[POST], _semaphore(state, PIECE))  # arm its claim: publishes the job
+    sem_call(s[POST], _semaphore(state, WORK))
+    s[POSTS] += 1
+    return True
+
+
+@_helper
+def join(state: int) -> None:  # pragma: no cover - compiled
+    """Wait for the product `post` handed to the worker, then free the product lock. If
+    the worker has not started it (asleep, descheduled, or slow to wake), the caller
+    claims it and runs it itself: a worker that never wakes costs nothing but the
+    overlap."""
+    s = carray(int64_pointer(state), (SIZE,))
+    if sem_call(s[TRYWAIT], _semaphore(state, PIECE)) == 0:
+        _event(s, 0, STARTED, 0)
+        _run_piece(s, 0)
+        _event(s, 0, FINISHED, 0)
+        s[STOLEN] += 1
+        _event(s, 0, WAITED, 0)
+    else:
+        _acquire(s, state, DONE, s[WAIT_SPIN])
+        s[TAKEN] += 1
+        _event(s, 0, WAITED, 1)
+    s[JOBS] += 1
+    sem_call(s[POST], _semaphore(state, LOCK))
+
+
+POST_ROW, JOIN_ROW = -2, -3  # `_rows`'s q: `post` the row at p; `join` it
+
 #: `int64 rows(int64* table, int64 p, int64 q)`: the interpreter's GEMM row at table[p]
 #: (runtime.vm's layout: [GEMM, gemm, syrk, split, float64?, trans a, trans b, m, n, k,
 #: lda, ldb, ldc, beta, pointers a, b, c, count, offsets]) cut across the cores, with the
 #: GEMM row at table[q] whose `split` is set too (-1: none) beside it if both can run at
 #: once; returns 0 (nothing done: run it whole), 1 (the row at p done) or 2 (both done).
+#: With q POST_ROW: 1 where the row at p is posted (`post`), 0 where not (run it whole);
+#: with q JOIN_ROW: `join` (what was posted), 1.
 ROWS_SIGNATURE = types.int64(types.CPointer(types.int64), types.int64, types.int64)
 
 
@@ -335,6 +387,11 @@ def _rows(pointer: Any, p: int, q: int) -> int:  # pragma: no cover - compiled
     table = carray(pointer, (pointer[6],))
     functions, ptrs = table[1], table[2]
     state = table[functions + table[p + 3]]
+    if q == POST_ROW:
+        return 1 if post(state, table, functions, ptrs, p) else 0
+    if q == JOIN_ROW:
+        join(state)
+        return 1
     if q >= 0 and pair(state, table, functions, ptrs, p, q):
         return 2
     done = product(
@@ -443,7 +500,7 @@ class _Worker:
         s[WAIT], s[TRYWAIT], s[POST] = (calls[n] for n in SEMAPHORE_CALLS)
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
         s[WAIT_SPIN], s[PAIRING], s[PAIR_PIECES] = DEFAULT_WAIT_SPIN, 1, DEFAULT_PAIR_PIECES
-        s[PIECES] = CUT_THREADS
+        s[PIECES], s[POSTING] = CUT_THREADS, 1
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from fastgrad.compiler.codegen.adapter import ADAPTED, FLOATS, adapter_source
 from fastgrad.core.config import config
-from fastgrad.runtime import adapters, loop_table
+from fastgrad.runtime import adapters, loop_table, plan_posts
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
 from fastgrad.runtime.loop_row import rows as loop_rows
@@ -65,6 +65,10 @@ class _Table:
         self.fixed: dict[int, int] = {}  # pointer index -> address known once for all
         self.pending: list[adapters.CompileJob] = []  # adapters still compiling
         self.split = False  # whether a product is offered to the worker that cuts them
+        self.posting = True  # and may be handed to it unwaited (gemm_split.POSTING)
+        # What each row reads and writes (runtime.plan_posts): by where it starts in
+        # `code`, (slots read, slots written, work); None: it may touch anything.
+        self.effects: dict[int, plan_posts.Effect | None] = {}
         # Before Numba's import: the loop's stored machine code (runtime.native_plan), or
         # None (then Numba's path); its rows take no piece Numba builds.
         self.native: int | None = None
@@ -81,7 +85,8 @@ class _Table:
             return len(self.floats) - 1
         return int(value)
 
-    def append(self, row: list[int]) -> None:
+    def append(self, row: list[int], effect: plan_posts.Effect | None = None) -> None:
+        self.effects[len(self.code)] = effect
         self.starts.append(len(self.code))
         self.code += row
 
@@ -113,6 +118,7 @@ class Segment:
         # and the locks of the loops whose tables its LOOP rows run (taken for a run)
         self.kept: list[tuple[int, np.ndarray]] = []
         self.locks: list[Any] = []
+        self.effect: plan_posts.Effect | None = None  # of the row being built
 
     def operand(self, slot: int) -> int:
         """The pointer index of an array a step reads: fixed (a buffer, a constant),
@@ -148,6 +154,7 @@ class Segment:
     def add(self, step: Any, call: Callable[[], None]) -> bool:
         """Append a step; False (nothing added) if it cannot run in the interpreter."""
         kind = type(step).__name__
+        self.effect = None
         if kind == "LoopStep" and self.table.native:
             return False  # its bodies' tables need Numba's entry
         if kind == "LoopStep":  # a scan whose LOOP is built: its rows
@@ -167,7 +174,7 @@ class Segment:
         if rows is None:
             return False
         for row in rows:
-            self.table.append(row)
+            self.table.append(row, self.effect if len(rows) == 1 else None)
         self.host.append(call)
         self.count += len(rows)
         return True
@@ -222,6 +229,12 @@ class Segment:
         function = table.function(adapter) if adapter >= 0 else -1
         if step.checks:
             self.checks.append(step.check_indices)
+        writes = [
+            slot if buffer is None else buffer
+            for slot, buffer in zip(step.outs, step._buffers, strict=True)
+        ]
+        sizes = [v.aval.size for v in source.inputs] + [math.prod(s) for s, _ in step.allocations]
+        self.effect = plan_posts.Effect(list(step.ins), writes, plan_posts.KERNEL_COST * sum(sizes))
         return [KERNEL, function, *row]
 
     def _entry(self, step: Any, shape: Any) -> tuple[int, int | None]:
@@ -248,6 +261,9 @@ class Segment:
             return None
         a, b = arrays
         target = step.out if step.accumulate else step.buffer
+        reads = [*step.ins, *([target] if step.accumulate else [])]
+        effect = plan_posts.Effect(reads, [step.out if target is None else target], 0)
+        self.effect = effect
         out = self.env[target] if target is not None else None
         if out is None:
             out = np.empty(step.shape, step.dtype)  # what the fresh output will look like
@@ -256,6 +272,7 @@ class Segment:
             return None if step.accumulate else self._vector(step, a, b, out)
         (gemm, syrk), params, offsets = fields
         work = params[3] * params[4] * params[5] * offsets[0]
+        effect.work = work
         if self.table.cut and self.table.native and work >= CUT_WORK:
             # The cut's worker needs Numba: np.matmul, as a host step. Asked before the
             # operands are noted: a fresh output noted for a row never added was still
@@ -281,6 +298,7 @@ class Segment:
             return -1
         address = gemm_split.state_address()
         split = self.table.function(address) if address else -1
+        self.table.posting = state is None or state[gemm_split.POSTING] != 0
         self.table.split = self.table.split or split >= 0
         return split
 
@@ -314,6 +332,7 @@ class Segment:
         self.produced.add(step.out)
         self.views[step.out] = (step.ins[0], call)
         self.view_steps[step.out] = step
+        self.effect = plan_posts.Effect([], [], 0)  # only an address (`views` says whose)
         return [VIEW, index, self.table.index(step.out), offset]
 
     def export(self, slot: int) -> None:
@@ -405,13 +424,16 @@ def lower(
     outputs: Sequence[int],
     wait: bool = False,
     one_thread: bool = False,
+    private: AbstractSet[int] = frozenset(),
 ) -> list[Callable[[], None]] | Waiting:
     """The calls of an arena whose steps are settled (`calls[i]` runs `steps[i]` on
     `env`, which holds the values of a run just made), with each run of steps the
     interpreter can take made one call into it; or, while adapters compile in the
     background (unless `wait` or sync mode), what to wait for before trying again. With
     `one_thread` (the plan's Executable.one_blas_thread), BLAS runs on one thread and
-    big products are cut across the cores (runtime.gemm_split)."""
+    big products are cut across the cores (runtime.gemm_split), or handed to its worker
+    while this thread goes on (runtime.plan_posts; `private`: the slots of the arguments
+    and of views of them, which share no memory with the arena's buffers)."""
     table = _Table(env, static, wait or config.compile == "sync", one_thread)
     if "numba" not in sys.modules:
         table.native = native_loop()
@@ -453,6 +475,8 @@ def lower(
     if table.cut:
         for segment in segments:
             _products_side_by_side(table, segment)
+        if table.posting:
+            plan_posts.place(table, segments, private)
     functions = sorted(table.functions, key=table.functions.__getitem__)
     array, at = pack(
         table.code,

@@ -17,6 +17,11 @@ Step table (`pack`): the steps' rows, step i's at `starts[i]`; `functions` holds
     none) a product big enough to pay is cut across the cores by gemm_split; two such
     rows side by side run as one job, one whole on the calling thread (gemm_split.pair);
     both through a C function of their own (gemm_split.rows_function), once compiled
+  POST: a GEMM row handed to gemm_split's worker whole, not waited for (gemm_split.post;
+    run whole here where it cannot be posted), until the next JOIN row: [JOIN]
+    (gemm_split.join; the caller runs it if the worker has not started it) or the
+    segment's end. runtime.plan_posts places both: the JOIN before the first row that
+    reads what the product writes or writes what it reads
   LOOP: a scan's iterations, each a call of one of two body segments (tables of their
     own, used in turn) with its inputs' pointers set first; see `_run_loop`
   GEMV, DOT, NOBLAS: products with a dimension of 1, as `np.matmul` computes them: a
@@ -46,12 +51,13 @@ from fastgrad.compiler.machine_code import (
 from fastgrad.runtime import vm_rows
 from fastgrad.runtime.blas import ROW_MAJOR
 from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer, may_be_syrk
-from fastgrad.runtime.gemm_split import CUT
+from fastgrad.runtime.gemm_split import CUT, JOIN_ROW, POST_ROW
 from fastgrad.runtime.vm_rows import (  # the table's layout (NumPy alone)
     FIXED,
     GEMM,
     GEMV,
     INPUT,
+    JOIN,
     KERNEL,
     LOOP,
     LOOP_CARRY,
@@ -61,6 +67,7 @@ from fastgrad.runtime.vm_rows import (  # the table's layout (NumPy alone)
     LOOP_IN,
     LOOP_OUT,
     POINTER,
+    POST,
     SLICE,
     THREADS,
     VIEW,
@@ -257,6 +264,8 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
     first = table[at]
     end = first + table[at + 1]
     paired = -1  # a GEMM row run already, beside the one before it (gemm_split.pair)
+    posted = 0  # the cut's address while a product posted by this call is not joined
+    posted_at = 0  # that POST row
     for i in range(first, end):
         p = table[starts + i]
         op = table[p]
@@ -271,7 +280,11 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
             )
         elif op == VIEW:
             table[ptrs + table[p + 2]] = table[ptrs + table[p + 1]] + table[p + 3]
-        elif op == GEMM:
+        elif op == JOIN:
+            if posted != 0:
+                _call_cut(posted, pointer, posted_at, JOIN_ROW)
+                posted = 0
+        elif op == GEMM or op == POST:
             a = table[ptrs + table[p + 14]]
             b = table[ptrs + table[p + 15]]
             c = table[ptrs + table[p + 16]]
@@ -286,7 +299,11 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
             # cut across the cores (gemm_split.rows_function: a C function of its own, its
             # address in gemm_split's state once compiled), with the next row if it is one
             cut = _table_pointer(table[functions + split])[CUT] if split >= 0 else 0
-            if cut != 0:
+            if cut != 0 and op == POST:  # on the worker while this thread goes on
+                if posted == 0 and _call_cut(cut, pointer, p, POST_ROW) != 0:
+                    posted, posted_at = cut, p
+                    continue
+            elif cut != 0:
                 q = table[starts + i + 1] if i + 1 < end else -1
                 q = q if q >= 0 and table[q] == GEMM and table[q + 3] >= 0 else -1
                 done = _call_cut(cut, pointer, p, q)
@@ -308,6 +325,8 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
             _run_loop(table, p)
         elif op >= GEMV:  # runtime.vm_vectors' rows, by their function's address
             _call_table(table[functions + table[p + 1]], pointer, p)
+    if posted != 0:  # (runtime.plan_posts puts a JOIN before whatever needs it)
+        _call_cut(posted, pointer, posted_at, JOIN_ROW)
     if threads != 0:
         _set_threads(threads, before)
 

@@ -21,6 +21,10 @@ from fastgrad.compiler.machine_code import source_tag
 KERNEL, VIEW, GEMM, LOOP = 1, 2, 3, 4
 GEMV, DOT, NOBLAS = 5, 6, 7
 COPY, ADD, SUM = 8, 9, 10
+# A GEMM row handed to the product cut's worker without waiting (POST: a GEMM row's
+# layout), and the row that waits for it (JOIN: [JOIN]); runtime.plan_posts places them,
+# runtime.gemm_split runs them.
+POST, JOIN = 11, 12
 # COPY's sizes and strides: at most this many axes (a row with more is not made).
 MAX_AXES = 8
 # LOOP's entries: where a body input's address comes from (FIXED: an outer pointer; SLICE:
