@@ -404,13 +404,14 @@ class _Generator:
             return source
         # Values a pass stores for later ones: a row's buffer, allocated here and the chunk
         # loop outlined (codegen.outline), or LLVM cannot tell the buffers apart (24 ran
-        # scalar, 11x 16's time). A parallel loop's chunks take a row per thread.
+        # scalar, 11x 16's time). A parallel loop's chunks take a row per thread, and
+        # its prange's body, a function of Numba's, has them as arguments (not outlined).
         stored = sorted(self.index[i] for i in sched.stored)
         rows = [
             (f"t{k}", f"n{self.inner[0]}", scalar_type(nodes[k].out.aval.dtype)) for k in stored
         ]
         scratch, per_chunk = row_buffers(rows, self.parallel, self.imports)
-        self.outline = bool(scratch)
+        self.outline = bool(scratch) and not self.parallel
         for line in scratch:
             w(line)
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")

@@ -27,6 +27,9 @@ apart again: with 16 stored values its passes ran scalar, and on 2 threads the l
 rows at once (64 rows of 400,000 float64: 770 MB, 3x the time in page faults); a buffer
 of a row per thread (Numba's thread ids count from 0 to its thread count) takes a few,
 and each chunk's row is the running thread's: chunks on one thread run one at a time.
+Allocated before the prange, the rows are arguments of the function Numba makes of its
+body, noalias there as in an outlined loop; the kernel is not outlined as well (that
+compiled in 1.25x the time, for the same machine code).
 """
 
 from __future__ import annotations
