@@ -9,7 +9,11 @@ import pytest
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
+from fastgrad.compiler.codegen.loops import generate
+from fastgrad.compiler.codegen.math_names import VECTOR_MATH
 from fastgrad.compiler.codegen.outline import NAME, outline_chunks
+from fastgrad.compiler.fusion import Loop
+from fastgrad.core.config import config
 
 K = 16
 
@@ -124,15 +128,74 @@ def test_chunk_loops_allocate_nothing(form, dtype):
     assert not re.search(r"np\.(empty|full|zeros)\(", outlined[1]), outlined[1]
 
 
-def test_parallel_row_passes_keep_a_buffer_per_chunk():
-    """A parallel row loop's stored rows are allocated per chunk, in the loop: a buffer
-    per chunk allocated before it (outlined) took nchunks rows at once (64 rows of 400,000
-    float64: 770 MB more and 3x the time in page faults). Serial loops share one buffer."""
+def test_parallel_row_passes_keep_a_row_per_thread():
+    """A parallel row loop's stored rows are a row per thread, allocated before the chunk
+    loop like a serial loop's one row: allocated per chunk in the prange, LLVM
+    could not tell them apart; a buffer per chunk allocated before it took nchunks rows at
+    once (64 rows of 400,000 float64: 770 MB more and 3x the time in page faults)."""
     for shape, parallel in (((16, 65536), True), ((8, 4096), False)):
         x, b = np.zeros(shape), np.zeros(shape[1])
         (source,) = fg.jit(_passes).lower(x, b).executable.kernels
         assert ("in prange(nchunks)" in source.source) == parallel
         before, _, loop = source.source.partition("for c in ")
         assert not re.search(r"np\.empty\(\(nchunks", source.source)
-        assert (f"def {NAME}(" in source.source) == (not parallel)
-        assert bool(re.search(r"np\.empty\(n1", loop)) == parallel
+        assert (f"def {NAME}(" in source.source) == (not parallel)  # a prange: Numba's
+        assert not re.search(r"np\.(empty|full|zeros)\(", loop)
+        rows = "np.empty((nthreads, n1)" if parallel else "np.empty(n1"
+        assert rows in before
+        assert ("= get_thread_id()" in loop) == parallel
+
+
+STAGES = 20
+
+
+def _many_passes(x, b):  # 20 stored rows (a division each: dearer to recompute than load)
+    h, t = x, 0.0
+    for _ in range(STAGES):
+        h = (h + b) / (h * h + 2.0)
+        d = h - fnp.mean(h, axis=1, keepdims=True)
+        t = t + fnp.sum(d * d, axis=1)
+    return t
+
+
+def _compiled(source):
+    namespace: dict = {}
+    exec(compile(source.source, "<kernel>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_parallel_row_passes_vectorize(dtype, monkeypatch):
+    """With 20 stored rows the parallel loop's passes are packed (`fdiv <n x T>`, whatever
+    the vector width): its rows allocated in the prange, every one ran scalar. Its rows
+    are NumPy's values, and (float64) the serial loop's bits."""
+    monkeypatch.setattr(config, "plan_cache", False)  # a stored plan's constants are arrays
+    shape = (4, 512)
+    draw = np.random.default_rng(7)
+    x, b = (draw.standard_normal(s).astype(dtype) for s in (shape, shape[1]))
+    executable = fg.jit(_many_passes).lower(x, b).executable
+    (loop,) = [s for s in executable.steps if isinstance(s, Loop)]
+    results = []
+    for parallel in (True, False) if dtype == np.float64 else (True,):  # compiles are slow
+        source = generate(loop, parallel, VECTOR_MATH, executable.constants)
+        assert ("in prange(nchunks)" in source.source) == parallel
+        namespace = _compiled(source)
+        params = re.search(r"def kernel\((.*)\):", source.source).group(1).split(", ")
+        out = np.empty(shape[0], dtype)
+        values = {"n0": shape[0], "n1": shape[1], "nchunks": 4, "o0": out}
+        values |= {f"a{k}": x if v.aval.ndim == 2 else b for k, v in enumerate(source.inputs)}
+        scalars = iter(executable.constants[id(v)].reshape(())[()] for v in source.scalars)
+        namespace["kernel"](*(values[p] if p in values else next(scalars) for p in params))
+        results.append(out)
+        if parallel:
+            chunks = namespace.get(NAME, namespace["kernel"])  # the function with the prange
+            ir = chunks.inspect_llvm(chunks.signatures[0])
+            kind = "float" if dtype == np.float32 else "double"
+            assert len(re.findall(rf"= fdiv <\d+ x {kind}>", ir)) >= STAGES
+    np.testing.assert_array_equal(results[0], results[-1])
+    want, h = np.zeros(shape[0]), x.astype(np.float64)
+    for _ in range(STAGES):
+        h = (h + b) / (h * h + 2.0)
+        d = h - h.mean(axis=1, keepdims=True)
+        want = want + (d * d).sum(axis=1)
+    np.testing.assert_allclose(results[0], want, rtol=1e-4 if dtype == np.float32 else 1e-10)

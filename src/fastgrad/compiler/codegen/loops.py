@@ -20,6 +20,7 @@ import numpy as np
 from fastgrad.compiler.codegen.lanecolumns import column_kernel
 from fastgrad.compiler.codegen.math_names import BOUNDED_TRIG as BOUNDED
 from fastgrad.compiler.codegen.merge import merge, relabel
+from fastgrad.compiler.codegen.outline import row_buffers
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
 from fastgrad.compiler.codegen.recompute import op_cost
@@ -403,14 +404,15 @@ class _Generator:
             return source
         # Values a pass stores for later ones: a row's buffer, allocated here and the chunk
         # loop outlined (codegen.outline), or LLVM cannot tell the buffers apart (24 ran
-        # scalar, 11x 16's time). Serial loops only: one buffer serves the chunks in turn,
-        # a buffer per chunk of a parallel loop (64 rows of 400,000) took 770 MB, 3x time.
-        scratch = [
-            f"t{k} = np.empty(n{self.inner[0]}, {scalar_type(nodes[k].out.aval.dtype)})"
-            for k in sorted(self.index[i] for i in sched.stored)
+        # scalar, 11x 16's time). A parallel loop's chunks take a row per thread, and
+        # its prange's body, a function of Numba's, has them as arguments (not outlined).
+        stored = sorted(self.index[i] for i in sched.stored)
+        rows = [
+            (f"t{k}", f"n{self.inner[0]}", scalar_type(nodes[k].out.aval.dtype)) for k in stored
         ]
+        scratch, per_chunk = row_buffers(rows, self.parallel, self.imports)
         self.outline = bool(scratch) and not self.parallel
-        for line in scratch if self.outline else ():
+        for line in scratch:
             w(line)
         w(f"for c in {'prange' if self.parallel else 'range'}(nchunks):")
         w.indent()
@@ -444,8 +446,7 @@ class _Generator:
                 self.after_value(w, n, "row", outputs, scalar_index)
 
         plan, stored = sched.plan, sched.stored
-        if not self.outline:
-            w.lines[scratch_at:scratch_at] = ["    " * scratch_depth + t for t in scratch]
+        w.lines[scratch_at:scratch_at] = ["    " * scratch_depth + t for t in per_chunk]
 
         for p in range(n_phases):
             emit_rows(p)
