@@ -2,7 +2,7 @@
 simplification, partitioning and code generation.
 
 A plan is stored in `<cache dir>/plans/<key>.plan`, the key a digest of the traced graph
-(compiler.plan_codec.graph_digest: its structure, types, names and constants) and of what
+(compiler.graph_key.graph_digest: its structure, types, names and constants) and of what
 preparation depends on besides: the source of fastgrad's layers that prepare a graph
 (core, ops, transforms, compiler: any edit there is a new version, no number kept by
 hand; the digest is kept under the files' sizes and modification times,
@@ -41,6 +41,7 @@ import numpy as np
 from fastgrad.compiler.cache_eviction import evict, touch
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.fusion import Step
+from fastgrad.compiler.graph_key import graph_digest
 from fastgrad.compiler.machine_code import (
     cache_unusable,
     environment_tag,
@@ -54,7 +55,6 @@ from fastgrad.compiler.plan_codec import (
     decode_plan,
     encode_graph,
     encode_plan,
-    graph_digest,
     op_facts,
 )
 from fastgrad.core.config import cache_dir, config
@@ -219,9 +219,9 @@ def save_kind(key: str, kind: str, encode: Callable[[], Any], counters: Counters
     """Store `encode()` under `key`; data that has no plain form, or a cache that cannot
     be written (warned about once), is skipped."""
     try:
-        # Without pickle's memo, as graph_digest: the bytes follow from the plan alone, not
-        # from which of its equal tuples and strings happen to be one object (an inlined
-        # graph's nodes share their avals with the graph they came from).
+        # Without pickle's memo, as graph_key.graph_digest: the bytes follow from the plan
+        # alone, not from which of its equal tuples and strings happen to be one object (an
+        # inlined graph's nodes share their avals with the graph they came from).
         buffer = io.BytesIO()
         pickler = pickle.Pickler(buffer, protocol=5)
         pickler.fast = True
