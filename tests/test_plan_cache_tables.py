@@ -221,6 +221,15 @@ def _steps_shifted(tables: Any) -> Any:
     return tables
 
 
+def _steps_negative(tables: Any) -> Any:
+    """A step reading a slot before the first (a negative index, which Python would read
+    from the end)."""
+    *head, rows, arrays = tables.steps
+    (code, kind, *own), *others = rows
+    tables.steps = (*head, ((code, kind, *own[:-1], -1), *others), arrays)
+    return tables
+
+
 def _steps_fewer(tables: Any) -> Any:
     *head, rows, arrays = tables.steps
     tables.steps = (*head, rows[:-1], arrays)
@@ -271,6 +280,7 @@ def _steps_pass_another_op(tables: Any) -> Any:
     "change",
     [
         _steps_shifted,
+        _steps_negative,
         _steps_fewer,
         _steps_other_kind,
         _steps_other_inputs,
