@@ -1,7 +1,10 @@
-"""The NumPy tier leaves a broadcast to the ufuncs reading it where their results keep
-their shape (runtime.numpy_tier._passed): the loop gives the same bits as with every
-broadcast made, in float32 and float64; a broadcast that is an output of the loop, read
-by something other than a ufunc, or whose readers would give a smaller result, is made.
+"""The NumPy tier's shorter paths give the bits of the longer ones. A broadcast is left
+to the ufuncs reading it where their results keep their shape (runtime.numpy_tier.
+_passed): the loop gives the same bits as with every broadcast made, in float32 and
+float64; a broadcast that is an output of the loop, read by something other than a
+ufunc, or whose readers would give a smaller result, is made. A reduction of a float
+array calls the ufunc's reduce (runtime.numpy_reductions.tier_impl): np.sum's (max's,
+min's, prod's) bits and dtype, by slices or not, for any axes.
 
 Cost: well under a second (no kernel compiled: the tier alone runs).
 """
@@ -18,6 +21,8 @@ import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.compiler.fusion import Loop, partition
 from fastgrad.compiler.passes import simplify
+from fastgrad.core.primitive import REGISTRY
+from fastgrad.runtime.numpy_reductions import tier_impl
 from fastgrad.runtime.numpy_tier import _BROADCAST, NumpyLoop
 
 
@@ -107,3 +112,29 @@ def test_a_stored_tier_passes_the_same_broadcasts() -> None:
         again = NumpyLoop(loop, slot_of, stored=tier.tables())
         assert again.passed == tier.passed
         assert [op[0] for op in again.ops] == [op[0] for op in tier.ops]
+
+
+@pytest.mark.parametrize("name", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.bool_])
+def test_the_tiers_reductions_give_numpys_bits(name: str, dtype: Any) -> None:
+    reference = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[name]
+    reduce = tier_impl(name, REGISTRY[name].impl)
+    rng = np.random.default_rng(1)
+    shapes_axes = [
+        ((32, 128), (0,)), ((32, 128), (1,)), ((32, 128), (0, 1)), ((3, 4, 5), (0, 2)),
+        ((2048, 4), (1,)), ((2048, 2, 3), (1, 2)), ((2048, 3), (0,)), ((), ()), ((5,), (-1,)),
+    ]  # fmt: skip
+    for shape, axis in shapes_axes:
+        x = (rng.standard_normal(shape) * 3).astype(dtype)
+        if x.ndim == 2:
+            x = x[:, ::-1]  # a view whose last axis runs backward
+        for keepdims in (False, True):
+            for _ in range(2):  # (a shape's second reduction takes the remembered path)
+                with np.errstate(all="ignore"):  # (as the tier runs: a product overflows)
+                    got = reduce(x, axis=axis, keepdims=keepdims)
+                    want = reference(x, axis=axis, keepdims=keepdims)
+                assert np.shape(got) == np.shape(want) and got.dtype == want.dtype
+                if (2048,) != shape[:1] or x.dtype.kind != "f":  # (slices: another order)
+                    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+                else:
+                    np.testing.assert_allclose(got, want, rtol=1e-5)
