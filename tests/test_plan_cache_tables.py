@@ -208,8 +208,8 @@ def _other_outputs(tables: Any) -> Any:
 
 def _shorter_tier(tables: Any) -> Any:
     """A loop's NumPy tier that lets go of values after fewer ops than the loop has."""
-    at, (ins, reuse, outputs, dead, into, slots) = next(iter(sorted(tables.numpy.items())))
-    tables.numpy = {**tables.numpy, at: (ins, reuse, outputs, dead[:-1], into, slots)}
+    at, (ins, reuse, outputs, dead, into, passed, slots) = next(iter(sorted(tables.numpy.items())))
+    tables.numpy = {**tables.numpy, at: (ins, reuse, outputs, dead[:-1], into, passed, slots)}
     return tables
 
 
@@ -218,6 +218,15 @@ def _steps_shifted(tables: Any) -> Any:
     *head, rows, arrays = tables.steps
     (code, kind, *own), *others = rows
     tables.steps = (*head, ((code, kind, *own[:-1], own[-1] + 10**6), *others), arrays)
+    return tables
+
+
+def _steps_negative(tables: Any) -> Any:
+    """A step reading a slot before the first (a negative index, which Python would read
+    from the end)."""
+    *head, rows, arrays = tables.steps
+    (code, kind, *own), *others = rows
+    tables.steps = (*head, ((code, kind, *own[:-1], -1), *others), arrays)
     return tables
 
 
@@ -249,16 +258,35 @@ def _steps_shorter_tier(tables: Any) -> Any:
     """A kernel step's NumPy tier that lets go of values after fewer ops than it has."""
     *head, kinds, rows, arrays = tables.steps
     k, row = next((k, row) for k, row in enumerate(kinds) if row[0] == 0)
-    ops, (ins, reuse, outputs, dead, into), shape = row[6]
-    row = (*row[:6], (ops, (ins, reuse, outputs, dead[:-1], into), shape), row[7])
+    ops, (ins, reuse, outputs, dead, into, passed), shape = row[6]
+    row = (*row[:6], (ops, (ins, reuse, outputs, dead[:-1], into, passed), shape), row[7])
+    tables.steps = (*head, (*kinds[:k], row, *kinds[k + 1 :]), rows, arrays)
+    return tables
+
+
+def _steps_pass_another_op(tables: Any) -> Any:
+    """A kernel step's NumPy tier that leaves to its readers an op that is no broadcast."""
+    *head, kinds, rows, arrays = tables.steps
+    k, row = next((k, row) for k, row in enumerate(kinds) if row[0] == 0)
+    ops, (ins, reuse, outputs, dead, into, passed), shape = row[6]
+    other = next(i for i, (name, _, _) in enumerate(ops) if name != "broadcast_to")
+    program = (ins, reuse, outputs, dead, into, (*passed, other))
+    row = (*row[:6], (ops, program, shape), row[7])
     tables.steps = (*head, (*kinds[:k], row, *kinds[k + 1 :]), rows, arrays)
     return tables
 
 
 @pytest.mark.parametrize(
     "change",
-    [_steps_shifted, _steps_fewer, _steps_other_kind, _steps_other_inputs, _steps_shorter_tier]
-    + [_another_arena, _other_outputs, _buffers_cut],
+    [
+        _steps_shifted,
+        _steps_negative,
+        _steps_fewer,
+        _steps_other_kind,
+        _steps_other_inputs,
+        _steps_shorter_tier,
+    ]
+    + [_steps_pass_another_op, _another_arena, _other_outputs, _buffers_cut],
 )
 def test_stored_steps_that_do_not_fit_are_rebuilt(plans: Path, change: Any) -> None:
     """An executable's stored steps (runtime.stored_plan) with a valid digest that do not

@@ -2,7 +2,7 @@
 simplification, partitioning and code generation.
 
 A plan is stored in `<cache dir>/plans/<key>.plan`, the key a digest of the traced graph
-(compiler.plan_codec.graph_digest: its structure, types, names and constants) and of what
+(compiler.graph_key.graph_digest: its structure, types, names and constants) and of what
 preparation depends on besides: the source of fastgrad's layers that prepare a graph
 (core, ops, transforms, compiler: any edit there is a new version, no number kept by
 hand; the digest is kept under the files' sizes and modification times,
@@ -41,6 +41,7 @@ import numpy as np
 from fastgrad.compiler.cache_eviction import evict, touch
 from fastgrad.compiler.codegen.source import KernelSource
 from fastgrad.compiler.fusion import Step
+from fastgrad.compiler.graph_key import graph_digest
 from fastgrad.compiler.machine_code import (
     cache_unusable,
     environment_tag,
@@ -54,7 +55,6 @@ from fastgrad.compiler.plan_codec import (
     decode_plan,
     encode_graph,
     encode_plan,
-    graph_digest,
     op_facts,
 )
 from fastgrad.core.config import cache_dir, config
@@ -102,17 +102,25 @@ def sources_digest(package: Path, folders: tuple[str, ...], recursive: bool = Tr
     of their paths, sizes and modification times, which Python's own bytecode cache trusts
     likewise: a process whose sources are unchanged reads none of them (~95 files, ~1 MB:
     ~5 ms of a warm first call, on the loaded machine that measured it)."""
-    files: list[tuple[str, str]] = []  # (path in the package, full path)
+    files: list[tuple[str, str, os.stat_result]] = []  # (path in the package, full, stat)
+    top = str(package)
     for folder in folders:
-        for root, dirs, names in os.walk(package / folder):
-            dirs[:] = sorted(dirs) if recursive else []
-            rel = os.path.relpath(root, package)
-            files += [(os.path.join(rel, n), os.path.join(root, n)) for n in names]
-    files = sorted(f for f in files if f[0].endswith(".py"))
-    stamp = hashlib.blake2b(FORMAT, digest_size=20)
-    for rel, full in files:
-        st = os.stat(full)
-        stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        below = [(folder, os.path.join(top, folder))]  # (path in the package, full path)
+        while below:
+            rel, path = below.pop()
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.endswith(".py") and entry.is_file():
+                        files.append((f"{rel}/{name}", entry.path, entry.stat()))
+                    elif (
+                        recursive and name != "__pycache__" and entry.is_dir(follow_symlinks=False)
+                    ):
+                        below.append((f"{rel}/{name}", entry.path))  # (as os.walk: no links)
+    files.sort()
+    # (one string for the stamp, not an update a file: ~109 files at a first call)
+    text = "".join([f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0" for rel, _, st in files])
+    stamp = hashlib.blake2b(FORMAT + text.encode(), digest_size=20)
     record = path_of(stamp.hexdigest(), "sources")
     try:
         known = record.read_text()
@@ -121,7 +129,7 @@ def sources_digest(package: Path, folders: tuple[str, ...], recursive: bool = Tr
     if len(known) == 40 and all(c in "0123456789abcdef" for c in known):
         return known
     digest = hashlib.blake2b(digest_size=20)
-    for rel, full in files:
+    for rel, full, _ in files:
         digest.update(rel.encode() + b"\0")
         with open(full, "rb") as f:
             digest.update(f.read())
@@ -219,9 +227,9 @@ def save_kind(key: str, kind: str, encode: Callable[[], Any], counters: Counters
     """Store `encode()` under `key`; data that has no plain form, or a cache that cannot
     be written (warned about once), is skipped."""
     try:
-        # Without pickle's memo, as graph_digest: the bytes follow from the plan alone, not
-        # from which of its equal tuples and strings happen to be one object (an inlined
-        # graph's nodes share their avals with the graph they came from).
+        # Without pickle's memo, as graph_key.graph_digest: the bytes follow from the plan
+        # alone, not from which of its equal tuples and strings happen to be one object (an
+        # inlined graph's nodes share their avals with the graph they came from).
         buffer = io.BytesIO()
         pickler = pickle.Pickler(buffer, protocol=5)
         pickler.fast = True

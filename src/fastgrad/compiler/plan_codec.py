@@ -1,14 +1,11 @@
-"""A prepared plan as plain data, and a traced graph's structural digest.
+"""A prepared plan as plain data, and what planning reads of a graph's ops' records.
 
-`graph_digest` hashes a traced graph by structure: ops (and what planning reads of their
-records), params, types, names, the wiring of its values and the bytes of its constants;
-two traces of the same program give the same digest, in any process. `encode_plan` turns
-what preparation gives (the simplified graph, its partition into loops and calls, the
-kernel sources generated for the loops) into tuples of ints, strings and bytes, values
-named by their index; the nodes fusion made for a loop (copies of cheap work and the
-readers it rewires to them, fusion._copy_cheap_outputs) are stored with the loop. Stored
-nodes name their params by number in a table of the distinct ones (`_Params`), which a
-reader decodes once each (a long unrolled loop repeats a few hundred).
+`encode_plan` turns what preparation gives (the simplified graph, its partition into loops
+and calls, the kernel sources generated for the loops) into tuples of ints, strings and
+bytes, values named by their index; the nodes fusion made for a loop (copies of cheap work
+and the readers it rewires to them, fusion._copy_cheap_outputs) are stored with the loop.
+Stored nodes name their params by number in a table of the distinct ones (`_Params`),
+which a reader decodes once each (a long unrolled loop repeats a few hundred).
 `decode_plan` rebuilds it against the traced graph, whose inputs and constants it reuses;
 `encode_graph` and `decode_graph` do the same for a whole graph of its own. A param value
 of a type not listed in `encode_value` (a user's function in a custom rule, a loop body), an op
@@ -20,9 +17,6 @@ guessed at.
 from __future__ import annotations
 
 import functools
-import hashlib
-import io
-import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -169,14 +163,12 @@ def _params_from(rows: Any, array: Any) -> list[dict[str, Any]]:
     return [{k: decode_value(v, array) for k, v in row} for row in rows]
 
 
-def _encode_nodes(
-    graph: Graph, array: Any, params: _Params | None = None
-) -> tuple[Any, Any, dict[int, int]]:
-    """The aval table, the nodes as rows, and each value's index (inputs first). With
-    `params`, a node's params are its number there (-1: none), else they are in its row."""
+def _encode_nodes(graph: Graph, params: _Params) -> tuple[Any, Any, dict[int, int]]:
+    """The aval table, the nodes as rows, and each value's index (inputs first); a node's
+    params are its number in `params` (-1: none)."""
     index = {id(v): k for k, v in enumerate(graph.inputs)}
     avals = _Avals()
-    number = avals.number  # (numbered here, not by a call per node: ~6,600 per digest)
+    number = avals.number  # (numbered here, not by a call per node: ~6,600 per graph)
     # Numbers by the aval object first: most values share their input's (an elementwise
     # op's rule gives it), and hashing an Aval is a Python call.
     by_object: dict[int, int] = {}
@@ -193,11 +185,7 @@ def _encode_nodes(
             if k is None:
                 k = number[aval] = len(number)
             by_object[id(aval)] = k
-        if params is not None:
-            row = params(node)
-        else:
-            row = _params(node, array) if node.params else ()
-        nodes.append((node.op.name, ins, row, k, out.hint))
+        nodes.append((node.op.name, ins, params(node), k, out.hint))
     return avals, tuple(nodes), index
 
 
@@ -251,7 +239,7 @@ def encode_graph(graph: Graph) -> tuple[Any, ...]:
     avals = _Avals()
     inputs = tuple((avals(v.aval), v.hint) for v in graph.inputs)
     params = _Params(array)
-    node_avals, nodes, index = _encode_nodes(graph, array, params)
+    node_avals, nodes, index = _encode_nodes(graph, params)
     outputs = tuple(index[id(v)] for v in graph.outputs)
     rows = tuple(params.rows)
     # The nodes as one run of int32 (name, params, aval, hint, input count, inputs): their
@@ -348,30 +336,6 @@ class StoredGraph(Graph):
         )
 
 
-def graph_digest(graph: Graph) -> str:
-    """A digest of `graph`'s structure and constants (raises Uncacheable)."""
-
-    def array(a: np.ndarray) -> Any:
-        if a.size <= 64:
-            return array_bytes(a)
-        data = hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=20).digest()
-        return a.dtype.str, a.shape, data
-
-    inputs = tuple((_aval(v.aval), v.hint) for v in graph.inputs)
-    avals, nodes, index = _encode_nodes(graph, array)
-    outputs = tuple(index[id(v)] for v in graph.outputs)
-    rows = (inputs, nodes, outputs, avals.table(), op_facts(graph))
-    # Pickled without its memo ("fast" mode): by default pickle writes an object met
-    # twice as a reference to the first, so equal rows whose strings or tuples are shared
-    # in one graph and not in another (one traced with a reverse-mode graph read from
-    # disk) hashed differently (test_a_second_trace_loads_the_plan_the_first_saved).
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, protocol=5)
-    pickler.fast = True
-    pickler.dump(rows)
-    return hashlib.blake2b(buffer.getbuffer(), digest_size=20).hexdigest()
-
-
 def op_facts(graph: Graph, extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     """What planning reads of the records of `graph`'s ops and of the ops `extra` (raises
     Uncacheable); a StoredGraph's ops are read from its rows (its nodes not made)."""
@@ -447,7 +411,7 @@ def encode_plan(
         _check_known(source, _SOURCE_FIELDS)
 
     params = _Params(array)
-    avals, nodes, index = _encode_nodes(graph, array, params)
+    avals, nodes, index = _encode_nodes(graph, params)
     node_at = {id(n): k for k, n in enumerate(graph.nodes)}
 
     def var(v: Var) -> int:

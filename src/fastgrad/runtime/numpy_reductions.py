@@ -36,10 +36,23 @@ def tier_impl(name: str, impl: Callable[..., Any]) -> Callable[..., Any]:
     ufunc = _UFUNCS.get(name)
     if ufunc is None:
         return impl
+    short: dict[tuple[Any, ...], bool] = {}  # (shape, axis): whether `_short` takes it
 
     def reduce(x: Any, *, axis: tuple[int, ...], keepdims: bool) -> Any:
-        fast = _short(ufunc, x, axis, keepdims)
-        return impl(x, axis=axis, keepdims=keepdims) if fast is None else fast
+        if type(x) is not np.ndarray or x.dtype.kind != "f":
+            fast = _short(ufunc, x, axis, keepdims)
+            return impl(x, axis=axis, keepdims=keepdims) if fast is None else fast
+        key = (x.shape, axis)
+        by_slices = short.get(key)
+        if by_slices is None:
+            if len(short) > 4096:  # (a process tracing ever new shapes)
+                short.clear()
+            by_slices = short[key] = _slices(x.shape, axis) is not None
+        if by_slices:
+            return _short(ufunc, x, axis, keepdims)
+        # What np.sum (max, min, prod) calls for an ndarray, without its Python layers
+        # (~1.5 us of 400 reductions in the T=200 RNN's first call): the same bits.
+        return ufunc.reduce(x, axis=axis, keepdims=keepdims)
 
     return reduce
 
@@ -55,18 +68,31 @@ def _short(ufunc: np.ufunc, x: Any, axis: tuple[int, ...], keepdims: bool) -> An
     >>> _short(np.maximum, x, (1, 2), True).shape
     (1200, 1, 1)
     """
-    if not isinstance(x, np.ndarray) or x.dtype.kind != "f" or not axis:
+    if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
         return None
-    rank = x.ndim
-    axes = sorted(a % rank for a in axis) if rank else []
-    if axes != list(range(rank - len(axes), rank)):
+    form = _slices(x.shape, axis)
+    if form is None:
         return None
-    kept = x.shape[: rank - len(axes)]
-    length, outputs = math.prod(x.shape[rank - len(axes) :]), math.prod(kept)
-    if not 2 <= length <= SHORT or outputs < MANY:
-        return None
+    kept, length = form
     rows = x.reshape(*kept, length)
     out = ufunc(rows[..., 0], rows[..., 1])
     for j in range(2, length):
         ufunc(out, rows[..., j], out=out)
-    return out.reshape(*kept, *[1] * len(axes)) if keepdims else out
+    return out.reshape(*kept, *[1] * (x.ndim - len(kept))) if keepdims else out
+
+
+def _slices(shape: tuple[int, ...], axis: tuple[int, ...]) -> tuple[Any, int] | None:
+    """(the kept shape, elements per output) where `_short` reduces an array of `shape`
+    over `axis` by slices: those axes its last ones, 2 to SHORT elements per output and at
+    least MANY outputs; else None."""
+    rank = len(shape)
+    if not axis:
+        return None
+    axes = sorted(a % rank for a in axis) if rank else []
+    if axes != list(range(rank - len(axes), rank)):
+        return None
+    kept = shape[: rank - len(axes)]
+    length, outputs = math.prod(shape[rank - len(axes) :]), math.prod(kept)
+    if not 2 <= length <= SHORT or outputs < MANY:
+        return None
+    return kept, length

@@ -11,8 +11,10 @@ states: NumPy's libm and summation order against fastgrad's vector math and chun
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,7 @@ class NumpyLoop:
         slots share the rest (runtime.stored_plan)."""
         nodes = loop.nodes
         if stored is not None:
-            ins_of, reuse_of, outputs, dead, into, self.slots = stored
+            ins_of, reuse_of, outputs, dead, into, passed, self.slots = stored
             self.ops = [
                 (tier_impl(n.op.name, n.op.impl), n.params, ins, n.out.aval.dtype, reuse)
                 for n, ins, reuse in zip(nodes, ins_of, reuse_of, strict=True)
@@ -53,6 +55,7 @@ class NumpyLoop:
             self.size = len(self.ops)
             if len(dead) != self.size or len(into) != self.size:
                 raise ValueError("the stored tier is for another loop")
+            self._pass(passed)
             # (stored too: ~10 us a loop, 599 loops in the T=200 RNN's warm first call)
             self.dead, self.into, self.pooled = dead, into, any(into)
             self.blocked = BlockedLoop.plan(loop, slot_of)
@@ -109,6 +112,7 @@ class NumpyLoop:
         self.outputs = [(local[id(v)], place(v)) for v in loop.outputs]
         self.size = len(self.ops)
         self._dead_buffers(nodes)
+        self._pass(_passed(nodes, inputs, outputs, readers, ufunc))
         # A large loop runs a block of rows at a time, in cache (runtime.numpy_blocks).
         self.blocked = BlockedLoop.plan(loop, slot_of)
 
@@ -131,7 +135,7 @@ class NumpyLoop:
         with no loop's nodes (runtime.stored_plan), on `slots` slots not given yet (`like`
         gives a step's); not run by blocks unless its `blocked` is set."""
         loop = cls.__new__(cls)
-        ins_of, reuse_of, outputs, dead, into = stored
+        ins_of, reuse_of, outputs, dead, into, passed = stored
         size = len(ops)
         if not (len(ins_of) == len(reuse_of) == len(dead) == len(into) == size):
             raise ValueError("the stored tier is for another loop")
@@ -145,8 +149,20 @@ class NumpyLoop:
         ]
         loop.outputs, loop.size, loop.slots = list(outputs), size, [0] * slots
         loop.dead, loop.into, loop.pooled = dead, into, any(into)
+        loop._pass(passed)
         loop.blocked = None
         return loop
+
+    def _pass(self, passed: Sequence[int]) -> None:
+        """Leave the broadcasts `passed` (ops' places, `_passed`) to the ufuncs reading
+        them: each gives its input as it is."""
+        broadcast = _BROADCAST()
+        for i in passed:
+            if not 0 <= i < self.size or self.ops[i][0] is not broadcast:
+                raise ValueError("the stored tier passes on an op that is not a broadcast")
+            _, params, ins, dtype, reuse = self.ops[i]
+            self.ops[i] = (_given, params, ins, dtype, reuse)
+        self.passed = tuple(passed)
 
     def _dead_buffers(self, nodes: list[Any]) -> None:
         """Which values to let go of after each op (those it read last, and what nothing
@@ -182,7 +198,12 @@ class NumpyLoop:
         """The loop's plan but for its slots, as plain data (runtime.stored_plan)."""
         ins = tuple(tuple(op[2]) for op in self.ops)
         dead = tuple(map(tuple, self.dead))
-        return ins, tuple(op[4] for op in self.ops), tuple(self.outputs), dead, tuple(self.into)
+        reuse, outputs, into = (
+            tuple(op[4] for op in self.ops),
+            tuple(self.outputs),
+            tuple(self.into),
+        )
+        return ins, reuse, outputs, dead, into, self.passed
 
     def run(self, env: list[Any], bound: Sequence[tuple[int, np.ndarray]] = ()) -> None:
         """Run the loop on `env`'s slots; `bound`: (slot, array) of outputs that have
@@ -221,6 +242,66 @@ class NumpyLoop:
                     values[k] = None  # (its memory may serve a later op's result)
         for k, place in self.outputs:
             env[slots[place]] = values[k]
+
+
+def _passed(
+    nodes: Sequence[Any],
+    inputs: Sequence[Sequence[tuple[bool, int]]],
+    outputs: AbstractSet[int],
+    readers: dict[int, list[int]],
+    ufunc: Sequence[bool],
+) -> list[int]:
+    """The broadcasts (by place among `nodes`) that the tier may leave to the ufuncs
+    reading them: not an output of the loop, read only by single-output ufuncs whose
+    result keeps its shape when that operand (and any other so left) is given as it is.
+    A ufunc broadcasts an operand by strides of 0 as np.broadcast_to's view has them:
+    the same inner loop, the same bits. (The T=200 RNN's first call: 600 of its 800
+    np.broadcast_to calls, ~4 us each, gone.)"""
+    shapes = [n.out.aval.shape for n in nodes]
+    passed: list[int] = []
+    broadcast = _BROADCAST()
+    for i, node in enumerate(nodes):
+        if tier_impl(node.op.name, node.op.impl) is not broadcast or i in outputs:
+            continue
+        kept, shapes[i] = shapes[i], node.inputs[0].aval.shape
+        alike = [
+            ufunc[r]
+            and nodes[r].op.ufunc.nout == 1
+            and _result_shape(inputs[r], shapes, nodes[r]) == nodes[r].out.aval.shape
+            for r in readers.get(i, ())
+        ]
+        if alike and all(alike):
+            passed.append(i)
+        else:
+            shapes[i] = kept
+    return passed
+
+
+def _result_shape(
+    ins: Sequence[tuple[bool, int]], shapes: Sequence[tuple[int, ...]], node: Any
+) -> tuple[int, ...] | None:
+    """The shape a ufunc gives for operands of `shapes` (locals) or of their avals' (slots)."""
+    operands = [
+        v.aval.shape if is_slot else shapes[k]
+        for (is_slot, k), v in zip(ins, node.inputs, strict=True)
+    ]
+    try:
+        return np.broadcast_shapes(*operands)
+    except ValueError:
+        return None
+
+
+def _given(x: Any, **params: Any) -> Any:
+    """A broadcast the ufuncs reading it do themselves (`_passed`): its operand."""
+    return x
+
+
+@functools.cache
+def _BROADCAST() -> Any:  # noqa: N802
+    """What the tier calls for broadcast_to (the ops' registry is full by a first call)."""
+    from fastgrad.core.primitive import REGISTRY
+
+    return tier_impl("broadcast_to", REGISTRY["broadcast_to"].impl)
 
 
 def _destinations(

@@ -220,13 +220,22 @@ def build(
         for name, text, ins, outs, flat, column, ops, recomputed in source_rows
     ]
     kinds = [_kind(row, sources, params, dtype, array, slots) for row in kind_rows]
+    # Every int of every row below `slots` (a row's kind and a kernel's index in the
+    # partition are too, where the plan has more values than steps): no row's slot then
+    # needs a look of its own (~0.7 us a row, 2,399 rows in the T=200 RNN).
+    low, high = min(map(min, rows), default=0), max(map(max, rows), default=0)
+    if low < 0:
+        raise Stale("a step with a negative slot")
     plan: list[Any] = []
     indices: list[int | None] = []
     for row in rows:
         kind = kinds[row[1]]
-        own = row[3:] if row[0] == KERNEL else row[2:]  # (a kernel's index in the partition)
-        if kind[0] != row[0] or len(row) != kind[-1] or max(own, default=0) >= slots:
+        if kind[0] != row[0] or len(row) != kind[-1]:
             raise Stale("a step that does not fit its kind")
+        if high >= slots:
+            own = row[3:] if row[0] == KERNEL else row[2:]  # (a kernel's index in the partition)
+            if max(own, default=0) >= slots:
+                raise Stale("a step that reads a slot past the last")
         plan.append(kind[1](row))
         indices.append(row[2] if row[0] == KERNEL else None)
     template: list[Any] = [None] * slots
