@@ -115,3 +115,22 @@ def test_another_layer_chosen_by_the_user_leaves_parallel_kernels_to_numba(usual
     assert "numba True native layer False" in out, out
     assert "parallel steps 1" in out and "NativeKernel" not in out, out
     assert out.splitlines()[-1] == reference
+
+
+def test_the_active_layer_is_numbas_where_it_started_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TBB started here, then another layer chosen in Numba's config and started by it:
+    both are loaded, and the fork warning must see Numba's (OpenMP does not survive a
+    fork). Before Numba starts one, the layer started here."""
+    import numba
+
+    from fastgrad.runtime import threading_layer
+
+    monkeypatch.setattr(threading_layer, "_STARTED", [object()])
+    monkeypatch.setattr(numba, "threading_layer", lambda: "omp")
+    assert threading_layer.active_layer() == "omp"
+
+    def none_started() -> str:
+        raise ValueError("no threading layer has been initialized yet")
+
+    monkeypatch.setattr(numba, "threading_layer", none_started)
+    assert threading_layer.active_layer() == "tbb"
