@@ -134,3 +134,20 @@ def test_the_active_layer_is_numbas_where_it_started_one(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(numba, "threading_layer", none_started)
     assert threading_layer.active_layer() == "tbb"
+
+
+def test_a_layer_without_every_symbol_is_not_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Numba whose TBB module lists fewer functions (older builds): the layer is not
+    started here, the kernel takes Numba's path (no AttributeError, no layer started)."""
+    import types
+
+    from fastgrad.runtime import numba_load, threading_layer
+
+    fewer = types.SimpleNamespace()  # (none of the functions: nothing could be called)
+    monkeypatch.setitem(sys.modules, "numba", None)  # (not imported, as a warm process)
+    sys.modules.pop("numba")
+    monkeypatch.setattr(threading_layer, "_STARTED", [])
+    monkeypatch.setattr(threading_layer, "numbas_choice_is_tbb", lambda: True)
+    monkeypatch.setattr(numba_load, "extension", lambda name: fewer)
+    assert threading_layer.native_symbols() is None
+    assert threading_layer._STARTED == []

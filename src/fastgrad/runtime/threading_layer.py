@@ -144,7 +144,11 @@ def native_symbols() -> dict[str, int] | None:
     try:
         with _START_LOCK:
             if not _STARTED and "numba" not in sys.modules:
-                _STARTED.append(_start(numba_load.extension("numba.np.ufunc.tbbpool")))
+                layer = numba_load.extension("numba.np.ufunc.tbbpool")
+                needed = [*SYMBOLS.values(), "launch_threads", "set_num_threads"]
+                if not all(hasattr(layer, name) for name in needed):
+                    return None  # a Numba whose layer lists fewer: never started here
+                _STARTED.append(_start(layer))
     except (ImportError, ValueError, OSError):
         return None
     finally:
