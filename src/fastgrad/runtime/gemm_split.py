@@ -15,14 +15,13 @@ and one that never wakes costs nothing.
 
 The cut keeps a product's bits, as the plan's step runner (whole products, NumPy's
 matmul on one BLAS thread) computes them: a batch is cut between its matrices, each
-computed whole; a single product is cut into bands of at least 2^20 multiply-adds
-(OpenBLAS's small-matrix kernels take products of at most 100^3) along an axis whose
-alignment keeps the bits on this machine, C's other dimension a multiple of it and
-the bands at multiples of it (runtime.gemm_probe finds them per dtype and axis: OpenBLAS's
-kernels sum an element over k in another order in a narrower tail of a tile, which
-depends on the CPU). Each element of C is then summed over k in the same order whatever
-the band (checked over random shapes, both dtypes and transposes,
-tests/test_runtime_gemm_split.py).
+computed whole; a single product in bands of at least 2^20 multiply-adds (OpenBLAS's
+small-matrix kernels take products of at most 100^3) along an axis whose alignment keeps
+the bits on this CPU, C's other dimension a multiple of it, bands at multiples of it
+(runtime.gemm_probe: OpenBLAS's kernels sum an element over k in another order in a
+tile's narrower tail, tiles differing per CPU). Each element of C is then summed over k
+in the same order whatever the band (checked over random shapes, both dtypes and
+transposes, tests/test_runtime_gemm_split.py).
 
 Two such products side by side in the plan whose operands are apart (the backward pass
 of a matmul: g @ B.T and A.T @ g, which the plan table puts side by side) run as one job
