@@ -18,9 +18,10 @@ order of preference, over shapes that vary k (short, past OpenBLAS's k blocks), 
 axis (odd lengths, past its row and column blocks) and the operands' transposes, and
 keeps the first candidate under which every band keeps the whole product's bits, 0 where
 none does (that axis is then never cut for that dtype). It runs on one BLAS thread, once
-per process when the cut's state is made, ~10-40 ms; the answer is stored in fastgrad's
-cache keyed by what decides it (the BLAS library's file, version and kernels, the CPU,
-this module's source), and one damaged or stored under another key is probed again.
+per process when the cut's state is made (~45 ms of CPU on the AVX2 machine), and its
+answer is stored in fastgrad's cache keyed by what decides it (the BLAS library's file,
+version and kernels, the CPU, this module's source): one damaged or stored under another
+key is probed again.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ Product = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _operand(rng: np.random.Generator, shape: tuple[int, int], dtype: Any, flip: bool) -> Any:
-    """A random matrix of `shape` (uniform in [-1, 1): drawn in `dtype`, at half the
-    cost of normal numbers): C-contiguous, or the transposed view of one (BLAS's
+    """A random matrix of `shape` (uniform in [-1, 1): drawn in `dtype`, cheaper than
+    normal numbers): C-contiguous, or the transposed view of one (BLAS's
     transpose flag, as the cut passes it)."""
     x = rng.random(shape[::-1] if flip else shape, dtype=dtype)
     x *= 2
