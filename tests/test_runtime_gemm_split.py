@@ -70,6 +70,27 @@ def _wait_ready(s: np.ndarray) -> None:
     raise AssertionError("the worker did not start")
 
 
+def _cut_axis(s: np.ndarray, dtype: Any, m: int, n: int, k: int, most: int) -> int | None:
+    """Along which axis (0: C's rows) the cut takes a single m x k @ k x n product, as
+    gemm_jobs.cut's rule says with this machine's alignments (runtime.gemm_probe), or
+    None where it runs whole."""
+    double = int(np.dtype(dtype) == np.float64)
+
+    def aligned(axis: int) -> int:
+        align = int(s[gemm_split.ALIGN + 2 * double + axis])
+        return align if align and (n if axis == 0 else m) % align == 0 else 0
+
+    axis = 0 if n <= m else 1
+    if not aligned(axis):
+        axis = 1 - axis
+    align = aligned(axis)
+    if not align:
+        return None
+    size, other = (m, n) if axis == 0 else (n, m)
+    least = -(-max(align, -(-int(s[gemm_split.PIECE_WORK]) // (other * k))) // align) * align
+    return axis if min(most, size // least) >= 2 else None
+
+
 def _tiny_pieces(s: np.ndarray) -> None:
     s[gemm_split.PIECE_WORK], s[gemm_split.MIN_WORK] = 16, 1
 
@@ -141,35 +162,45 @@ def test_cut_products_equal_numpys(split: np.ndarray, dtype: Any, data: Any) -> 
     start = rng.standard_normal(shape).astype(dtype) if accumulate else np.zeros(shape, dtype)
     c = start.copy()
     jobs = split[gemm_split.JOBS]
+    cuts = _cut_axis(split, dtype, m, n, k, int(split[gemm_split.PIECES])) is not None
     try:
         _table(a, b, c, int(accumulate), cut=True)()
     finally:
         split[gemm_split.PIECES] = gemm_split.CUT_THREADS
     _check(c, a, b, start)
-    count = int(np.prod(shape[:-2]))
-    if count > 1 or (n % gemm_split.BAND_ALIGN == 0 and max(m, n) >= 2 * gemm_split.BAND_ALIGN):
+    if int(np.prod(shape[:-2])) > 1 or cuts:
         assert split[gemm_split.JOBS] == jobs + 1
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("flips", [(False, False), (True, False), (False, True)])
 def test_the_cut_keeps_the_bits_of_one_gemm(split: np.ndarray, dtype: Any, flips: Any) -> None:
-    """Bands of at least 2^20 multiply-adds, of a product whose rows are a multiple of 16
-    long: its bits are those of the uncut product (NumPy's matmul on one BLAS thread).
-    Other row lengths are not cut."""
+    """Bands of at least 2^20 multiply-adds at multiples of the alignment this machine's
+    BLAS keeps the bits at (runtime.gemm_probe), of a product whose other dimension is a
+    multiple of it: its bits are those of the uncut product (NumPy's matmul on one BLAS
+    thread). Products the rule does not allow are not cut; the shapes whose dimensions
+    are multiples of 48 are cut on every machine whose BLAS keeps the bits at 12, 16, 24
+    or 48 along some axis."""
     rng = np.random.default_rng(1)
-    for m, n, k in [(1024, 128, 128), (200, 704, 64), (96, 96, 300), (1000, 48, 100)]:
+    shapes = [(1024, 128, 128), (200, 704, 64), (96, 96, 300), (1000, 48, 100), (200, 768, 64)]
+    cut = 0
+    for m, n, k in shapes:
         a = _transposed(rng.standard_normal((m, k)).astype(dtype), flips[0])
         b = _transposed(rng.standard_normal((k, n)).astype(dtype), flips[1])
         c = np.empty((m, n), dtype)
         jobs = split[gemm_split.JOBS]
         _table(a, b, c, 0, cut=True)()
-        assert split[gemm_split.JOBS] == jobs + 1
+        cuts = _cut_axis(split, dtype, m, n, k, gemm_split.CUT_THREADS) is not None
+        assert split[gemm_split.JOBS] == jobs + cuts, (m, n, k)
+        cut += cuts
         with OneThread():
-            assert np.array_equal(c, a @ b)
-    a, b = np.ones((1024, 128), dtype), np.ones((128, 700), dtype)
+            assert np.array_equal(c, a @ b), (m, n, k)
+    double = int(np.dtype(dtype) == np.float64)
+    if any(split[gemm_split.ALIGN + 2 * double + axis] in (12, 16, 24, 48) for axis in (0, 1)):
+        assert cut >= 2
+    a, b = np.ones((1023, 128), dtype), np.ones((128, 701), dtype)  # odd: never cut
     jobs = split[gemm_split.JOBS]
-    _table(a, b, np.empty((1024, 700), dtype), 0, cut=True)()
+    _table(a, b, np.empty((1023, 701), dtype), 0, cut=True)()
     assert split[gemm_split.JOBS] == jobs
 
 
@@ -180,22 +211,26 @@ def test_a_product_alone_is_cut_into_a_band_per_thread(
 ) -> None:
     """A single product is cut into as many bands as threads run them (CUT_THREADS: this
     one and the worker), not 8: each band packs the other operand again. Along C's rows
-    where B (k x n) is the smaller operand to pack again, else its columns; the last band
-    takes the rest (999 rows: 496 and 503). Each gives the uncut product's bits; a batch
-    is still cut between its matrices into up to 8 groups."""
+    where B (k x n) is the smaller operand to pack again, else its columns, where this
+    machine's alignments allow it (else along the other axis, or whole: `_cut_axis`); the
+    last band takes the rest (999 rows: 496 and 503). Each gives the uncut product's
+    bits; a batch is still cut between its matrices into up to 8 groups."""
     assert split[gemm_split.PIECES] == gemm_split.CUT_THREADS == 2
     rng = np.random.default_rng(4)
     block = gemm_split.JOB
-    shapes = [(256, 784, 512, 1), (784, 256, 512, 0), (999, 200, 64, 0), (160, 304, 1008, 1)]
-    for m, k, n, axis in shapes:  # W4's x @ w1 and x.T @ dpre, odd rows, wide
+    shapes = [(256, 784, 512), (784, 256, 512), (999, 200, 64), (160, 304, 1008)]
+    shapes += [(192, 784, 480), (480, 256, 192)]  # multiples of 48
+    for m, k, n in shapes:  # W4's x @ w1 and x.T @ dpre, odd rows, wide
         a = _transposed(rng.standard_normal((m, k)).astype(dtype), flips[0])
         b = _transposed(rng.standard_normal((k, n)).astype(dtype), flips[1])
         c = np.full((m, n), np.nan, dtype)
         jobs = split[gemm_split.JOBS]
         _table(a, b, c, 0, cut=True)()
-        assert split[gemm_split.JOBS] == jobs + 1
-        assert split[block + gemm_split.BANDS] == 2, (m, k, n)
-        assert split[block + gemm_split.AXIS] == axis, (m, k, n)
+        axis = _cut_axis(split, dtype, m, n, k, gemm_split.CUT_THREADS)
+        assert split[gemm_split.JOBS] == jobs + (axis is not None), (m, k, n)
+        if axis is not None:
+            assert split[block + gemm_split.BANDS] == 2, (m, k, n)
+            assert split[block + gemm_split.AXIS] == axis, (m, k, n)
         with OneThread():
             assert np.array_equal(c, a @ b), (m, k, n)
     a = rng.standard_normal((16, 64, 128)).astype(dtype)

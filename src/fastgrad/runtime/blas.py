@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-# Rows (or columns) of a band of one product cut across the cores (runtime.gemm_split): a
-# multiple of OpenBLAS's kernel blocks, so that each band computes the bits the whole
-# product would; a single product whose C is not a multiple of it wide is not cut.
+# The usual alignment of the bands of one product cut across the cores (runtime.gemm_split):
+# thread_budget counts a product whose C is a multiple of it wide among those the cut
+# takes. Where bands are really cut, each keeping the bits the whole product would give,
+# is found per CPU and BLAS (runtime.gemm_probe).
 BAND_ALIGN = 16
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -41,6 +42,22 @@ def _library() -> Any:
         except OSError:
             continue
     return None
+
+
+def library_identity() -> str:
+    """NumPy's OpenBLAS as it describes itself: its file, its version and build, and the
+    core whose kernels it runs (a DYNAMIC_ARCH build picks them per CPU); "none" where
+    it is not found."""
+    lib = _library()
+    if lib is None:
+        return "none"
+    parts = [lib._name]
+    for name in ("scipy_openblas_get_config64_", "scipy_openblas_get_corename64_"):
+        function = getattr(lib, name, None)
+        if function is not None:
+            function.argtypes, function.restype = [], ctypes.c_char_p
+            parts.append((function() or b"").decode(errors="replace"))
+    return "\n".join(parts)
 
 
 def _symbol(name: str, dtype: np.dtype) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 from numba import carray
 
 from fastgrad.compiler.machine_code import helper_njit
-from fastgrad.runtime.blas import BAND_ALIGN, TRANS
+from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.blas_calls import address_of, int64_pointer, may_be_syrk
 
 MAX_PIECES = 8
@@ -50,7 +50,10 @@ BOUNDS = JOB + 2 * BLOCK  # the pieces' first units (unit u: band u % bands of m
 SEMS = BOUNDS + MAX_PIECES + 8  # semaphores, 64 bytes apart (a sem_t is 32 bytes)
 LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
 SEM_STRIDE = 8
-SIZE = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
+# The alignments of bands that keep a product's bits, found on this machine
+# (runtime.gemm_probe): ALIGN + 2 * (float64?) + axis (0: C's rows); 0: never cut so.
+ALIGN = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
+SIZE = ALIGN + 4
 
 
 @helper_njit()
@@ -111,26 +114,40 @@ def apart(s: Any, j: int, operand: int, other: int) -> bool:  # pragma: no cover
 
 
 @helper_njit()
+def _aligned(s: Any, j: int, axis: int) -> int:  # pragma: no cover - compiled
+    """The alignment of bands of block j's C along `axis` (0: rows) that keep its bits,
+    0 where it may not be cut along it: never on this machine for its dtype, or C's
+    other dimension not a multiple of the alignment (ALIGN, runtime.gemm_probe)."""
+    align = s[ALIGN + 2 * (1 if s[j + DOUBLE] else 0) + axis]
+    other = s[j + N] if axis == 0 else s[j + M]
+    return align if align > 0 and other % align == 0 else 0
+
+
+@helper_njit()
 def cut(s: Any, j: int, most: int) -> int:  # pragma: no cover - compiled
     """Into how many pieces (at most `most`; 1: whole) the product in block `j` is cut,
     its bands set: a batch's matrices in groups (no operand packed twice); a single
-    matrix (C a multiple of BAND_ALIGN wide) in bands of C's rows or columns (module
-    doc), each of PIECE_WORK multiply-adds at least."""
+    matrix in bands of C's rows or columns (module doc) at multiples of the alignment
+    that keeps its bits (`_aligned`), each of PIECE_WORK multiply-adds at least."""
     m, n, k, count = s[j + M], s[j + N], s[j + K], s[j + COUNT]
     s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
     if count > 1:  # whole matrices of the batch
         return min(count, most, max(2, m * n * k * count // s[PIECE_WORK]))
-    if n % BAND_ALIGN != 0:  # a band's bits might change (gemm_split's doc)
-        return 1
     axis = 0 if n <= m else 1  # bands of rows pack B (k x n) again, of columns A (m x k)
+    align = _aligned(s, j, axis)
+    if align == 0:  # a band's bits might change along it: the other axis, if it may
+        axis = 1 - axis
+        align = _aligned(s, j, axis)
+        if align == 0:
+            return 1
     size, other = (m, n) if axis == 0 else (n, m)
-    least = max(BAND_ALIGN, -(-s[PIECE_WORK] // (other * k)))
-    least = -(-least // BAND_ALIGN) * BAND_ALIGN
+    least = max(align, -(-s[PIECE_WORK] // (other * k)))
+    least = -(-least // align) * align
     bands = min(most, size // least)
     if bands < 2:
         return 1
     s[j + BANDS], s[j + AXIS] = bands, axis
-    s[j + STEP] = size // bands // BAND_ALIGN * BAND_ALIGN  # >= least
+    s[j + STEP] = size // bands // align * align  # >= least
     return bands
 
 

@@ -15,13 +15,13 @@ and one that never wakes costs nothing.
 
 The cut keeps a product's bits, as the plan's step runner (whole products, NumPy's
 matmul on one BLAS thread) computes them: a batch is cut between its matrices, each
-computed whole; a single product is cut only where C's rows are a multiple of 16 elements
-long (OpenBLAS's kernels sum the elements of a shorter tail of columns in another order
-depending on where the band ends: float64 products of 700 columns differed in their last
-4), into bands of at least 2^20 multiply-adds (OpenBLAS's small-matrix kernels take
-products of at most 100^3), at rows or columns that are multiples of 16. Each element of
-C is then summed over k in the same order whatever the band (checked over random shapes,
-both dtypes and transposes, tests/test_runtime_gemm_split.py).
+computed whole; a single product in bands of at least 2^20 multiply-adds (OpenBLAS's
+small-matrix kernels take products of at most 100^3) along an axis whose alignment keeps
+the bits on this CPU, C's other dimension a multiple of it, bands at multiples of it
+(runtime.gemm_probe: OpenBLAS's kernels sum an element over k in another order in a
+tile's narrower tail, tiles differing per CPU). Each element of C is then summed over k
+in the same order whatever the band (checked over random shapes, both dtypes and
+transposes, tests/test_runtime_gemm_split.py).
 
 Two such products side by side in the plan whose operands are apart (the backward pass
 of a matmul: g @ B.T and A.T @ g, which the plan table puts side by side) run as one job
@@ -61,7 +61,8 @@ from fastgrad.compiler.machine_code import (
     helper_njit,
     source_tag,
 )
-from fastgrad.runtime.blas import BAND_ALIGN, TRANS
+from fastgrad.runtime import gemm_probe
+from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.blas_calls import (
     SEMAPHORE_CALLS,
     address_of,
@@ -72,6 +73,7 @@ from fastgrad.runtime.blas_calls import (
     semaphore_calls,
 )
 from fastgrad.runtime.gemm_jobs import (
+    ALIGN,
     AXIS,
     BANDS,
     BETA,
@@ -258,13 +260,11 @@ def product(
     cut across this thread and the worker. False, and nothing done, where the product is
     too small to pay (below MIN_WORK, or fewer than two pieces of PIECE_WORK), the worker
     is not serving, another thread is cutting a product, the product may be a syrk (one
-    operand times its own transpose), or a single matrix's C is not a multiple of
-    BAND_ALIGN wide."""
+    operand times its own transpose), or a single matrix may be cut along neither axis
+    (gemm_jobs.cut)."""
     s = carray(int64_pointer(state), (SIZE,))
     work = m * n * k * count
     if s[READY] == 0 or work < s[MIN_WORK]:
-        return False
-    if count == 1 and n % BAND_ALIGN != 0:  # a band's bits might change (module doc)
         return False
     if sem_call(s[TRYWAIT], _semaphore(state, LOCK)) != 0:
         return False
@@ -405,7 +405,7 @@ def _rows(pointer: Any, p: int, q: int) -> int:  # pragma: no cover - compiled
 
 def _source_tag() -> str:
     """What the worker's cached machine code is keyed by besides Numba's: this module's
-    source and that of the BLAS call it inlines, and of BAND_ALIGN's module."""
+    source and that of the BLAS call it inlines, and of TRANS's module."""
     here = Path(__file__).parent
     return source_tag(
         "gemm split",
@@ -501,6 +501,7 @@ class _Worker:
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
         s[WAIT_SPIN], s[PAIRING], s[PAIR_PIECES] = DEFAULT_WAIT_SPIN, 1, DEFAULT_PAIR_PIECES
         s[PIECES], s[POSTING] = CUT_THREADS, 1
+        s[ALIGN : ALIGN + 4] = gemm_probe.alignments()  # (once per process)
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 
