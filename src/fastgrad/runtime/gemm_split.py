@@ -34,12 +34,11 @@ pairs; the arena keeps what the first reads alive until the second is written,
 runtime.executable._pair_spans).
 
 `trace` records when each thread posts, starts and ends pieces and waits (the processor's
-cycle counter), for tools/gemm_timeline.py.
-
-The state is one int64 array (its layout below) holding the semaphores too; compiled code
-reaches it by its address, which the plan table keeps among its function addresses. Where
-there are no unnamed POSIX semaphores (not Linux) or NumPy's OpenBLAS is not found,
-products are not cut (`state_address` is 0).
+cycle counter), for tools/gemm_timeline.py. The state is one int64 array (its layout
+below) holding the semaphores too; compiled code reaches it by its address, which the
+plan table keeps among its function addresses. Where there are no unnamed POSIX
+semaphores (not Linux) or NumPy's OpenBLAS is not found, products are not cut
+(`state_address` is 0).
 """
 
 from __future__ import annotations
@@ -61,7 +60,6 @@ from fastgrad.compiler.machine_code import (
     helper_njit,
     source_tag,
 )
-from fastgrad.runtime import gemm_probe
 from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.blas_calls import (
     SEMAPHORE_CALLS,
@@ -501,6 +499,8 @@ class _Worker:
         s[SPIN], s[PIECE_WORK], s[MIN_WORK] = DEFAULT_SPIN, DEFAULT_PIECE_WORK, DEFAULT_MIN_WORK
         s[WAIT_SPIN], s[PAIRING], s[PAIR_PIECES] = DEFAULT_WAIT_SPIN, 1, DEFAULT_PAIR_PIECES
         s[PIECES], s[POSTING] = CUT_THREADS, 1
+        from fastgrad.runtime import gemm_probe  # (Python: not a source of vm's loop)
+
         s[ALIGN : ALIGN + 4] = gemm_probe.alignments()  # (once per process)
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
