@@ -15,7 +15,7 @@ import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime import blas
 from fastgrad.runtime.executable import _KernelStep, _MatmulStep, numba_threads
-from fastgrad.runtime.thread_budget import cuts_products
+from fastgrad.runtime.thread_budget import cut_pieces, may_cut
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
@@ -181,8 +181,8 @@ def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
     """Numba's threads and BLAS's would fight over the cores (`thread_budget.shares_cores`): a plan
     with parallel kernels runs its matrix-matrix products on one BLAS thread, unless
     they are matrix-vector products (bandwidth-bound) or large and not cut across the
-    cores by the interpreter (`cuts_products`; a single product is cut only where C's
-    width is a multiple of `BAND_ALIGN`)."""
+    cores by the interpreter (`may_cut`; a single product is cut only where its bands
+    keep its bits on this machine: `cut_pieces`)."""
     if numba_threads() < 2:
         pytest.skip("kernels run serial with one thread")
 
@@ -199,10 +199,12 @@ def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
     assert not vector.one_blas_thread  # x @ w is a matrix-vector product
     big = fg.jit(f).lower(ones((1024, 1 << 18)), ones((1 << 18, 512))).executable
     # 2^37 multiply-adds: BLAS's threads pay, unless the interpreter cuts the product
-    assert big.one_blas_thread == cuts_products()
-    # C 1000 wide (not a multiple of 16) is not cut: BLAS's threads keep it.
+    assert big.one_blas_thread == may_cut()
+    # C 1000 wide: cut where bands of its rows keep the bits at any width (runtime.gemm_probe),
+    # else BLAS's threads keep it. The step runner decides as the interpreter does.
     odd = fg.jit(f).lower(ones((1024, 1 << 18)), ones((1 << 18, 1000))).executable
-    assert not odd.one_blas_thread
+    cut = cut_pieces(np.float32, 1024, 1000, 1 << 18) > 1
+    assert odd.one_blas_thread == (may_cut() and cut)
     assert fg.jit(f)(x, np.full((64, 512), 0.01, np.float32)) == pytest.approx(
         np.sum(np.tanh(x @ np.full((64, 512), 0.01))), rel=1e-5
     )

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import gemm_split, vm
+from fastgrad.runtime import blas, gemm_split, vm
 from fastgrad.runtime.blas import blas_address, threads_local_address
 from test_runtime_gemm_split import (  # noqa: F401 - a fixture
     _check,
@@ -176,6 +176,40 @@ def test_a_matmuls_backward_products_run_as_a_pair(split: np.ndarray, dtype: Any
     ):
         assert np.array_equal(np.asarray(e), np.asarray(c))
         assert np.array_equal(np.asarray(e), np.asarray(a))
+
+
+@pytest.mark.usefixtures("sync", "no_posting")
+def test_the_step_runner_runs_blas_on_one_thread_where_the_interpreter_does(
+    split: np.ndarray,  # noqa: F811
+) -> None:
+    """The step runner is the reference whose bits the interpreter's products keep, so it
+    runs them on one BLAS thread wherever the interpreter's plan does (which runs them so
+    whichever runtime is chosen: thread_budget.shares_cores), though its own products are
+    never cut. Here BLAS is set to two threads for the calling thread, as OpenBLAS runs a
+    call with no other thread inside it: OpenBLAS's two threads sum some of these
+    products' elements in another order than its one (float32, its AVX2 kernels), and the
+    step runner's bits were the interpreter's only when another thread was in BLAS."""
+    set_local = blas._set_threads_local()
+    if set_local is None:
+        pytest.skip("BLAS's threads are not set per thread")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((512, 128)).astype(np.float32)
+    w = (rng.standard_normal((128, 256)) * 0.1).astype(np.float32)
+
+    def loss(x: Any, w: Any) -> Any:
+        return fnp.sum(fnp.tanh(x @ w) ** 2)
+
+    vg = fg.value_and_grad(loss, argnums=(0, 1))
+    steps, interpreted = _jitted(vg, "steps"), _jitted(vg, "vm")
+    before = set_local(2)
+    try:
+        expected = [steps(x, w) for _ in range(2)][-1]  # (the second: compiled kernels)
+        got = [interpreted(x, w) for _ in range(2)][-1]
+    finally:
+        set_local(before)
+    for e, g in zip([expected[0], *expected[1]], [got[0], *got[1]], strict=True):
+        assert np.array_equal(np.asarray(e), np.asarray(g))
+    assert steps.lower(x, w).executable.one_blas_thread
 
 
 @pytest.mark.usefixtures("sync", "no_posting")

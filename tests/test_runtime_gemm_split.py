@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import background, blas_calls, gemm_split, vm
+from fastgrad.runtime import background, blas_calls, gemm_bands, gemm_split, vm
 from fastgrad.runtime.blas import OneThread, blas_address, threads_local_address
 from fastgrad.runtime.plan_rows import NO_TRANS, TRANS
 from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
@@ -71,24 +71,13 @@ def _wait_ready(s: np.ndarray) -> None:
 
 
 def _cut_axis(s: np.ndarray, dtype: Any, m: int, n: int, k: int, most: int) -> int | None:
-    """Along which axis (0: C's rows) the cut takes a single m x k @ k x n product, as
-    gemm_jobs.cut's rule says with this machine's alignments (runtime.gemm_probe), or
-    None where it runs whole."""
-    double = int(np.dtype(dtype) == np.float64)
-
-    def aligned(axis: int) -> int:
-        align = int(s[gemm_split.ALIGN + 2 * double + axis])
-        return align if align and (n if axis == 0 else m) % align == 0 else 0
-
-    axis = 0 if n <= m else 1
-    if not aligned(axis):
-        axis = 1 - axis
-    align = aligned(axis)
-    if not align:
-        return None
-    size, other = (m, n) if axis == 0 else (n, m)
-    least = -(-max(align, -(-int(s[gemm_split.PIECE_WORK]) // (other * k))) // align) * align
-    return axis if min(most, size // least) >= 2 else None
+    """Along which axis (0: C's rows) the cut takes a single m x k @ k x n product, by
+    the rule a plan's build reads too (runtime.gemm_bands) with the probe's answer in the
+    state (runtime.gemm_probe), or None where it runs whole."""
+    at = gemm_split.ALIGN + 4 * int(np.dtype(dtype) == np.float64)
+    rule = tuple(int(g) for g in s[at : at + 4])
+    pieces, axis, _ = gemm_bands.pieces(m, n, k, 1, most, int(s[gemm_split.PIECE_WORK]), rule)
+    return axis if pieces > 1 else None
 
 
 def _tiny_pieces(s: np.ndarray) -> None:
@@ -177,10 +166,10 @@ def test_cut_products_equal_numpys(split: np.ndarray, dtype: Any, data: Any) -> 
 def test_the_cut_keeps_the_bits_of_one_gemm(split: np.ndarray, dtype: Any, flips: Any) -> None:
     """Bands of at least 2^20 multiply-adds at multiples of the alignment this machine's
     BLAS keeps the bits at (runtime.gemm_probe), of a product whose other dimension is a
-    multiple of it: its bits are those of the uncut product (NumPy's matmul on one BLAS
-    thread). Products the rule does not allow are not cut; the shapes whose dimensions
-    are multiples of 48 are cut on every machine whose BLAS keeps the bits at 12, 16, 24
-    or 48 along some axis."""
+    multiple of it, or any length where the probe found that to keep them too: its bits
+    are those of the uncut product (NumPy's matmul on one BLAS thread). Products the rule
+    does not allow are not cut; the shapes whose dimensions are multiples of 48 are cut on
+    every machine whose BLAS keeps the bits at 12, 16, 24 or 48 along some axis."""
     rng = np.random.default_rng(1)
     shapes = [(1024, 128, 128), (200, 704, 64), (96, 96, 300), (1000, 48, 100), (200, 768, 64)]
     cut = 0
@@ -195,13 +184,17 @@ def test_the_cut_keeps_the_bits_of_one_gemm(split: np.ndarray, dtype: Any, flips
         cut += cuts
         with OneThread():
             assert np.array_equal(c, a @ b), (m, n, k)
-    double = int(np.dtype(dtype) == np.float64)
-    if any(split[gemm_split.ALIGN + 2 * double + axis] in (12, 16, 24, 48) for axis in (0, 1)):
+    at = gemm_split.ALIGN + 4 * int(np.dtype(dtype) == np.float64)
+    if any(split[at + 2 * axis] in (12, 16, 24, 48) for axis in (0, 1)):
         assert cut >= 2
-    a, b = np.ones((1023, 128), dtype), np.ones((128, 701), dtype)  # odd: never cut
-    jobs = split[gemm_split.JOBS]
-    _table(a, b, np.empty((1023, 701), dtype), 0, cut=True)()
-    assert split[gemm_split.JOBS] == jobs
+    a, b = rng.standard_normal((1023, 128)), rng.standard_normal((128, 701))
+    a, b = a.astype(dtype), b.astype(dtype)  # odd: cut where any other dimension keeps bits
+    jobs, c = split[gemm_split.JOBS], np.empty((1023, 701), dtype)
+    _table(a, b, c, 0, cut=True)()
+    cuts = _cut_axis(split, dtype, 1023, 701, 128, gemm_split.CUT_THREADS) is not None
+    assert split[gemm_split.JOBS] == jobs + cuts
+    with OneThread():
+        assert np.array_equal(c, a @ b)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

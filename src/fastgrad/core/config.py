@@ -135,9 +135,11 @@ class Config:
       `FASTGRAD_PLAN_CACHE_MB`.
     - `cut_products`: with the "vm" runtime, BLAS runs on one thread and the interpreter
       cuts big matrix products across the cores itself, with threads that sleep rather
-      than spin while they wait (runtime.gemm_split); off: BLAS's own threads, except
-      beside parallel kernels. Plans built after the change use it. Default on;
-      `FASTGRAD_CUT_PRODUCTS=0` turns it off.
+      than spin while they wait (runtime.gemm_split), where their bands keep their bits
+      on this machine (the step runner, the reference, runs such a plan's products on
+      one BLAS thread too); off: BLAS's own threads, except beside parallel kernels.
+      Plans built after the change use it. Default on; `FASTGRAD_CUT_PRODUCTS=0` turns it
+      off.
     - `output_pool_mb`: the most megabytes of memory under large outputs (1 MB and above)
       kept to be handed out again to a later call's outputs once nothing else holds it
       (runtime.recycling: the first touch of fresh pages is what costs). What the caller

@@ -20,12 +20,6 @@ from typing import Any
 
 import numpy as np
 
-# The usual alignment of the bands of one product cut across the cores (runtime.gemm_split):
-# thread_budget counts a product whose C is a multiple of it wide among those the cut
-# takes. Where bands are really cut, each keeping the bits the whole product would give,
-# is found per CPU and BLAS (runtime.gemm_probe).
-BAND_ALIGN = 16
-
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _PREFIXES = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}
 _INT, _I64, _PTR = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p

@@ -175,7 +175,7 @@ class Executable:
         # and a loop reads its bodies' (control_flow), so that a product is small or not
         # the same in a loop body and out of one.
         in_loops = [s.largest_matmul for s in kept if isinstance(s, LoopStep)]
-        self.largest_matmul = max([size for _, size in self.products] + in_loops, default=0)
+        self.largest_matmul = max([size for _, size, _ in self.products] + in_loops, default=0)
         self.small_matmuls = 0 < self.largest_matmul <= SMALL_MATMUL
         self.one_blas_thread = self.small_matmuls or shares_cores(kept, self.products)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)

@@ -9,7 +9,7 @@ their repacking (W4's 256 x 784 @ 784 x 512, float32, quiet machine: 2 bands too
 the whole product's CPU, 8 bands 1.10x, and no less wall time), so a single product is
 cut along the axis whose other operand is smaller (forcing the other axis on W4's two
 products cost 1.5-4.5% more CPU a call), into as many bands as threads run them
-(gemm_split.CUT_THREADS); a pair's second product by `second_bands`.
+(gemm_bands.CUT_THREADS); a pair's second product by `second_bands`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import Any
 from numba import carray
 
 from fastgrad.compiler.machine_code import helper_njit
+from fastgrad.runtime import gemm_bands
 from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.blas_calls import address_of, int64_pointer, may_be_syrk
+from fastgrad.runtime.gemm_bands import MAX_PIECES
 
-MAX_PIECES = 8
 # The state's entries: the semaphore calls' addresses; whether the worker serves (READY)
 # or is to stop (STOP); the worker's bounded spin (trywait rounds before it sleeps); the
 # least multiply-adds of a piece and of a product that is cut; counters (tests, tuning);
@@ -50,10 +51,12 @@ BOUNDS = JOB + 2 * BLOCK  # the pieces' first units (unit u: band u % bands of m
 SEMS = BOUNDS + MAX_PIECES + 8  # semaphores, 64 bytes apart (a sem_t is 32 bytes)
 LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
 SEM_STRIDE = 8
-# The alignments of bands that keep a product's bits, found on this machine
-# (runtime.gemm_probe): ALIGN + 2 * (float64?) + axis (0: C's rows); 0: never cut so.
+# Where bands of a product keep its bits on this machine (runtime.gemm_probe's answer):
+# from ALIGN + 4 * (float64?), the rows' alignment (0: never cut so), whether C's columns
+# may then be any number (1) or a multiple of it (0), the columns' alignment and whether
+# C's rows may be any number.
 ALIGN = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
-SIZE = ALIGN + 4
+SIZE = ALIGN + 8
 
 
 @helper_njit()
@@ -113,42 +116,24 @@ def apart(s: Any, j: int, operand: int, other: int) -> bool:  # pragma: no cover
     return c_high <= low or high <= c_low
 
 
-@helper_njit()
-def _aligned(s: Any, j: int, axis: int) -> int:  # pragma: no cover - compiled
-    """The alignment of bands of block j's C along `axis` (0: rows) that keep its bits,
-    0 where it may not be cut along it: never on this machine for its dtype, or C's
-    other dimension not a multiple of the alignment (ALIGN, runtime.gemm_probe)."""
-    align = s[ALIGN + 2 * (1 if s[j + DOUBLE] else 0) + axis]
-    other = s[j + N] if axis == 0 else s[j + M]
-    return align if align > 0 and other % align == 0 else 0
+_pieces = helper_njit()(gemm_bands.pieces)
 
 
 @helper_njit()
 def cut(s: Any, j: int, most: int) -> int:  # pragma: no cover - compiled
     """Into how many pieces (at most `most`; 1: whole) the product in block `j` is cut,
     its bands set: a batch's matrices in groups (no operand packed twice); a single
-    matrix in bands of C's rows or columns (module doc) at multiples of the alignment
-    that keeps its bits (`_aligned`), each of PIECE_WORK multiply-adds at least."""
-    m, n, k, count = s[j + M], s[j + N], s[j + K], s[j + COUNT]
-    s[j + BANDS], s[j + AXIS], s[j + STEP] = 1, 0, 0
-    if count > 1:  # whole matrices of the batch
-        return min(count, most, max(2, m * n * k * count // s[PIECE_WORK]))
-    axis = 0 if n <= m else 1  # bands of rows pack B (k x n) again, of columns A (m x k)
-    align = _aligned(s, j, axis)
-    if align == 0:  # a band's bits might change along it: the other axis, if it may
-        axis = 1 - axis
-        align = _aligned(s, j, axis)
-        if align == 0:
-            return 1
-    size, other = (m, n) if axis == 0 else (n, m)
-    least = max(align, -(-s[PIECE_WORK] // (other * k)))
-    least = -(-least // align) * align
-    bands = min(most, size // least)
-    if bands < 2:
-        return 1
-    s[j + BANDS], s[j + AXIS] = bands, axis
-    s[j + STEP] = size // bands // align * align  # >= least
-    return bands
+    matrix in bands of C's rows or columns, each of PIECE_WORK multiply-adds at least, at
+    multiples of the alignment that keeps its bits on this machine (ALIGN), by
+    runtime.gemm_bands' rule (the one a plan's build reads: thread_budget.cut_pieces)."""
+    at = ALIGN + 4 * (1 if s[j + DOUBLE] else 0)
+    rule = (s[at], s[at + 1], s[at + 2], s[at + 3])
+    pieces, axis, step = _pieces(
+        s[j + M], s[j + N], s[j + K], s[j + COUNT], most, s[PIECE_WORK], rule
+    )
+    bands = pieces if s[j + COUNT] == 1 and pieces > 1 else 1
+    s[j + BANDS], s[j + AXIS], s[j + STEP] = bands, axis, step
+    return pieces
 
 
 @helper_njit()

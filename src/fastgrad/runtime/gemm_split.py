@@ -70,6 +70,12 @@ from fastgrad.runtime.blas_calls import (
     sem_call,
     semaphore_calls,
 )
+from fastgrad.runtime.gemm_bands import (
+    CUT_THREADS,
+    DEFAULT_MIN_WORK,
+    DEFAULT_PIECE_WORK,
+    MAX_PIECES,
+)
 from fastgrad.runtime.gemm_jobs import (
     ALIGN,
     AXIS,
@@ -88,7 +94,6 @@ from fastgrad.runtime.gemm_jobs import (
     LDB,
     LDC,
     LOCK,
-    MAX_PIECES,
     MIN_WORK,
     OFFSETS,
     PAIR_PIECES,
@@ -134,17 +139,7 @@ from fastgrad.runtime.gemm_jobs import (
 # Measured on the 2-core development machine (float32, bench M2's products): see
 # docs/architecture.md, "Matrix products across the cores".
 DEFAULT_SPIN = 2000
-DEFAULT_PIECE_WORK = 1 << 20  # > 100^3: OpenBLAS's small-matrix path takes none
-DEFAULT_MIN_WORK = 1 << 21
 DEFAULT_WAIT_SPIN = 200
-# Into how many bands at most a single product alone is cut: as many as threads run them
-# (this one and the worker), each band packing the other operand again (gemm_jobs); and
-# a pair's second product where it is no bigger than the first: whole, the worker's.
-# Bench W4 (two 784 x 512 x 256 products, quiet machine): 2 bands took 0.94x the CPU of 8
-# and no more wall time; M2 (10 pairs of equal products) 0.96x the CPU and 0.92x the wall
-# time with its pairs' second products whole rather than in 7 bands (docs/architecture.md,
-# "Matrix products across the cores").
-CUT_THREADS = 2
 DEFAULT_PAIR_PIECES = 1
 # The timeline (`trace`): events of (cycle counter, kind, piece) per thread, after a count.
 TRACE_SIZE = 1 << 14
@@ -501,7 +496,7 @@ class _Worker:
         s[PIECES], s[POSTING] = CUT_THREADS, 1
         from fastgrad.runtime import gemm_probe  # (Python: not a source of vm's loop)
 
-        s[ALIGN : ALIGN + 4] = gemm_probe.alignments()  # (once per process)
+        s[ALIGN : ALIGN + 8] = gemm_probe.alignments()  # (once per process)
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 

@@ -34,6 +34,11 @@ from typing import Any
 
 from fastgrad.runtime.vm_rows import GEMM, JOIN, POST
 
+try:
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # NumPy 1.x
+    from numpy import byte_bounds  # type: ignore[attr-defined,no-redef]
+
 # A kernel's work, in a product's multiply-adds, per element it reads or writes: the
 # serial kernels of bench M2 (layer norm, softmax, GELU; float32, 2-core machine) take
 # some 0.5-2 ns an element where one core's gemm does 30-60 multiply-adds a ns.
@@ -158,7 +163,7 @@ class _Memory:
             if root in self.fresh:
                 place: tuple[Any, ...] = ("fresh", root)
             elif root in self.static and hasattr(value, "__array_interface__"):
-                place = ("static", *_bounds(value))
+                place = ("static", *byte_bounds(value))  # [first, end)
             else:
                 place = ("private" if root in self.private else "outside", root)
             self.places[slot] = place
@@ -172,16 +177,3 @@ class _Memory:
         if a[0] == "static" and b[0] == "static":
             return a[1] < b[2] and b[1] < a[2]
         return {a[0], b[0]} != {"static", "private"}
-
-
-def _bounds(value: Any) -> tuple[int, int]:
-    """The bytes [first, end) an array's elements span."""
-    interface = value.__array_interface__
-    low = high = interface["data"][0]
-    strides = value.strides
-    for n, stride in zip(value.shape, strides, strict=True):
-        if n == 0:
-            return low, low
-        reach = (n - 1) * stride
-        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
-    return low, high + value.itemsize

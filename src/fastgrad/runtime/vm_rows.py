@@ -43,7 +43,8 @@ THREADS = 4  # the header's entry of OpenBLAS's thread setter
 LOOP_FUNCTION = 5  # the header's entry of the loop's address
 # runtime.vm and the modules whose code its loop inlines (blas: constants), by file name.
 _LOOP_SOURCES = (
-    "vm", "blas", "blas_calls", "gemm_split", "gemm_jobs", "vm_arrays", "vm_rows", "vm_vectors"
+    "vm", "blas", "blas_calls", "gemm_split", "gemm_jobs", "gemm_bands", "vm_arrays", "vm_rows",
+    "vm_vectors",
 )  # fmt: skip
 
 
