@@ -8,6 +8,8 @@ rounding errors add up) is skipped.
 
 from __future__ import annotations
 
+import re
+
 import numba
 import numpy as np
 import pytest
@@ -68,3 +70,47 @@ def test_tanh_special_values():
     want = np.tanh(x.astype(np.float64)).astype(np.float32)
     assert np.array_equal(y, want, equal_nan=True)
     assert np.array_equal(np.signbit(y[:2]), [False, True])
+
+
+def _loop_of(name):
+    f = getattr(vm, name)
+
+    @numba.njit(error_model="numpy")
+    def loop(x, out):
+        for i in range(x.shape[0]):
+            out[i] = f(x[i])
+
+    return loop
+
+
+@pytest.mark.parametrize("lo,hi", [(85.0, 89.0), (-104.0, -85.0), (-89.0, -85.0)])
+def test_exp_sweep_over_and_underflow(lo, hi):
+    """Every float32 where exp overflows, underflows to subnormals and to 0: the two-step
+    scaling (scale2_f32) rounds once on each side of n = 0."""
+    x = _sweep(min(abs(lo), abs(hi)), max(abs(lo), abs(hi)), 7)
+    x = x if lo > 0 else -x
+    y = np.empty_like(x)
+    _loop_of("exp_f32")(x, y)
+    with np.errstate(over="ignore"):
+        exact = np.exp(x.astype(np.float64))
+    finite = exact < np.finfo(np.float32).max
+    assert np.all(np.isinf(y[~finite]))
+    # subnormal results: an ulp is the smallest subnormal
+    spacing = np.maximum(
+        np.spacing(np.abs(exact[finite].astype(np.float32))).astype(np.float64),
+        float(np.finfo(np.float32).smallest_subnormal),
+    )
+    err = np.abs(y[finite] - exact[finite]) / spacing
+    assert err.max() <= TOL_EXACT, (err.max(), x[finite][np.argmax(err)])
+
+
+@pytest.mark.parametrize("name", ["exp_f32", "tanh_f32", "sigmoid_f32", "sin_bounded_f32"])
+def test_float32_loops_keep_32_bit_integer_lanes(name):
+    """The exponent and quadrant arithmetic of float32 helpers stays in 32-bit integer
+    lanes: a 64-bit lane (a shift of a sign-extended int, a float64 bit pattern read
+    whole) halves the lanes of that arithmetic and adds shuffles to narrow it back."""
+    loop = _loop_of(name)
+    x = np.linspace(0.1, 3.0, 64, dtype=np.float32)
+    loop(x, np.empty_like(x))
+    ir = loop.inspect_llvm(loop.signatures[0])
+    assert not re.search(r"= (?:add|sub|shl|ashr|lshr|and|or|icmp \w+) <\d+ x i64>", ir)

@@ -283,7 +283,6 @@ def _constants(F: Any) -> dict[str, Any]:  # noqa: C901
     DPIO2_1 = np.float64(float.fromhex("0x1.1a62633145c07p-54"))
     DPIO2_2 = np.float64(float.fromhex("-0x1.f1976b7ed8fbcp-110"))
     DSHIFTER = np.float64(1.5 * 2.0**52)
-    DSHIFTER_BITS = int(np.array(DSHIFTER).view(np.int64))
     # float32 tanh: its polynomial, and where it hands over to 1 - 2 / (e^2a + 1) (below 1,
     # that form's error grows past an ulp; the polynomial's stays under 0.93 up to 1)
     TANH_P = _coefs(F, _TANH_P)
