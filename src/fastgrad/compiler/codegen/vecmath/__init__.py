@@ -29,7 +29,6 @@ _DTYPES = {suffix: dtype for dtype, suffix in math_names.DTYPES.items()}
 __all__ = [
     "FUNCTIONS",
     "BOUNDED_TRIG",
-    "FLOAT32_IN_FLOAT64",
     "TRIG_BOUNDED_LIMIT",
     *(f"{name}_{suffix}" for name in math_names.NAMES for suffix in _SUFFIXES),
     *(f"{name}_bounded_{suffix}" for name in math_names.BOUNDED_NAMES for suffix in _SUFFIXES),
@@ -116,8 +115,3 @@ def __getattr__(attribute: str) -> Any:
             raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
     globals()[attribute] = value
     return value
-
-
-#: Functions whose float32 version computes in float64 and rounds once (cheaper than
-#: float32 pair arithmetic at the same accuracy): its loop has float64 vector code.
-FLOAT32_IN_FLOAT64 = frozenset({"tanh"})

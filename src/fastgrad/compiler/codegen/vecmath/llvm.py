@@ -93,6 +93,19 @@ def _f32_from_bits(typingctx, i):
 
 
 @intrinsic
+def _low_word(typingctx, x):
+    """The low 32 bits of a float64's bit pattern, as an int32: where a shifter's sum
+    leaves an integer (float32's trig quadrant), read without 64-bit integer lanes."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.trunc(builder.bitcast(args[0], ir.IntType(64)), ir.IntType(32))
+
+    return types.int32(x), codegen
+
+
+@intrinsic
 def _select(typingctx, cond, a, b):
     """``a if cond else b`` as one LLVM select (no branch, so loops stay vectorizable)."""
     if not isinstance(cond, types.Boolean):

@@ -76,14 +76,18 @@ _EXPM1_P = {
         "0x1.a0893e0000000p-13",
     ),
 }
-# expm1(r) = r + r^2/2 + r^3 P(r), same interval, evaluated in float64 for float32's tanh:
-# 2^-26.1 relative. A float64 least-squares fit reweighted towards the largest error
-# (Lawson's iteration), not the Remez exchange of the others.
-_D_EXPM1_P = (
-    "0x1.5554b6746568cp-3",
-    "0x1.5555ba5d5115bp-5",
-    "0x1.1223eb8d9e63cp-7",
-    "0x1.6c55883ef2662p-10",
+# tanh(a) = a + a z P(z), z = a^2, 0 <= a <= 1, float32 only (exp_log.tanh_f32): 2^-27.7
+# relative. A float64 least-squares fit of (tanh(a)/a - 1)/z (50-digit mpmath values)
+# weighted by the error it makes in tanh and reweighted towards the largest (Lawson's
+# iteration), each coefficient rounded to float32 before the next ones are refitted.
+_TANH_P = (
+    "-0x1.55553c0000000p-2",
+    "0x1.110be60000000p-3",
+    "-0x1.b962860000000p-5",
+    "0x1.600bc00000000p-6",
+    "-0x1.0466f80000000p-7",
+    "0x1.2db66e0000000p-9",
+    "-0x1.7803d80000000p-12",
 )
 # log(1+f) = 2 atanh(s) = 2s + s z P(z), s = f/(2+f), z = s^2 <= ((sqrt2-1)/(sqrt2+1))^2.
 #                                                            f64: 2^-57.6, f32: 2^-28.5
@@ -279,13 +283,10 @@ def _constants(F: Any) -> dict[str, Any]:  # noqa: C901
     DPIO2_1 = np.float64(float.fromhex("0x1.1a62633145c07p-54"))
     DPIO2_2 = np.float64(float.fromhex("-0x1.f1976b7ed8fbcp-110"))
     DSHIFTER = np.float64(1.5 * 2.0**52)
-    DSHIFTER_BITS = int(np.array(DSHIFTER).view(np.int64))
-    # float32 tanh runs in float64 too (exp_log.tanh_f32_in_f64): log2(e), ln 2 (n ln 2
-    # rounds below 2^-46 for n < 30), expm1's polynomial to 2^-26 and the saturation point.
-    D_LOG2E = np.float64(1.4426950408889634)
-    D_LN2 = np.float64(0.6931471805599453)
-    D_EXPM1_P = tuple(np.float64(float.fromhex(h)) for h in _D_EXPM1_P)
-    D_TANH_SAT = np.float64(10.0)
+    # float32 tanh: its polynomial, and where it hands over to 1 - 2 / (e^2a + 1) (below 1,
+    # that form's error grows past an ulp; the polynomial's stays under 0.93 up to 1)
+    TANH_P = _coefs(F, _TANH_P)
+    TANH_SMALL = F(1.0)
     C2PI_0, C2PI_1, C2PI_2 = C2PI
     TRIG_LIMIT = F(TRIG_BOUNDED_LIMIT)
     TAB = _trig_tables(F, MANT, BIAS, TRIG_EMIN)

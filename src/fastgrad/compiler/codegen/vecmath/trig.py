@@ -14,6 +14,7 @@ from fastgrad.compiler.codegen.vecmath.llvm import (
     _fabs,
     _fast_two_sum,
     _fma,
+    _low_word,
     _mad,
     _poly,
     _rint,
@@ -40,7 +41,6 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         DPIO2_1,
         DPIO2_2,
         DSHIFTER,
-        DSHIFTER_BITS,
         FMAX,
         FOUR,
         HALF,
@@ -82,7 +82,6 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         k["DPIO2_1"],
         k["DPIO2_2"],
         k["DSHIFTER"],
-        k["DSHIFTER_BITS"],
         k["FMAX"],
         k["FOUR"],
         k["HALF"],
@@ -192,7 +191,7 @@ def build(F: Any, shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         r = _fma(-nd, DPIO2_2, r)
         rh = F(r)
         rl = F(r - np.float64(rh))  # the difference is exact
-        return rh, rl, _bits(nd + DSHIFTER) - DSHIFTER_BITS
+        return rh, rl, _low_word(nd + DSHIFTER)  # n: DSHIFTER's low word is 0
 
     @_jit
     def trig_reduce_bounded(ax):
