@@ -386,10 +386,9 @@ def compile_graph(graph: Graph, looped: bool = False) -> Executable:
 def short_rows(loop: Loop) -> bool:
     """Whether `loop` reduces, and has an axis after its first longer than 1 and shorter
     than codegen's SHORT_ROW (bench M4's (N, 8, 2) and (N, 8) loops): such loops get no
-    parallel variant. Measured when their serial kernels had those lengths written in as
-    constants (codegen.rowblocks; codegen.lanecolumns takes them as arguments since, and
-    whether its leading-axis sums now pay on two threads is not measured), which a prange
-    variant passes on to its threads as variables; measured on the 2-core machine (float64, N = 1e6, load 3-6,
+    parallel variant. Their serial kernels have those lengths written in as constants
+    (codegen.rowblocks, codegen.lanecolumns), which a prange variant passes on to its
+    threads as variables; measured on the 2-core machine (float64, N = 1e6, load 3-6,
     best of 15 alternating): M4's four such kernels ran 0.40-0.47x, 0.93-0.95x, 1.00x
     (one run 1.77x) and 1.01-1.03x as fast as their serial kernel at 2 threads, and
     their parallel variants took 11.2 s of compile CPU against 7-8 s for the serial
