@@ -101,7 +101,7 @@ def _raveled(f, *args):
     plan = fg.jit(f).lower(*args).executable.plan
     column = [s.source.source for s in plan if isinstance(s, _KernelStep) and s.source.column]
     assert column
-    return all("e = base + p" in source or "jl = " in source for source in column)
+    return all("e = base + p" in source or "j * np.uint64(64) + r" in source for source in column)
 
 
 @settings(max_examples=12, deadline=None)

@@ -3,20 +3,18 @@
 an (N, 8, 1) cotangent), with short kept axes.
 
 The raveled column form (codegen.columns) reads such operands through a table of offsets:
-a vector gather per element, ~13 ms for M4's 1.6e7 elements. Here the rows run in order
-and, per row, the kept positions with the longest kept axis innermost (`loop_order`):
-its elements go into the vector lanes, read in order from every operand that varies
-along it (M4's cotangent, 8 wide) and broadcast from those that do not (x's element
-along the other axis); each position has one accumulator, in the loop's order, so no
-operand is copied or transposed. The lanes once held 64 rows of a block, each operand
-copied in transposed: the copies took as long as the arithmetic (M4's float32 sum 8.6 ->
-6.2 ms of CPU, float64 14.6 -> 12.9 ms). The kept lengths are arguments: one kernel
-serves every short length.
+a vector gather per element, ~13 ms for M4's 1.6e7 elements. Here the rows of the
+reduced axis are taken in blocks of `BLOCK`, in the vector lanes: a block of each such
+operand is copied in transposed (its kept positions' lanes adjacent), then each kept
+position accumulates its block of rows lane by lane, with no gather (M4's float32 sum
+13.4 -> 2.8 ms of CPU, float64 16.4 -> 11.5 ms). The kept axes' lengths are in the source
+(each shorter than rowblocks.SHORT_ROW), so LLVM unrolls the transpositions; full blocks
+run with a constant row count (half the time of a count known only at run time).
 
-Accumulation: a float32 sum adds each position's terms in float32 over runs of
-`runs.COLUMN_RUN` rows, then into float64 partials (docs/conventions.md "Accuracy of
-reductions"); partials are kept per block of rows of a count set by the sizes only, and
-folded in order, so no result depends on the thread count.
+Accumulation: a float32 sum adds each lane's terms in float32 over `LANE_RUN` blocks,
+then into float64 partials (docs/conventions.md "Accuracy of reductions"); partials are
+kept per block of rows of a count set by the sizes only, and folded in order, so no
+result depends on the thread count.
 """
 
 from __future__ import annotations
@@ -33,8 +31,8 @@ from fastgrad.compiler.codegen.columns import (
     fold_in,
     row_values,
 )
-from fastgrad.compiler.codegen.rowblocks import SHORT_ROW
-from fastgrad.compiler.codegen.runs import COLUMN_RUN, in_runs
+from fastgrad.compiler.codegen.rowblocks import BLOCK, SHORT_ROW, copy_block, full_blocks
+from fastgrad.compiler.codegen.runs import in_runs
 from fastgrad.compiler.codegen.schedule import KernelState
 from fastgrad.compiler.codegen.source import (
     KernelSource,
@@ -49,7 +47,9 @@ from fastgrad.core.ir import Node, Var
 if TYPE_CHECKING:
     from fastgrad.compiler.codegen.loops import _Generator
 
-# At most this many kept positions (a chunk's accumulators).
+# Blocks of rows a float32 lane sums before its total goes into the float64 partials.
+LANE_RUN = 16
+# At most this many kept positions (a block's accumulators: BLOCK per position).
 MAX_POSITIONS = 256
 # Blocks of rows kept apart (partials per block, in parallel), each at least this long.
 _PARTS, _PART_ROWS = 16, 4096
@@ -81,36 +81,35 @@ def column_kernel(state: KernelState) -> KernelSource:
 
 
 def lane_run(state: KernelState) -> KernelSource:
-    """The loop over rows in order, the longest kept axis innermost (the module's
-    docstring)."""
+    """The loop in blocks of rows in the lanes (see the module's docstring)."""
     g, w, nodes = state.g, state.w, state.nodes
     u = "np.uint64"
     shape, outer = g.loop.shape, g.outer
     operands = [*g.arrays, *g.loop.outputs]
     kinds = {id(v): _operand_kind(v.aval.shape, shape, 1) for v in operands}
     names = {**g.in_name, **g.out_name}
+    for a in outer:
+        w(f"n{a} = {u}({shape[a]})")
     g.imports.add("fastgrad.compiler.codegen.support:flat")
     for v in operands:
         w(f"{names[id(v)]}f = flat({names[id(v)]})")
-    w(f"K = {' * '.join(f'{u}(n{a})' for a in outer)}")
+    w(f"K = {' * '.join(f'n{a}' for a in outer)}")
     w("L = K")  # for columns._offsets: rows of one loop row
     w(f"m = {u}(1)")
-    for v in g.arrays:  # tiles of K: the kept positions' values in C order, for row values
-        if kinds[id(v)] == "small":
+    for v in g.arrays:  # tiles of K: the kept positions' values in order
+        if kinds[id(v)] in ("kept", "small"):
             _offsets(w, names[id(v)], kinds[id(v)], v.aval.shape, shape, outer)
-    order = loop_order(shape, outer)
 
-    def element(v: Var, at: str = "i") -> str:
-        """v's element at the loop's indices {at}{a}: its own C-order offset."""
-        padded = (1,) * (len(shape) - v.aval.ndim) + v.aval.shape
-        terms, stride = [], ""
-        for a in reversed(range(len(shape))):
-            if padded[a] == 1:
-                continue
-            index = f"{at}{a}"
-            terms.append(f"{index} * {stride}" if stride else index)
-            stride = f"{stride} * {u}(n{a})" if stride else f"{u}(n{a})"
-        return " + ".join(reversed(terms)) or f"{u}(0)"
+    def rest(v: Var) -> list[int]:
+        return [a for a, d in zip(outer, v.aval.shape[1:], strict=True) if d != 1]
+
+    def flat(axes: list[int]) -> str:
+        index = f"i{axes[0]}"
+        for a in axes[1:]:
+            index = f"({index} * n{a} + i{a})"
+        return index
+
+    lanes = [v for v in g.arrays if kinds[id(v)] in ("whole", "table") and rest(v)]
 
     def address(v: Var, at: str) -> str:
         name, kind = names[id(v)], kinds[id(v)]
@@ -118,17 +117,12 @@ def lane_run(state: KernelState) -> KernelSource:
             return f"{name}f[0]"
         if at != "elem":
             return f"{name}f[j]" if kind in ("kept", "whole") else f"{name}t[j]"
-        return f"{name}l[j]" if kind in ("kept", "small") else f"{name}f[{element(v)}]"
+        if v in lanes:
+            return f"{name}b[({flat(rest(v))}) * {u}({BLOCK}) + r]"
+        if kind in ("whole", "table"):  # along the reduced axis only
+            return f"{name}f[rb + r]"
+        return f"{name}t[j]"
 
-    # Operands broadcast over the rows, in the loop's order of positions: the innermost
-    # loop reads them in order.
-    for v in g.arrays:
-        if kinds[id(v)] in ("kept", "small"):
-            name = names[id(v)]
-            w(f"{name}l = np.empty(K, {name}f.dtype)")
-            for depth, a in enumerate(order):
-                w(f"{'    ' * depth}for ix{a} in range({u}(n{a})):")
-            w(f"{'    ' * len(order)}{name}l[{_flat(order, 'ix')}] = {name}f[{element(v, 'ix')}]")
     g.flat_columns = address
     reducers = [n for n in nodes if id(n.out) in state.sched.reduce_phase]
     tiled = [n for n in reducers if in_runs(n)]
@@ -139,73 +133,68 @@ def lane_run(state: KernelState) -> KernelSource:
     g.outline = True
     for n in reducers:
         k, t = g.index[id(n.out)], scalar_type(n.out.aval.dtype)
-        w(f"p{k} = np.empty((nb, K), {accumulator_type(n)})")
+        w(f"p{k} = np.empty((nb, K * {u}({BLOCK})), {accumulator_type(n)})")
         if n in tiled:
-            w(f"t{k}T = np.empty((nb, K), {t})")
+            w(f"t{k}T = np.empty((nb, K * {u}({BLOCK})), {t})")
+    for v in lanes:
+        size = " * ".join([f"{u}({BLOCK})", *(f"n{a}" for a in rest(v))])
+        w(f"{names[id(v)]}B = np.empty((nb, {size}), {scalar_type(v.aval.dtype)})")
     w(f"for c in {'prange' if g.parallel else 'range'}(nb):")
     w.indent()
     g.in_chunk = True
     body_begin, g.body_depth = len(w.lines), w.depth
     w(f"lo = {u}((c * n0) // nb)")
     w(f"hi = {u}(((c + 1) * n0) // nb)")
+    for v in lanes:
+        w(f"{names[id(v)]}b = {names[id(v)]}B[c]")
     for n in reducers:
         k = g.index[id(n.out)]
         w(f"p{k}[c, :] = {accumulator_init(n)}")
         if n in tiled:
             w(f"t{k} = t{k}T[c]")
-    # A float32 sum adds each position's terms in float32 over a run of COLUMN_RUN rows.
-    w(f"for rb in range(lo, hi, {u}({COLUMN_RUN})):")
+            w(f"t{k}[:] = {reduction_init(n.op.name, n.out.aval.dtype)}")
+    w("q = 0")
+    w(f"for rb in range(lo, hi, {u}({BLOCK})):")
     w.indent()
-    for n in tiled:
-        w(f"t{g.index[id(n.out)]}[:] = {reduction_init(n.op.name, n.out.aval.dtype)}")
-    w(f"for i0 in range(rb, min(rb + {u}({COLUMN_RUN}), hi)):")
-    w.indent()
-    for a in order:
-        w(f"for i{a} in range({u}(n{a})):")
+    w(f"nr = min({u}({BLOCK}), hi - rb)")
+    start = len(w.lines)
+    for v in lanes:  # the block's rows, transposed
+        copy_block(w, v, names[id(v)], rest(v), address(v, "elem"), inward=True)
+    for a in outer:
+        w(f"for i{a} in range(n{a}):")
         w.indent()
-    w(f"j = {_flat(order)}")
+    w(f"j = {flat(outer)}")
+    w("for r in range(nr):")
+    w.indent()
     _element_values(state, reducers)
     for n in reducers:
         k = g.index[id(n.out)]
-        acc = f"t{k}[j]" if n in tiled else f"p{k}[c, j]"
-        w(f"{acc} = {fold_in(g, n, acc, g.reduced(n, native=n in tiled))}")
-    w.dedent(1 + len(order))
-    if tiled:  # the run's totals into the float64 partials
-        w("for e in range(K):")
+        acc = f"t{k}[j * {u}({BLOCK}) + r]" if n in tiled else f"p{k}[c, j * {u}({BLOCK}) + r]"
+        operand = g.reduced(n, native=n in tiled)
+        w(f"{acc} = {fold_in(g, n, acc, operand)}")
+    w.dedent(1 + len(outer))
+    full_blocks(w, start)
+    if tiled:  # a float32 run ends every LANE_RUN blocks, and at the chunk's end
+        w("q += 1")
+        w(f"if q == {LANE_RUN} or rb + {u}({BLOCK}) >= hi:")
+        w("    q = 0")
+        w(f"    for e in range(K * {u}({BLOCK})):")
         for n in tiled:
             k = g.index[id(n.out)]
-            w(f"    p{k}[c, e] = radd(p{k}[c, e], {widen(n, f't{k}[e]')})")
+            w(f"        p{k}[c, e] = radd(p{k}[c, e], {widen(n, f't{k}[e]')})")
+            w(f"        t{k}[e] = {reduction_init(n.op.name, n.out.aval.dtype)}")
     w.dedent()
     g.body = (body_begin, len(w.lines))
     g.in_chunk = False
     w.dedent()
-    # Per kept position j (C order): its place in the loop's order, its partials folded in
-    # order (blocks of rows), then the row values.
+    # Per kept position: its partials folded in order (blocks of rows, then lanes), then
+    # the row values.
     w("for j in range(K):")
     w.indent()
-    w("q = j")
-    for a in reversed(outer):
-        w(f"i{a} = q % {u}(n{a})")
-        w(f"q = q // {u}(n{a})")
-    w(f"jl = {_flat(order)}")
     for n in reducers:
         k = g.index[id(n.out)]
-        _fold(w, n, f"p{k}", f"{k}", "if True:", "jl")
+        _fold(w, n, f"p{k}", f"{k}", f"for t in range({u}({BLOCK})):", f"j * {u}({BLOCK}) + t")
     row_values(state)
     w.dedent()
     g.flat_columns = None
     return g.tail(state, column=True)
-
-
-def loop_order(shape: tuple[int, ...], kept: list[int]) -> list[int]:
-    """The kept axes in the order of the loops over them: the longest (the last of equals)
-    innermost, where its elements go into the vector lanes; the others in order."""
-    inner = max(kept, key=lambda a: (shape[a], a))
-    return [a for a in kept if a != inner] + [inner]
-
-
-def _flat(axes: list[int], at: str = "i") -> str:
-    index = f"{at}{axes[0]}"
-    for a in axes[1:]:
-        index = f"({index} * np.uint64(n{a}) + {at}{a})"
-    return index
