@@ -19,6 +19,16 @@ one row at a time: 138 ns a step against 88 for both kernels). A transposed matr
 (W.T @ h, after loop_hoisting copied a const's transpose or not) is read untransposed.
 Only small products (LIMIT): at H = 32 (1024 multiply-adds) both forms measured level,
 and larger ones gain BLAS's vector code.
+
+Big products stay BLAS's too, top-level ones included. Written this way for bench M5's
+(1e6, 100) x (x @ w, then x.T @ r in its gradient; CPU time per call, one thread, one
+process alternating, load 6-10 on 2 cores): x @ w as the (rows, k, 1) row reduction took
+0.87x BLAS's time in float32 and 0.7-0.8x in float64, but x.T @ r as a column reduction
+(any of (n, k), (n, k, 1), (n, 1, k)) 1.1-1.2x in float32 (0.75x in float64), so whole
+M5 in float32 measured 0.91-1.03x BLAS's speed (float64: 1.3-1.4x; on two threads 1.3x
+and 1.6-1.7x, against OpenBLAS slowed by its second thread). A square (1000, 1000): rows
+1.3-1.6x faster, columns 2-4.5x slower. The column kernel reads the broadcast vector
+through an index per element (codegen's merged-row column path).
 """
 
 from __future__ import annotations
