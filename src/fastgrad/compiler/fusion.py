@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from fastgrad.compiler.readonce import read_once
 from fastgrad.compiler.steps import REDUCTIONS, Call, Loop, Step, row_drop, row_keep  # noqa: F401
 from fastgrad.core.ir import Graph, Node, Var, consumers
 
@@ -192,7 +193,7 @@ def partition(graph: Graph) -> list[Step]:
         position_of[id(node.out)] = loop.position
     _sink(graph, steps, position_of)
     _copy_cheap_outputs(graph, steps)
-    return [s for s in steps if not isinstance(s, Loop) or s.nodes]
+    return read_once(graph, [s for s in steps if not isinstance(s, Loop) or s.nodes])
 
 
 class _LoopIndex:
