@@ -114,10 +114,13 @@ def pays(matrix: Var, rows: int) -> bool:
 def read_once(graph: Graph, steps: list[Step]) -> list[Step]:
     """`steps` (fusion.partition's) with each pair of products that may read their
     matrix once made one loop; `steps` itself where there is none."""
+    made = {id(n.out): n for s in steps for n in _nodes(s)}
     at = 0
     while at < len(steps):
-        made = {id(n.out): n for s in steps for n in _nodes(s)}
-        steps = _pair(graph, steps, at, made) or steps
+        fused = _pair(graph, steps, at, made)
+        if fused is not None:
+            steps = fused
+            made = {id(n.out): n for s in steps for n in _nodes(s)}
         at += 1
     return steps
 
@@ -142,7 +145,7 @@ def _pair(graph: Graph, steps: list[Step], at: int, made: dict[int, Node]) -> li
                 continue
             for second in product(other.node, made):
                 if second.matrix is first.matrix and second.along != first.along:
-                    fused = _fuse(graph, steps, at, later, first, second, made)
+                    fused = _fuse(graph, steps, at, later, first, second)
                     if fused is not None:
                         return fused
     return None
@@ -155,7 +158,6 @@ def _fuse(
     later: int,
     first: Product,
     second: Product,
-    made: dict[int, Node],
 ) -> list[Step] | None:
     """The steps with products `first` (step `at`) and `second` (step `later`) in one
     loop at `at`, r's cone copied in; None where r is not an elementwise function of z,
