@@ -226,3 +226,20 @@ def test_numpy_tier(held: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     want_value, want_grad = _logistic_grad(w, x, y)
     _close(value, np.asarray(want_value), np.float64)
     _close(grad, want_grad, np.float64)
+
+
+def test_square_matrix_vector_read_by_the_cone() -> None:
+    """A square X whose v is also a row vector of r's cone (elementwise with z)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 40))
+    w = rng.standard_normal(40) * 0.2
+
+    def f(w: Any, x: Any) -> Any:
+        z = x @ w
+        return fnp.sum(fnp.tanh(z) * w)
+
+    g = fg.grad(f)
+    assert _fused(g, w, x) == 1
+    z = x @ w
+    want = x.T @ ((1.0 - np.tanh(z) ** 2) * w) + np.tanh(z)
+    _close(fg.jit(g)(w, x), want, np.float64)

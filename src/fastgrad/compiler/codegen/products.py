@@ -69,7 +69,8 @@ def products_kernel(
     dtype = parts.z.aval.dtype.name
     short = "f32" if dtype == "float32" else "f64"
     others = [v for v in cone.inputs if v is not parts.z]
-    arrays = [parts.matrix, parts.vector, *others]
+    # (a square X's v may be a row vector of r's cone too: one argument)
+    arrays = list({id(v): v for v in [parts.matrix, parts.vector, *others]}.values())
     names = {id(v): f"a{i}" for i, v in enumerate(arrays)}
     names.update({id(v): f"o{i}" for i, v in enumerate(loop.outputs)})
     scalars = [f"k{i}" for i in range(len(cone.scalars))]
