@@ -3,7 +3,7 @@ with the size rule lowered so that small programs take it: values and gradients 
 NumPy in float64 (both dtypes, row counts below, at and past a block, every form of
 both products, a transposed or strided X, row vectors and scalars in r's cone), the
 plan's shape, the step runner's bits from the interpreter, the plan stored and read
-back, one thread's bits from two; programs the rule leaves to BLAS. ~15 s warm."""
+back, one thread's bits from two; programs the rule leaves to BLAS. ~20 s warm."""
 
 from __future__ import annotations
 
