@@ -20,7 +20,9 @@ one row at a time: 138 ns a step against 88 for both kernels). A transposed matr
 Only small products (LIMIT): at H = 32 (1024 multiply-adds) both forms measured level,
 and larger ones gain BLAS's vector code.
 
-Big products stay BLAS's too, top-level ones included. Written this way for bench M5's
+Big products stay BLAS's too, top-level ones included (a pair of products reading one
+matrix, as M5's gradient does, is read once instead: compiler.readonce). Written this
+way for bench M5's
 (1e6, 100) x (x @ w, then x.T @ r in its gradient; CPU time per call, one thread, one
 process alternating, load 6-10 on 2 cores): x @ w as the (rows, k, 1) row reduction took
 0.87x BLAS's time in float32 and 0.7-0.8x in float64, but x.T @ r as a column reduction

@@ -7,8 +7,8 @@ and a new batch size compiles nothing.
 Shape of a kernel: a (p)range over chunks of the first outer axis; inside, loops over
 the other outer axes; per outer index, one pass over the inner (reduced) axes per phase;
 then the row values. Full reductions keep one partial per chunk, combined in order after
-the parallel loop, so results do not depend on the thread count.
-"""
+the parallel loop, so results do not depend on the thread count. (A loop reading a
+matrix once for two products, compiler.readonce's, is codegen.products'.)"""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from fastgrad.compiler.codegen.merge import merge, relabel
 from fastgrad.compiler.codegen.outline import row_buffers
 from fastgrad.compiler.codegen.pairs import pair_steps
 from fastgrad.compiler.codegen.powers import known_values, power_expression, reducible
+from fastgrad.compiler.codegen.products import products_kernel
 from fastgrad.compiler.codegen.recompute import op_cost
 from fastgrad.compiler.codegen.rowblocks import SHORT_ROW, block_run, column_blockable, row_blocks
 from fastgrad.compiler.codegen.runs import close_runs, in_runs, open_outer, open_runs
@@ -48,6 +49,7 @@ from fastgrad.compiler.codegen.source import (
     wrapped,
 )
 from fastgrad.compiler.fusion import REDUCTIONS, Loop
+from fastgrad.compiler.readonce import form
 from fastgrad.core.ir import Node, Var
 
 # Math functions with a NumPy scalar spelling Numba knows (where vecmath has no dtype's).
@@ -68,12 +70,11 @@ def generate(
     vector_math: AbstractSet[tuple[str, str]],
     constants: dict[int, np.ndarray],
 ) -> KernelSource:
-    """The Numba source for `loop`.
-
-    `vector_math` lists the (function, dtype) pairs vecmath implements; `constants` maps
-    id(var) to the value of the graph's constants: one-element ones are passed as typed
-    scalar arguments.
-    """
+    """The Numba source for `loop`. `vector_math` lists the (function, dtype) pairs
+    vecmath implements; `constants` maps id(var) to the value of the graph's constants:
+    one-element ones are passed as typed scalar arguments."""
+    if (parts := form(loop)) is not None:
+        return products_kernel(loop, parts, parallel, vector_math, constants, generate)
     merged = None if _is_flat(loop) else merge(loop, constants)
     if merged is not None and _merge_pays(merged[0], parallel, vector_math, merged[3]):
         inner, back, dims_of, known = merged
