@@ -34,6 +34,8 @@ class MatmulStep:
     dtype: np.dtype
     buffer: int | None = None  # the slot of the preallocated output, or None: fresh
     accumulate: bool = False
+    # Run by `run` in an arena's first call, bound at the next (runtime.arena's `_later`).
+    binds_later = True
 
     def run(self, env: list[Any]) -> None:
         a, b = env[self.ins[0]], env[self.ins[1]]
