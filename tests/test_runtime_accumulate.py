@@ -208,3 +208,45 @@ def test_parallel_kernels_between_midsize_products_run_blas_on_one_thread():
     assert fg.jit(f)(x, np.full((64, 512), 0.01, np.float32)) == pytest.approx(
         np.sum(np.tanh(x @ np.full((64, 512), 0.01))), rel=1e-5
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_first_call_runs_its_products_unbound_and_the_next_binds_them(monkeypatch, dtype):
+    """In background mode an arena's first run calls its products step by step (binding
+    them would cost that call as much as it saves) and the next run binds them, then
+    lowers the plan as before; in sync mode the first run binds them. Every call gives
+    the reference interpreter's values, accumulated sums starting again from zero."""
+    from fastgrad.runtime import background
+
+    rng = np.random.default_rng(7)
+
+    def make():
+        ws = rng.standard_normal((3, 4)).astype(dtype)
+        hs = [rng.standard_normal((5, 3)).astype(dtype) for _ in range(4)]
+        gs = [rng.standard_normal((5, 4)).astype(dtype) for _ in range(4)]
+        return ws, hs, gs
+
+    def value(*a):
+        return _sum_of_products(*a)[0]
+
+    reference = fg.jit(value, fuse=False)
+    for mode in ("background", "sync"):
+        monkeypatch.setattr(fg.config, "compile", mode)
+        f = fg.jit(value)
+        args = make()
+        np.testing.assert_allclose(f(*args), reference(*args), rtol=TOL[dtype] * 10)
+        executable = f.lower(*args).executable
+        arena, plan = executable.arena, executable.arena.steps
+        products = [k for k, s in enumerate(plan) if isinstance(s, _MatmulStep)]
+        assert sum(plan[k].accumulate for k in products) == 3
+        unbound = [k for k in products if k in set(arena.unsettled)]
+        if mode == "sync":
+            assert not unbound
+            continue
+        assert unbound == products
+        assert all(arena.calls[k].func == plan[k].run for k in products)
+        assert background.wait_idle(timeout=300)
+        for _ in range(2):
+            args = make()
+            np.testing.assert_allclose(f(*args), reference(*args), rtol=TOL[dtype] * 10)
+        assert arena.settled and arena.unsettled == []

@@ -228,9 +228,12 @@ class Arena:
         calls: list[Callable[[], None]] = [] if first else self.calls
         steps, static = self.steps, self.static
         unsettled = []
+        later = self.lower_when is _NOT_YET  # (a first call: see `binds_later`)
         for k in indices:
             step = steps[k]
             prepare = getattr(step, "prepare", None)
+            if later and getattr(step, "binds_later", False):
+                prepare = _later  # (run step by step, bound at the next call's end)
             call = prepare(env, static) if prepare is not None else None
             if call is None and prepare is not None:
                 unsettled.append(k)
@@ -280,11 +283,12 @@ class Arena:
             # preparing it had just made).
             with no_full_collections():
                 self.env = self._fill()
-                self._prepare(self.env)
                 # Steps that settle in this call (runtime.native_plan) are lowered at the
-                # next one: a first call does not pay for lowering as well.
+                # next one: a first call does not pay for lowering as well, nor for
+                # binding the steps whose bound calls only later calls use.
                 if not self.waits and config.compile != "sync":
                     self.lower_when = _NOT_YET
+                self._prepare(self.env)
                 try:
                     return self._run(self.env, args)
                 finally:
@@ -320,3 +324,14 @@ class _NotYet:
 
 
 _NOT_YET = _NotYet()
+
+
+def _later(env: list[Any], static: AbstractSet[int]) -> None:
+    """The `prepare` of a step that `binds_later` in a first call: not bound (None).
+
+    Such a step (runtime.matmul's: binding the T=200 RNN's 999 products took ~5-10 ms of
+    its warm first call, ctypes' conversions for the 198 that accumulate among them)
+    runs by its `run` in the first call, where binding would cost as much as it saves,
+    and is bound at the end of the next call, with the kernel steps settling then: the
+    arena is lowered there as before (runtime.native_plan) or runs the bound calls."""
+    return None

@@ -34,6 +34,8 @@ class MatmulStep:
     dtype: np.dtype
     buffer: int | None = None  # the slot of the preallocated output, or None: fresh
     accumulate: bool = False
+    # Run by `run` in an arena's first call, bound at the next (runtime.arena's `_later`).
+    binds_later = True
 
     def run(self, env: list[Any]) -> None:
         a, b = env[self.ins[0]], env[self.ins[1]]
@@ -70,7 +72,10 @@ def fold_accumulations(
     readers: Counter[int] = Counter(fresh)
     for step in plan:
         readers.update({*step.ins, *getattr(step, "checks", ())})
-    # slot -> the matmuls whose products sum to its value
+    # slot -> the matmuls whose products sum to its value (all of one dtype). A fold
+    # merges its terms' groups into the largest and every product learns its slot at the
+    # end: re-targeting and copying each group at each fold was quadratic in an unrolled
+    # loop's length (the T-th add of a weight's gradient moved T products).
     writers = {
         s.out: [s]
         for s in plan
@@ -86,20 +91,21 @@ def fold_accumulations(
             terms
             and step.outs[0] not in fresh
             and all(readers[s] == 1 and s in writers for s in terms)
+            and all(writers[s][0].dtype == step.loop.nodes[-1].out.aval.dtype for s in terms)
         ):
-            group = [w for s in terms for w in writers[s]]
-            if all(w.dtype == step.loop.nodes[-1].out.aval.dtype for w in group):
-                for s in terms:
-                    del writers[s]
-                for w in group:
-                    w.out = step.outs[0]
-                writers[step.outs[0]] = group
-                continue
+            parts = [writers.pop(s) for s in terms]
+            group = max(parts, key=len)
+            for part in parts:
+                if part is not group:
+                    group.extend(part)
+            writers[step.outs[0]] = group
+            continue
         kept.append(step)
     order = {id(s): i for i, s in enumerate(plan)}
-    for group in writers.values():
+    for slot, group in writers.items():
         group.sort(key=lambda s: order[id(s)])
         for k, w in enumerate(group):
+            w.out = slot
             w.accumulate = k > 0
     return kept
 

@@ -268,16 +268,20 @@ _HEADS: dict[tuple[type, ...], tuple[Any, ...]] = {}
 
 
 def _settles_natively(tier: KernelTier, step: _KernelStep, env: list[Any]) -> bool:
-    """runtime.native_plan's `settle`, imported (without Numba) when first asked; False
-    at once where that path is off (FASTGRAD_NATIVE=0: ~4 ms of the T=200 RNN's first
-    call asked each of its 599 kernel steps)."""
-    from fastgrad.runtime import native_code
+    """runtime.native_plan's `settle`, imported (without Numba) when first asked and kept
+    (an import statement per call cost ~2 us of each of the T=200 RNN's 599 kernel
+    steps); False at once where that path is off (FASTGRAD_NATIVE=0: ~4 ms of the T=200
+    RNN's first call asked each of its 599 kernel steps)."""
+    if not _NATIVE_PLAN:
+        from fastgrad.runtime import native_code, native_plan
 
-    if not native_code.ENABLED:
-        return False
-    from fastgrad.runtime.native_plan import settle
+        _NATIVE_PLAN[:] = native_code, native_plan
+    native_code, native_plan = _NATIVE_PLAN
+    return bool(native_code.ENABLED) and native_plan.settle(tier, step, env)
 
-    return settle(tier, step, env)
+
+# runtime.native_code and runtime.native_plan, once imported (they load no Numba).
+_NATIVE_PLAN: list[Any] = []
 
 
 def _loaded(tier: KernelTier, step: _KernelStep, env: list[Any]) -> bool:
