@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from fastgrad.compiler.readonce import read_once
+from fastgrad.compiler.row_loads import is_load, recomputed, store_rows_for
 from fastgrad.compiler.steps import REDUCTIONS, Call, Loop, Step, row_drop, row_keep  # noqa: F401
 from fastgrad.core.ir import Graph, Node, Var, consumers
 
@@ -427,7 +428,7 @@ def _copy_cheap_outputs(graph: Graph, steps: list[Step]) -> None:
             for target in targets:
                 _paste(cone, v, target, users, step_of)
                 changed.add(target.position)
-            loop.outputs.remove(v)
+            store_rows_for(loop.outputs, v, cone, made_here)
             changed.add(loop.position)
         _store_roots(loop, made_here, users, step_of, returned, changed)
         if not loop.outputs:
@@ -494,7 +495,7 @@ def _store_roots(
             for target in targets:
                 _paste(cone, v, target, users, step_of)
                 changed.add(target.position)
-            loop.outputs.remove(v)
+            store_rows_for(loop.outputs, v, cone, made_here)
         loop.outputs.append(made_here[key].out)
         changed.add(loop.position)
 
@@ -503,17 +504,16 @@ def _cheap_cone(
     node: Node, made_here: dict[int, Node], stop: set[int], shape: tuple[int, ...],
     roots: dict[int, Var] | None = None,
 ) -> list[Node]:  # fmt: skip
-    """`node` and what it needs of its loop, in the loop's order, when all of it is broadcast
-    loads and cheap elementwise ops over `shape` (stopping at the loop's other stored
-    outputs, `stop`); else []. With `roots`, a costly value over `shape` other than `node`
-    is a place to stop too, put into `roots`."""
+    """`node` and what it needs of its loop, in order, when all of it is broadcast loads (row
+    values too: row_loads) and cheap elementwise ops over `shape` (stopping at the loop's other
+    stored outputs, `stop`); else []. With `roots`, a costly value over `shape` is a stop too."""
     cone: dict[int, Node] = {}
     stack = [node]
     while stack:
         n = stack.pop()
         if id(n.out) in cone:
             continue
-        load = n.op.name == "broadcast_to" and id(n.inputs[0]) not in made_here
+        load = is_load(n, made_here, shape)
         cheap = n.op.kind == "elementwise" and not (n.op.loop or "").startswith("call:")
         costly = not (load or cheap) or n.out.aval.shape != shape
         if costly and roots is not None and n is not node and n.out.aval.shape == shape:
@@ -522,7 +522,7 @@ def _cheap_cone(
         if costly:
             return []
         cone[id(n.out)] = n
-        stack.extend(made_here[id(u)] for u in n.inputs if id(u) in made_here and id(u) not in stop)
+        stack.extend(m for m in recomputed(n, made_here, shape) if id(m.out) not in stop)
     order = {id(n.out): i for i, n in enumerate(made_here.values())}
     return sorted(cone.values(), key=lambda n: order[id(n.out)])
 
