@@ -13,6 +13,8 @@ of it), else along the other axis where that one keeps them, else not at all.
 
 from __future__ import annotations
 
+from typing import Any
+
 # The most pieces a product is cut into (the state's room for their claims: gemm_jobs).
 MAX_PIECES = 8
 # Measured on the 2-core development machine (float32, bench M2's products): see
@@ -27,6 +29,22 @@ DEFAULT_MIN_WORK = 1 << 21
 # time with its pairs' second products whole rather than in 7 bands (docs/architecture.md,
 # "Matrix products across the cores").
 CUT_THREADS = 2
+# The probe's answer (runtime.gemm_probe), as the cut's state holds it (gemm_jobs.ALIGN)
+# and a plan's build reads it (thread_budget.cut_pieces): `RULE` ints per dtype, float32's
+# first, each the `rule` that `pieces` takes.
+RULE = 4
+ANSWER = 2 * RULE
+
+
+def rule(answer: Any, double: int) -> tuple[int, int, int, int]:
+    """The dtype's `rule` in the probe's `answer` (ANSWER ints): float64's where `double`
+    is not 0, else float32's.
+
+    >>> rule((12, 1, 0, 0, 16, 1, 16, 1), 0), rule((12, 1, 0, 0, 16, 1, 16, 1), 1)
+    ((12, 1, 0, 0), (16, 1, 16, 1))
+    """
+    at = RULE if double else 0
+    return (answer[at], answer[at + 1], answer[at + 2], answer[at + 3])
 
 
 def pieces(

@@ -496,7 +496,7 @@ class _Worker:
         s[PIECES], s[POSTING] = CUT_THREADS, 1
         from fastgrad.runtime import gemm_probe  # (Python: not a source of vm's loop)
 
-        s[ALIGN : ALIGN + 8] = gemm_probe.alignments()  # (once per process)
+        s[ALIGN:SIZE] = gemm_probe.alignments()  # (once per process; gemm_bands.ANSWER)
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 

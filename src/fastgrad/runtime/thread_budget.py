@@ -114,8 +114,7 @@ def cut_pieces(dtype: Any, m: int, n: int, k: int, batch: int = 1) -> int:
         return 1
     from fastgrad.runtime import gemm_probe  # (runs NumPy's BLAS: only where asked)
 
-    at = 4 if np.dtype(dtype) == np.float64 else 0
-    rule = gemm_probe.alignments()[at : at + 4]
+    rule = gemm_bands.rule(gemm_probe.alignments(), int(np.dtype(dtype) == np.float64))
     most = MAX_PIECES if batch > 1 else CUT_THREADS
     return gemm_bands.pieces(m, n, k, batch, most, DEFAULT_PIECE_WORK, rule)[0]
 
