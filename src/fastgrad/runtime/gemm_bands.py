@@ -78,3 +78,17 @@ def pieces(
                 return 1, 0, 0
             return bands, axis, size // bands // align * align  # step >= least
     return 1, 0, 0  # a band's bits might change along either axis
+
+
+def may_be_syrk(
+    a: int, b: int, m: int, n: int, ta: int, tb: int, lda: int, ldb: int, beta: int
+) -> bool:
+    """Whether the product of one matrix at address `a` by one at `b` (BLAS's flags and
+    leading dimensions; `beta`: added to C) is a matrix times its own transpose, which
+    NumPy's matmul computes with syrk (then its upper triangle mirrored: other bits than
+    gemm's in the last place, a 33 x 100 float32 matrix for one) and so does the plan
+    interpreter, matrix by matrix of a batch (runtime.vm), and runtime.gemm_split, which
+    then leaves the product to it, whole (so a plan's build counts it among the products
+    the cut does not take: runtime.thread_budget). Asked of each matrix: a batch's
+    operands may be different arrays that coincide at one matrix."""
+    return beta == 0 and a == b and m == n and ta != tb and lda == ldb
