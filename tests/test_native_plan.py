@@ -111,7 +111,7 @@ def test_a_first_call_of_small_loops_leaves_the_loads_to_the_compile_thread(usua
 
 
 # Attention's products, batched, big enough that the cut's worker would split them
-# (native_plan.CUT_WORK): without Numba they run as host steps (np.matmul).
+# (gemm_bands.DEFAULT_MIN_WORK): without Numba they run as host steps (np.matmul).
 PRODUCTS = """
 import hashlib, sys
 import numpy as np
@@ -159,11 +159,9 @@ def test_a_native_plan_keeps_the_results_of_products_it_leaves_to_numpy(tmp_path
 
 
 def test_what_native_plan_mirrors_without_numba_agrees():
-    """The cut's threshold, written without importing gemm_split (it imports Numba), and
-    the loop's source tag, which runtime.vm keys its loop by too."""
-    from fastgrad.runtime import gemm_split, vm
+    """The loop's source tag, which runtime.vm keys its loop by too."""
+    from fastgrad.runtime import vm
 
-    assert native_plan.CUT_WORK == gemm_split.DEFAULT_MIN_WORK
     assert vm_rows.loop_source_tag() == vm._source_tag()
 
 

@@ -20,6 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fastgrad.compiler.machine_code import helper_njit
+from fastgrad.runtime import gemm_bands
 from fastgrad.runtime.blas import ROW_MAJOR
 
 
@@ -146,15 +147,7 @@ address_of: Any = intrinsic(_address_typing)
 cycles: Any = intrinsic(_cycles_typing)
 
 
-@helper_njit()
-def may_be_syrk(
-    a: int, b: int, m: int, n: int, ta: int, tb: int, lda: int, ldb: int, beta: int
-) -> bool:  # pragma: no cover - compiled
-    """Whether the product of one matrix at address `a` by one at `b` (BLAS's flags and
-    leading dimensions; `beta`: added to C) is a matrix times its own transpose, which
-    NumPy's matmul computes with syrk (then its upper triangle mirrored: other bits than
-    gemm's in the last place, a 33 x 100 float32 matrix for one) and so does the plan
-    interpreter, matrix by matrix of a batch (runtime.vm), and runtime.gemm_split, which
-    then leaves the product to it. Asked of each matrix: a batch's operands may be
-    different arrays that coincide at one matrix."""
-    return beta == 0 and a == b and m == n and ta != tb and lda == ldb
+#: Whether a product of one matrix by another is a matrix times its own transpose
+#: (gemm_bands.may_be_syrk, compiled: the plan interpreter and the cut ask it at each
+#: product, a plan's build of its graph's products).
+may_be_syrk: Any = helper_njit()(gemm_bands.may_be_syrk)

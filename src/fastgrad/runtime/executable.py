@@ -40,7 +40,8 @@ from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
 from fastgrad.runtime.matmul import fold_accumulations
 from fastgrad.runtime.numpy_tier import NumpyLoop
 from fastgrad.runtime.ownership import borrowed
-from fastgrad.runtime.plan_steps import _VIEW_ARG, PlanStep, _CallStep, _KernelStep, _ViewStep
+from fastgrad.runtime.plan_rows import VIEW_ARG
+from fastgrad.runtime.plan_steps import PlanStep, _CallStep, _KernelStep, _ViewStep
 from fastgrad.runtime.small_call import SmallCall, function
 from fastgrad.runtime.small_call import build as build_small_call
 from fastgrad.runtime.stored_plan import (
@@ -175,7 +176,7 @@ class Executable:
         # and a loop reads its bodies' (control_flow), so that a product is small or not
         # the same in a loop body and out of one.
         in_loops = [s.largest_matmul for s in kept if isinstance(s, LoopStep)]
-        self.largest_matmul = max([size for _, size, _ in self.products] + in_loops, default=0)
+        self.largest_matmul = max([size for _, size, *_ in self.products] + in_loops, default=0)
         self.small_matmuls = 0 < self.largest_matmul <= SMALL_MATMUL
         self.one_blas_thread = self.small_matmuls or shares_cores(kept, self.products)
         self._alternating: list[Arena] = []  # a loop body's two arenas (iterations)
@@ -227,8 +228,8 @@ class Executable:
         ins = list(map(slot_of, n.inputs))
         if n.op.name == "matmul":
             return _MatmulStep(ins, slot_of(n.out), n.out.aval.shape, n.out.aval.dtype)
-        if n.op.name in _VIEW_ARG:
-            return _ViewStep(n.op.name, _VIEW_ARG[n.op.name](n.params), ins, slot_of(n.out))
+        if n.op.name in VIEW_ARG:
+            return _ViewStep(n.op.name, VIEW_ARG[n.op.name](n.params), ins, slot_of(n.out))
         return _CallStep(n.op.impl, n.params, ins, slot_of(n.out), n.out.aval.dtype)
 
     def _generate(self, index: int, loop: Loop, parallel: bool) -> KernelSource:

@@ -13,6 +13,8 @@ of it), else along the other axis where that one keeps them, else not at all.
 
 from __future__ import annotations
 
+from typing import Any
+
 # The most pieces a product is cut into (the state's room for their claims: gemm_jobs).
 MAX_PIECES = 8
 # Measured on the 2-core development machine (float32, bench M2's products): see
@@ -27,6 +29,22 @@ DEFAULT_MIN_WORK = 1 << 21
 # time with its pairs' second products whole rather than in 7 bands (docs/architecture.md,
 # "Matrix products across the cores").
 CUT_THREADS = 2
+# The probe's answer (runtime.gemm_probe), as the cut's state holds it (gemm_jobs.ALIGN)
+# and a plan's build reads it (thread_budget.cut_pieces): `RULE` ints per dtype, float32's
+# first, each the `rule` that `pieces` takes.
+RULE = 4
+ANSWER = 2 * RULE
+
+
+def rule(answer: Any, double: int) -> tuple[int, int, int, int]:
+    """The dtype's `rule` in the probe's `answer` (ANSWER ints): float64's where `double`
+    is not 0, else float32's.
+
+    >>> rule((12, 1, 0, 0, 16, 1, 16, 1), 0), rule((12, 1, 0, 0, 16, 1, 16, 1), 1)
+    ((12, 1, 0, 0), (16, 1, 16, 1))
+    """
+    at = RULE if double else 0
+    return (answer[at], answer[at + 1], answer[at + 2], answer[at + 3])
 
 
 def pieces(
@@ -60,3 +78,17 @@ def pieces(
                 return 1, 0, 0
             return bands, axis, size // bands // align * align  # step >= least
     return 1, 0, 0  # a band's bits might change along either axis
+
+
+def may_be_syrk(
+    a: int, b: int, m: int, n: int, ta: int, tb: int, lda: int, ldb: int, beta: int
+) -> bool:
+    """Whether the product of one matrix at address `a` by one at `b` (BLAS's flags and
+    leading dimensions; `beta`: added to C) is a matrix times its own transpose, which
+    NumPy's matmul computes with syrk (then its upper triangle mirrored: other bits than
+    gemm's in the last place, a 33 x 100 float32 matrix for one) and so does the plan
+    interpreter, matrix by matrix of a batch (runtime.vm), and runtime.gemm_split, which
+    then leaves the product to it, whole (so a plan's build counts it among the products
+    the cut does not take: runtime.thread_budget). Asked of each matrix: a batch's
+    operands may be different arrays that coincide at one matrix."""
+    return beta == 0 and a == b and m == n and ta != tb and lda == ldb

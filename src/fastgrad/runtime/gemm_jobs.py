@@ -22,7 +22,7 @@ from fastgrad.compiler.machine_code import helper_njit
 from fastgrad.runtime import gemm_bands
 from fastgrad.runtime.blas import TRANS
 from fastgrad.runtime.blas_calls import address_of, int64_pointer, may_be_syrk
-from fastgrad.runtime.gemm_bands import MAX_PIECES
+from fastgrad.runtime.gemm_bands import ANSWER, MAX_PIECES
 
 # The state's entries: the semaphore calls' addresses; whether the worker serves (READY)
 # or is to stop (STOP); the worker's bounded spin (trywait rounds before it sleeps); the
@@ -51,12 +51,10 @@ BOUNDS = JOB + 2 * BLOCK  # the pieces' first units (unit u: band u % bands of m
 SEMS = BOUNDS + MAX_PIECES + 8  # semaphores, 64 bytes apart (a sem_t is 32 bytes)
 LOCK, WORK, DONE, PIECE = 0, 1, 2, 3  # PIECE + i: piece i's claim
 SEM_STRIDE = 8
-# Where bands of a product keep its bits on this machine (runtime.gemm_probe's answer):
-# from ALIGN + 4 * (float64?), the rows' alignment (0: never cut so), whether C's columns
-# may then be any number (1) or a multiple of it (0), the columns' alignment and whether
-# C's rows may be any number.
+# Where bands of a product keep its bits on this machine: runtime.gemm_probe's answer, in
+# gemm_bands' layout (`gemm_bands.rule` reads a dtype's).
 ALIGN = SEMS + SEM_STRIDE * (PIECE + MAX_PIECES)
-SIZE = ALIGN + 8
+SIZE = ALIGN + ANSWER
 
 
 @helper_njit()
@@ -117,6 +115,7 @@ def apart(s: Any, j: int, operand: int, other: int) -> bool:  # pragma: no cover
 
 
 _pieces = helper_njit()(gemm_bands.pieces)
+_rule = helper_njit()(gemm_bands.rule)
 
 
 @helper_njit()
@@ -126,8 +125,7 @@ def cut(s: Any, j: int, most: int) -> int:  # pragma: no cover - compiled
     matrix in bands of C's rows or columns, each of PIECE_WORK multiply-adds at least, at
     multiples of the alignment that keeps its bits on this machine (ALIGN), by
     runtime.gemm_bands' rule (the one a plan's build reads: thread_budget.cut_pieces)."""
-    at = ALIGN + 4 * (1 if s[j + DOUBLE] else 0)
-    rule = (s[at], s[at + 1], s[at + 2], s[at + 3])
+    rule = _rule(s[ALIGN : ALIGN + ANSWER], s[j + DOUBLE])
     pieces, axis, step = _pieces(
         s[j + M], s[j + N], s[j + K], s[j + COUNT], most, s[PIECE_WORK], rule
     )

@@ -398,12 +398,11 @@ def _rows(pointer: Any, p: int, q: int) -> int:  # pragma: no cover - compiled
 
 def _source_tag() -> str:
     """What the worker's cached machine code is keyed by besides Numba's: this module's
-    source and that of the BLAS call it inlines, and of TRANS's module."""
+    source and that of the code it inlines (the job, the cut's rule, the BLAS call), and
+    of TRANS's module."""
     here = Path(__file__).parent
-    return source_tag(
-        "gemm split",
-        *(here / name for name in ("gemm_split.py", "gemm_jobs.py", "blas_calls.py", "blas.py")),
-    )
+    names = ("gemm_split", "gemm_jobs", "gemm_bands", "blas_calls", "blas")
+    return source_tag("gemm split", *(here / f"{name}.py" for name in names))
 
 
 @cached_njit(_source_tag(), nogil=True)
@@ -496,7 +495,7 @@ class _Worker:
         s[PIECES], s[POSTING] = CUT_THREADS, 1
         from fastgrad.runtime import gemm_probe  # (Python: not a source of vm's loop)
 
-        s[ALIGN : ALIGN + 8] = gemm_probe.alignments()  # (once per process)
+        s[ALIGN:SIZE] = gemm_probe.alignments()  # (once per process; gemm_bands.ANSWER)
         for which in range(PIECE + MAX_PIECES):
             calls["sem_init"](_semaphore_at(s, which), 0, int(which == LOCK))
 

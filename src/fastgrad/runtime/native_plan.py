@@ -35,9 +35,6 @@ from fastgrad.core.config import config
 from fastgrad.runtime import background, native_code, numba_load, threading_layer, vm_rows
 from fastgrad.runtime.vm_rows import LOOP_FUNCTION, loop_source_tag
 
-#: The least work (multiply-adds) of a product the cut's worker splits:
-#: gemm_split.DEFAULT_MIN_WORK (which imports Numba; a test checks they agree).
-CUT_WORK = 1 << 21
 #: The interpreter loop's C type: `void f(int64* table, int64 at)` (vm.TABLE_SIGNATURE).
 LOOP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _LOOP_SIGNATURE = "(int64*, int64) -> none"  # str() of vm.TABLE_SIGNATURE

@@ -1,7 +1,8 @@
 """The plan interpreter's rows for matmuls and views (runtime.vm), worked out from the
 arrays a run gave: BLAS's transpose flags and leading dimensions by NumPy's own rules, so
-that a product has the bits `np.matmul` gives it, and a view's offset from its input.
-"""
+that a product has the bits `np.matmul` gives it, and a view's offset from its input;
+and a plan's views themselves (`view`), which a plan's build also makes of stand-ins
+(runtime.thread_budget)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fastgrad.ops.shape import _as_slices as as_slices
 from fastgrad.runtime.blas import NO_TRANS, ROW_MAJOR, TRANS, blas_address
 
 COL_MAJOR = 102
@@ -136,6 +138,27 @@ def vector_row(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Any:
         return None
     operands = (a, b) if order == (0, 1) else (b, a)
     return kind, address, params, order, _batch_offsets((*operands, out))
+
+
+def view(op: str, x: np.ndarray, arg: Any) -> np.ndarray:
+    """A plan's view step (runtime.plan_steps): `op` of `x` as NumPy makes it, `arg` as
+    VIEW_ARG prepares it (a copy only where NumPy's reshape needs one)."""
+    if op == "slice":
+        return x[arg]
+    if op == "transpose":
+        return x.transpose(arg)
+    if op == "reshape":
+        return x.reshape(arg)
+    return np.broadcast_to(x, arg)
+
+
+#: The ops a plan runs as views (`view`), and how each one's argument is prepared, once.
+VIEW_ARG = {
+    "reshape": lambda params: params["shape"],
+    "broadcast_to": lambda params: params["shape"],
+    "transpose": lambda params: params["axes"],
+    "slice": lambda params: as_slices(params["index"]),
+}
 
 
 def view_offset(x: np.ndarray, y: np.ndarray) -> int | None:

@@ -19,12 +19,12 @@ from fastgrad.compiler.codegen.adapter import ADAPTED
 from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.compiler.fusion import Loop
 from fastgrad.compiler.kernel_cache import call_writable, first_call, load_kernel
-from fastgrad.ops.shape import _as_slices as as_slices
 from fastgrad.runtime import adapters, background
 from fastgrad.runtime.arena import staggered_empty
 from fastgrad.runtime.background import KernelTier, layout
 from fastgrad.runtime.control_flow import LoopStep
 from fastgrad.runtime.matmul import MatmulStep as _MatmulStep
+from fastgrad.runtime.plan_rows import view as view_of
 
 
 @dataclass
@@ -318,25 +318,7 @@ class _ViewStep:
     out: int
 
     def run(self, env: list[Any]) -> None:
-        env[self.out] = view(self.op, env[self.ins[0]], self.arg)
-
-
-def view(op: str, x: np.ndarray, arg: Any) -> np.ndarray:
-    if op == "slice":
-        return x[arg]
-    if op == "transpose":
-        return x.transpose(arg)
-    if op == "reshape":
-        return x.reshape(arg)
-    return np.broadcast_to(x, arg)
-
-
-_VIEW_ARG = {
-    "reshape": lambda params: params["shape"],
-    "broadcast_to": lambda params: params["shape"],
-    "transpose": lambda params: params["axes"],
-    "slice": lambda params: as_slices(params["index"]),
-}
+        env[self.out] = view_of(self.op, env[self.ins[0]], self.arg)
 
 
 @dataclass

@@ -28,8 +28,9 @@ from fastgrad.core.config import config
 from fastgrad.runtime import adapters, loop_table, plan_posts
 from fastgrad.runtime.arena import PAGE, staggered_empty
 from fastgrad.runtime.blas import OneThread, threads_local_address
+from fastgrad.runtime.gemm_bands import DEFAULT_MIN_WORK
 from fastgrad.runtime.loop_row import rows as loop_rows
-from fastgrad.runtime.native_plan import CUT_WORK, Runner
+from fastgrad.runtime.native_plan import Runner
 from fastgrad.runtime.native_plan import loop as native_loop
 from fastgrad.runtime.plan_rows import gemm_row, vector_row, view_offset
 from fastgrad.runtime.plan_steps import dtype_name
@@ -273,7 +274,7 @@ class Segment:
         (gemm, syrk), params, offsets = fields
         work = params[3] * params[4] * params[5] * offsets[0]
         effect.work = work
-        if self.table.cut and self.table.native and work >= CUT_WORK:
+        if self.table.cut and self.table.native and work >= DEFAULT_MIN_WORK:
             # The cut's worker needs Numba: np.matmul, as a host step. Asked before the
             # operands are noted: a fresh output noted for a row never added was still
             # allocated by the segment, in the host step's slot (its result lost).
