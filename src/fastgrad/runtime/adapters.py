@@ -224,6 +224,10 @@ def product_worker(wait: bool) -> CompileJob:
     def build() -> tuple[Any, int]:
         from fastgrad.runtime import gemm_split
 
+        # A plan lowered without Numba asks for the worker before any lowering has made
+        # the cut's state (runtime.plan_table): made here, as lowering with Numba would.
+        if not gemm_split.state_address():
+            return None, 0  # (no semaphores here: products are not cut)
         return None, gemm_split.build()
 
     label = "product worker (its loop and the cut)"
