@@ -30,6 +30,7 @@ from test_tiers import held, plan  # noqa: F401  (a fixture)
 def small(compiled_first_call: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every matrix is big enough; the kernels run (sync compiles); the runtime restored."""
     monkeypatch.setattr(readonce, "MIN_BYTES", 0)
+    monkeypatch.setattr(readonce, "MIN_COLUMNS", 2)  # (short rows reach every case)
     before = config.runtime, config.plan_cache
     config.update("plan_cache", False)  # (plans on disk do not know the lowered rule)
     yield
@@ -210,12 +211,18 @@ def test_stored_plan(plans: Path) -> None:
 
 def test_left_to_blas(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lone product (the forward pass), a Gram-like X.T @ (X @ v) with nothing between,
-    a product whose r is not elementwise in z, and any matrix below the size rule."""
+    a product whose r is not elementwise in z, rows shorter than MIN_COLUMNS, and any
+    matrix below the size rule."""
     w, x, y = _inputs(64, 8, np.float64)
     assert _fused(_logistic, w, x, y) == 0
     assert _fused(lambda w, x: x.T @ (x @ w), w, x) == 0
     assert _fused(lambda w, x: x.T @ fnp.cumsum(x @ w), w, x) == 0
     assert _fused(fg.value_and_grad(lambda w, x: fnp.sum(fnp.sort(x @ w) ** 2)), w, x) == 0
+    monkeypatch.setattr(readonce, "MIN_COLUMNS", 8)  # rows of 8: just long enough
+    assert _fused(fg.value_and_grad(_logistic), w, x, y) == 1
+    monkeypatch.setattr(readonce, "MIN_COLUMNS", 9)  # rows too short
+    assert _fused(fg.value_and_grad(_logistic), w, x, y) == 0
+    monkeypatch.setattr(readonce, "MIN_COLUMNS", 2)
     monkeypatch.setattr(readonce, "MIN_BYTES", x.nbytes + 1)
     assert _fused(fg.value_and_grad(_logistic), w, x, y) == 0
 

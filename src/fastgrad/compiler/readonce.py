@@ -21,7 +21,7 @@ the products then `a.T @ v` and `a @ r`): the kernel then reads a's columns in b
 
 Taken where it pays (`pays`), measured on the 2-core AVX2 machine (one process
 alternating with the plan before, median of 11-61 calls of the logistic gradient, load
-3-6): rows of k <= `MAX_COLUMNS` elements: (1e6, 100) 1.85x faster in float32 and 2.36x
+3-6): rows of `MIN_COLUMNS` <= k <= `MAX_COLUMNS` elements: (1e6, 100) 1.85x faster in float32 and 2.36x
 in float64, (1e5, 256) 1.74x and 1.45x, (5e4, 512) float32 1.22x; k = 1000 level with
 BLAS ((2e4, 1000): 1.08x float32, 0.99x float64), a square (4096, 4096) float32 0.96-0.97x
 and (3000, 3000) float64 1.08x, so longer rows stay BLAS's. The matrix's size mattered
@@ -43,6 +43,10 @@ from fastgrad.core.ir import Graph, Node, Var
 MIN_BYTES = 1 << 20
 #: Row lengths at most (module docstring): longer rows ran level with BLAS.
 MAX_COLUMNS = 512
+#: Row lengths at least: float32 rows of 2-8 elements ran 1.1-1.5x slower than BLAS's two
+#: calls ((2^19, k) on one thread, one process per form alternating; float64's level at
+#: 4, float32's at 16): a dot of a few elements a row is not vectorized across the block.
+MIN_COLUMNS = 16
 
 _VIEWS = ("transpose", "reshape")
 
@@ -104,11 +108,12 @@ def _unreshaped(v: Var, made: dict[int, Node]) -> tuple[Var, list[Node]]:
 
 def pays(matrix: Var, rows: int) -> bool:
     """Whether one pass over `matrix`, `rows` (z's length) along one of its axes, pays
-    against two BLAS calls (module docstring)."""
+    against two BLAS calls (module docstring; MIN_COLUMNS)."""
     if matrix.aval.dtype.name not in ("float32", "float64"):
         return False
     k = matrix.aval.size // max(rows, 1)
-    return matrix.aval.size * matrix.aval.dtype.itemsize >= MIN_BYTES and k <= MAX_COLUMNS
+    big = matrix.aval.size * matrix.aval.dtype.itemsize >= MIN_BYTES
+    return big and MIN_COLUMNS <= k <= MAX_COLUMNS
 
 
 def read_once(graph: Graph, steps: list[Step]) -> list[Step]:
