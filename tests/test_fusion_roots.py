@@ -71,7 +71,7 @@ def _stores(f: Any, args: tuple[Any, ...], op: str) -> list[str]:
     return sorted(made[id(v)] for v in loop.outputs)
 
 
-def _run(f: Any, args: tuple[Any, ...], runtime: str) -> list[np.ndarray]:
+def _run(f: Any, args: tuple[Any, ...], runtime: str) -> tuple[list[np.ndarray], Any]:
     config.update("runtime", runtime)
     jf = fg.jit(fg.value_and_grad(f, argnums=(0, 1)))
     jf(*args)

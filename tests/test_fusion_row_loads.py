@@ -15,19 +15,10 @@ import pytest
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.core.config import config
 from fastgrad.runtime.executable import _KernelStep
+from test_fusion_roots import _run, sync  # noqa: F401  (sync: an autouse fixture)
 
 TOL = {np.float32: 3e-5, np.float64: 1e-12}
-
-
-@pytest.fixture(autouse=True)
-def sync() -> Any:
-    before = config.compile, config.runtime
-    config.update("compile", "sync")
-    yield
-    config.update("compile", before[0])
-    config.update("runtime", before[1])
 
 
 def attention(w: Any, v: Any, x: Any) -> Any:
@@ -78,14 +69,6 @@ def _broadcasts_stored(jf: Any, args: tuple[np.ndarray, ...]) -> list[tuple[int,
                 if n.op.name == "broadcast_to" and id(n.inputs[0]) in made:
                     found.append(v.aval.shape)
     return found
-
-
-def _run(f: Any, args: tuple[np.ndarray, ...], runtime: str) -> tuple[list[np.ndarray], Any]:
-    config.update("runtime", runtime)
-    jf = fg.jit(fg.value_and_grad(f, argnums=(0, 1)))
-    jf(*args)
-    value, grads = jf(*args)
-    return [np.asarray(value), *grads], jf
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
