@@ -281,8 +281,12 @@ def test_a_pairs_second_product_is_whole_unless_bigger(split: np.ndarray) -> Non
 
 def test_two_threads_run_pairs_at_once(split: np.ndarray) -> None:  # noqa: F811
     """Two Python threads run tables of a pair each, 40 times: whichever holds the worker
-    pairs, the other runs its products in turn; every result has the uncut bits."""
-    failures: list[int] = []
+    pairs, the other runs its products in turn; every result has the uncut bits. A
+    failure says which product of which iteration, how many elements differ, how many
+    were never written (NaN) and the largest difference: a piece lost or run twice (a
+    race) leaves NaN or large errors, a band cut where OpenBLAS's tiles change the order
+    of the sums only last-bit differences."""
+    failures: list[tuple[int, int, int, int, int, float]] = []
 
     def run(seed: int) -> None:
         rng = np.random.default_rng(seed)
@@ -291,12 +295,16 @@ def test_two_threads_run_pairs_at_once(split: np.ndarray) -> None:  # noqa: F811
         expected = [(a, b, c.copy(), beta) for a, b, c, beta in got]
         _rows(expected, cut=False)()
         table = _rows(got, cut=True)
-        for _ in range(40):
+        for iteration in range(40):
             for _, _, c, _ in got:
                 c[...] = np.nan
             table()
-            if not all(np.array_equal(e[2], g[2]) for e, g in zip(expected, got, strict=True)):
-                failures.append(seed)
+            for product, (e, g) in enumerate(zip(expected, got, strict=True)):
+                if not np.array_equal(e[2], g[2]):
+                    unwritten = int(np.isnan(g[2]).sum())
+                    largest = float(np.nanmax(np.abs(e[2] - g[2]), initial=0.0))
+                    differ = int((e[2] != g[2]).sum())
+                    failures.append((seed, iteration, product, differ, unwritten, largest))
 
     split[gemm_split.MIN_WORK] = 1
     threads = [threading.Thread(target=run, args=(seed,)) for seed in range(2)]
@@ -304,7 +312,7 @@ def test_two_threads_run_pairs_at_once(split: np.ndarray) -> None:  # noqa: F811
         thread.start()
     for thread in threads:
         thread.join()
-    assert not failures
+    assert not failures, f"(seed, iteration, product, differing, NaN, largest): {failures}"
 
 
 def test_the_timeline_shows_each_threads_pieces(split: np.ndarray) -> None:  # noqa: F811
