@@ -252,11 +252,12 @@ def _softmax_rows(z, w):
 )
 @example(rows=67, width=8, strided=True, dtype=np.float32, special=np.inf, seed=0)
 @example(rows=5, width=3, strided=False, dtype=np.float64, special=np.nan, seed=1)
-def test_last_pass_writes_in_place(rows, width, strided, dtype, special, seed):
-    """A block's last pass, where it only writes, writes its outputs where they belong,
-    row after row, not into the block to be copied out: values against NumPy and the
-    reference interpreter over partial blocks, widths that are no multiple of a vector's
-    lanes, a strided input, NaN and infinities."""
+def test_passes_row_after_row(rows, width, strided, dtype, special, seed):
+    """A block's passes that reduce per row keep each row's accumulator in a register
+    (racc), and its last pass, where it only writes, writes its outputs where they
+    belong, row after row, not into the block to be copied out: values against NumPy and
+    the reference interpreter over partial blocks, widths that are no multiple of a
+    vector's lanes, a strided input, NaN and infinities."""
     draw = np.random.default_rng(seed)
     z = draw.uniform(-3, 3, (rows, 2 * width if strided else width)).astype(dtype)
     z = z[:, ::2] if strided else z
@@ -274,3 +275,4 @@ def test_last_pass_writes_in_place(rows, width, strided, dtype, special, seed):
         assert sources and all(
             re.search(r"^ +o0f?\[\(?rb \+ r.* = v\d+$", s, re.M) for s in sources
         )
+        assert all(s.count("racc") >= 6 for s in sources)  # max's and sum's: 3 lines each
