@@ -21,8 +21,9 @@ the products then `a.T @ v` and `a @ r`): the kernel then reads a's columns in b
 
 Taken where it pays (`pays`), measured on the 2-core AVX2 machine (one process
 alternating with the plan before, median of 11-61 calls of the logistic gradient, load
-3-6): rows of `MIN_COLUMNS` <= k <= `MAX_COLUMNS` elements: (1e6, 100) 1.85x faster in float32 and 2.36x
-in float64, (1e5, 256) 1.74x and 1.45x, (5e4, 512) float32 1.22x; k = 1000 level with
+3-6): rows of `MIN_COLUMNS` <= k <= `MAX_COLUMNS` elements: (1e6, 100) 1.85x faster
+in float32 and 2.36x in float64, (1e5, 256) 1.74x and 1.45x, (5e4, 512) float32 1.22x;
+k = 1000 level with
 BLAS ((2e4, 1000): 1.08x float32, 0.99x float64), a square (4096, 4096) float32 0.96-0.97x
 and (3000, 3000) float64 1.08x, so longer rows stay BLAS's. The matrix's size mattered
 less than feared: (2500, 100) float32 (1 MB, in cache) 1.53x, (1e4, 100) 1.55x and
