@@ -2,6 +2,7 @@
 
     python tools/prep_scaling.py [--repeat N] [T ...]  # the table (T = 100 200 400 800)
     python tools/prep_scaling.py --profile 400         # cProfile the preparation at T=400
+    python tools/prep_scaling.py --lines [T ...]       # Python lines run, per phase
 
 Phases: trace (the forward trace, its reverse-mode graph and the re-trace of that graph
 into the jitted function's graph), simplify, partition, plan (the Executable: slots, loop
@@ -11,14 +12,20 @@ key, reading it and the re-trace), `cached` what replaces simplify, partition an
 the plan is on disk (its key, a digest of the traced graph; reading it; the Executable
 from it), `warm` the two: what a new process with a filled cache spends.
 Times are CPU seconds of this process, the best of N runs (the machine may be shared).
+`--lines` counts the Python lines each phase runs instead: the same on every machine and
+at any load, so growth faster than T is work, not the memory hierarchy or a neighbour;
+it names the functions whose lines grow fastest between the last two lengths.
 """
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import pstats
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -59,45 +66,115 @@ def jitted() -> Any:
     return fg.jit(fg.value_and_grad(rnn_loss, argnums=(0, 1, 2)))
 
 
-def phases(steps: int) -> dict[str, float]:
-    """Seconds spent in each phase for T = `steps`, and the node counts."""
+class _Seconds:
+    """Meters a phase in CPU seconds of this process."""
+
+    def __init__(self) -> None:
+        self.out: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.process_time()
+        yield
+        self.out[phase] = time.process_time() - start
+
+
+class _Lines(_Seconds):
+    """Meters a phase in Python lines run (this thread), and keeps them per function."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.per_function: dict[str, Counter[str]] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        counts: Counter[Any] = Counter()
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "line":
+                counts[frame.f_code] += 1
+            return local
+
+        def enter(frame: Any, event: str, arg: Any) -> Any:
+            counts[frame.f_code] += 1
+            return local
+
+        sys.settrace(enter)
+        try:
+            yield
+        finally:
+            sys.settrace(None)
+        self.out[phase] = sum(counts.values())
+        self.per_function[phase] = Counter(
+            {
+                f"{c.co_filename.split('/')[-1]}:{c.co_firstlineno} {c.co_name}": n
+                for c, n in counts.items()
+            }
+        )
+
+
+def phases(steps: int, meter: _Seconds | None = None) -> dict[str, float]:
+    """Seconds (or what `meter` counts) spent in each phase for T = `steps`, and the node
+    counts."""
     args = arguments(steps)
-    out: dict[str, float] = {}
+    measure = meter or _Seconds()
     config.update("plan_cache", False)  # all of preparation, as in a new process
     try:
-        start = time.process_time()
-        traced, _ = jitted()._trace(args, {})
-        out["trace"] = time.process_time() - start
+        with measure("trace"):
+            traced, _ = jitted()._trace(args, {})
     finally:
         config.update("plan_cache", True)
     jitted()._trace(args, {})  # stores the reverse-mode graph
-    start = time.process_time()
-    jitted()._trace(args, {})  # traces with the stored one, as a warm process does
-    out["trace_warm"] = time.process_time() - start
+    with measure("trace_warm"):
+        jitted()._trace(args, {})  # traces with the stored one, as a warm process does
     with no_full_collections():  # as Traced.compiled runs these phases
-        start = time.process_time()
-        graph = simplify(traced.graph)
-        out["simplify"] = time.process_time() - start
-        start = time.process_time()
-        steps_ = partition(graph)
-        out["partition"] = time.process_time() - start
-        start = time.process_time()
-        executable = Executable(graph, steps_)
-        out["plan"] = time.process_time() - start
+        with measure("simplify"):
+            graph = simplify(traced.graph)
+        with measure("partition"):
+            steps_ = partition(graph)
+        with measure("plan"):
+            executable = Executable(graph, steps_)
         key = plan_cache.plan_key(traced.graph)
         assert key is not None
         plan_cache.save(key, traced.graph, (graph, steps_, executable.generated))
-        start = time.process_time()
-        loaded = plan_cache.load(plan_cache.plan_key(traced.graph) or "", traced.graph)
-        assert loaded is not None
-        Executable(loaded[0], loaded[1], generated=loaded[2])
-        out["cached"] = time.process_time() - start
+        with measure("cached"):
+            loaded = plan_cache.load(plan_cache.plan_key(traced.graph) or "", traced.graph)
+            assert loaded is not None
+            Executable(loaded[0], loaded[1], generated=loaded[2])
+    out = dict(measure.out)
     out["total"] = sum(out[k] for k in ("trace", "simplify", "partition", "plan"))
     out["warm"] = out["trace_warm"] + out["cached"]
     out["nodes"] = len(traced.graph.nodes)
     out["simplified"] = len(graph.nodes)
     out["steps"] = len(steps_)
     return out
+
+
+def lines(lengths: list[int]) -> str:
+    """Python lines each phase runs at each length, the ratios per step of length, and the
+    functions whose lines grow fastest between the last two lengths."""
+    cols = ["trace", "simplify", "partition", "plan", "trace_warm", "cached"]
+    runs = []
+    for steps in lengths:
+        meter = _Lines()
+        runs.append((phases(steps, meter), meter.per_function))
+    text = [f"{'T':>5} " + " ".join(f"{c:>11}" for c in cols)]
+    for steps, (row, _) in zip(lengths, runs, strict=True):
+        text.append(f"{steps:>5} " + " ".join(f"{int(row[c]):>11}" for c in cols))
+    for (a, _), (b, _), steps in zip(runs, runs[1:], lengths[1:], strict=False):
+        text.append(f"{'x':>4}{steps} " + " ".join(f"{b[c] / a[c]:>10.3f}x" for c in cols))
+    if len(runs) >= 2:
+        (_, before), (_, after) = runs[-2], runs[-1]
+        scale = lengths[-1] / lengths[-2]
+        for phase in cols:
+            grown = sorted(
+                ((n - scale * before[phase][f], f) for f, n in after[phase].items()), reverse=True
+            )
+            for extra, function in grown[:3]:
+                if extra > 0.001 * sum(after[phase].values()):
+                    old, new = before[phase][function], after[phase][function]
+                    text.append(f"  {phase}: {function} {old} -> {new} lines")
+    return "\n".join(text)
 
 
 def best_of(repeat: int, steps: int) -> dict[str, float]:
@@ -135,6 +212,9 @@ def main(argv: list[str]) -> None:
         profile.runcall(phases, steps)
         pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        return
+    if argv[:1] == ["--lines"]:
+        print(lines([int(a) for a in argv[1:]] or [100, 200, 400]))
         return
     repeat = 3
     if argv[:1] == ["--repeat"]:

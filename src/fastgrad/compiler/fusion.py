@@ -531,7 +531,10 @@ def _paste(
     cone: list[Node], v: Var, target: Loop, users: dict[int, list[Node]], step_of: dict[int, Step]
 ) -> None:
     """Put a copy of `cone` (which makes `v`) at the front of `target`, and make the target's
-    readers of `v` read the copy (`users` and `step_of` kept up to date)."""
+    readers of `v` read the copy (`users` and `step_of` kept up to date). A reader in `users`
+    stands for its op and its output, which the rewritten reader keeps: the lists of the
+    values it reads stay as they are (rewriting them per paste was quadratic in a program
+    whose every step reads one constant)."""
     fresh: dict[int, Var] = {}
     copies = []
     for n in cone:
@@ -542,8 +545,6 @@ def _paste(
     for k, n in enumerate(target.nodes):
         if any(u is v for u in n.inputs):
             target.nodes[k] = Node(n.op, [fresh.get(id(u), u) for u in n.inputs], n.params, n.out)
-            for u in set(map(id, n.inputs)):
-                users[u] = [target.nodes[k] if r is n else r for r in users.get(u, [])]
     for c in copies:
         for u in c.inputs:
             users.setdefault(id(u), []).append(c)
