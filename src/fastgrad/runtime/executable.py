@@ -139,7 +139,7 @@ class Executable:
             for planned in self.plan:
                 if isinstance(planned, LoopStep):
                     planned.publish(seen)
-            kept = fold_accumulations(self.plan, fresh, per_call)
+            kept = fold_accumulations(self.plan, fresh)
         else:
             kept = self.plan  # (the matmuls as the tables say, `_stored_matmul`)
         self.template: list[Any] = [None] * len(slot)
