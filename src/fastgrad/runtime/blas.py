@@ -153,8 +153,9 @@ class _Bound:
 
 @cache
 def _set_threads_local() -> Any:
-    """OpenBLAS's `openblas_set_num_threads_local` (this thread's BLAS thread count;
-    returns the previous one), or None where NumPy's BLAS has none."""
+    """OpenBLAS's `openblas_set_num_threads_local` (BLAS's thread count; returns the
+    previous one), or None where NumPy's BLAS has none. Despite its name, in NumPy's
+    OpenBLAS 0.3.31 it sets the count of the whole process (docs/guarantees.md)."""
     function = getattr(_library(), "openblas_set_num_threads_local", None)
     if function is not None:
         function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
@@ -174,9 +175,10 @@ def has_local_threads() -> bool:
 
 
 class OneThread:
-    """A context in which this thread's BLAS calls run on one thread, restored on exit:
-    two calls into the library (~1 us), where threadpoolctl's limit sets every
-    library's global count. Does nothing where the library lacks the call.
+    """A context in which BLAS calls run on one thread, restored on exit: two calls into
+    the library (~1 us), where threadpoolctl's limit sets every library's count. The
+    count is the whole process's in NumPy's OpenBLAS 0.3.31 (docs/guarantees.md,
+    "Threads"). Does nothing where the library lacks the call.
 
     >>> with OneThread():
     ...     pass
