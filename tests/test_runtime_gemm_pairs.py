@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime import blas, gemm_split, vm
-from fastgrad.runtime.blas import blas_address, threads_local_address
+from fastgrad.runtime.blas import blas_address, region_address
 from test_runtime_gemm_split import (  # noqa: F401 - a fixture
     _check,
     _cut_axis,
@@ -63,7 +63,7 @@ def _rows(products: list[Product], cut: bool) -> Any:
     functions = [blas_address("gemm", dtype), blas_address("syrk", dtype), state]
     count = 3 * len(products)
     record = [0, len(products), count, *range(count)]
-    table, at = vm.pack(code, starts, functions, count, [], [record], threads_local_address())
+    table, at = vm.pack(code, starts, functions, count, [], [record], region_address())
     arrays = tuple(x for a, b, c, _ in products for x in (a, b, c))
     return lambda: vm.run_steps(table, at[0], arrays)
 

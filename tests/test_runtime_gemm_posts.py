@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime import gemm_split, plan_posts, plan_table, vm
-from fastgrad.runtime.blas import blas_address, threads_local_address
+from fastgrad.runtime.blas import blas_address, region_address
 from fastgrad.runtime.plan_table import Segment
 from fastgrad.runtime.vm_rows import GEMM, JOIN, KERNEL, POST
 from test_runtime_gemm_split import (  # noqa: F401 - a fixture
@@ -184,9 +184,7 @@ def _placed_table(products: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> 
     functions.append(gemm_split.state_address())
     count = len(arrays)
     record = [0, segment.count, count, *range(count)]
-    packed, at = vm.pack(
-        table.code, table.starts, functions, count, [], [record], threads_local_address()
-    )
+    packed, at = vm.pack(table.code, table.starts, functions, count, [], [record], region_address())
     return lambda: vm.run_steps(packed, at[0], tuple(arrays))
 
 

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 import fastgrad as fg
 import fastgrad.numpy as fnp
-from fastgrad.runtime import background, blas_calls, gemm_bands, gemm_split, vm
-from fastgrad.runtime.blas import OneThread, blas_address, threads_local_address
+from fastgrad.runtime import background, blas, gemm_bands, gemm_split, vm
+from fastgrad.runtime.blas import OneThread, blas_address, region_address
 from fastgrad.runtime.plan_rows import NO_TRANS, TRANS
 from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
 
@@ -116,7 +116,7 @@ def _table(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: int, cut: bool) ->
     state = gemm_split.state_address() if cut else 0
     functions = [blas_address("gemm", c.dtype), blas_address("syrk", c.dtype), state]
     row = [vm.GEMM, 0, 1, 2 if cut else -1, *params, 0, 1, 2, len(offsets) // 3, *offsets]
-    table, at = vm.pack(row, [0], functions, 3, [], [[0, 1, 3, 0, 1, 2]], threads_local_address())
+    table, at = vm.pack(row, [0], functions, 3, [], [[0, 1, 3, 0, 1, 2]], region_address())
     return lambda: vm.run_steps(table, at[0], (a, b, c))
 
 
@@ -487,7 +487,7 @@ class _Serve:
 @pytest.fixture
 def broken(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, _Serve]]:
     """A worker of its own whose loop does not compile, a fresh product-worker job."""
-    if blas_calls.semaphore_calls() is None:
+    if blas.semaphore_calls() is None:
         pytest.skip("products are not cut on this platform")
     from fastgrad.runtime import adapters
 
@@ -543,7 +543,7 @@ def test_a_fork_amid_the_workers_compile_leaves_the_child_cutting(
     """Forked while the compile thread is inside the cut's compile (holding its lock, and
     the job's): the child's compile thread builds the worker again and it serves. Before,
     the child waited for locks no thread of its own would release: products never cut."""
-    if blas_calls.semaphore_calls() is None:
+    if blas.semaphore_calls() is None:
         pytest.skip("products are not cut on this platform")
     from fastgrad.runtime import adapters
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import sys
+import threading
 from collections.abc import Callable
 from functools import cache, partial
 from typing import Any
@@ -155,7 +157,8 @@ class _Bound:
 def _set_threads_local() -> Any:
     """OpenBLAS's `openblas_set_num_threads_local` (BLAS's thread count; returns the
     previous one), or None where NumPy's BLAS has none. Despite its name, in NumPy's
-    OpenBLAS 0.3.31 it sets the count of the whole process (docs/guarantees.md)."""
+    OpenBLAS 0.3.31 it sets the count of the whole process (every thread reads it), so
+    fastgrad sets it only through the process's one-thread region (`OneThread`)."""
     function = getattr(_library(), "openblas_set_num_threads_local", None)
     if function is not None:
         function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
@@ -163,33 +166,134 @@ def _set_threads_local() -> Any:
 
 
 def threads_local_address() -> int:
-    """The address of `openblas_set_num_threads_local` (the plan interpreter calls it
-    from compiled code), or 0 where NumPy's BLAS has none."""
+    """The address of `openblas_set_num_threads_local`, or 0 where NumPy's BLAS has none."""
     function = _set_threads_local()
     return 0 if function is None else ctypes.cast(function, ctypes.c_void_p).value or 0
 
 
 def has_local_threads() -> bool:
-    """Whether NumPy's BLAS can set the thread count of one thread (`OneThread`)."""
+    """Whether NumPy's BLAS can set its thread count (`OneThread`)."""
     return _set_threads_local() is not None
 
 
+SEMAPHORE_CALLS = ("sem_wait", "sem_trywait", "sem_post")
+
+
+def semaphore_calls() -> dict[str, Any] | None:
+    """The C library's unnamed-semaphore calls (addresses, and sem_init as a ctypes
+    function), or None where products are not cut (runtime.gemm_split: not Linux, or
+    NumPy's OpenBLAS not found)."""
+    if not sys.platform.startswith("linux") or blas_address("gemm", np.dtype(np.float32)) is None:
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        found = {n: ctypes.cast(getattr(libc, n), ctypes.c_void_p).value for n in SEMAPHORE_CALLS}
+        init = libc.sem_init
+    except (OSError, AttributeError):
+        return None
+    init.argtypes, init.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint], ctypes.c_int
+    return {**found, "sem_init": init}
+
+
+# The process's one-BLAS-thread region. BLAS's thread count is the whole process's, so a
+# thread that set one on entry and put back what it read on exit could put two back
+# while another thread's product ran (which then ran on BLAS's threads: other bits), and
+# one that never left (the cut's worker) kept NumPy on one thread for good. Instead the
+# first thread in sets one and saves the count it replaced, the last one out puts it
+# back. The region is an int64 array: a POSIX semaphore of value 1 guarding it (its 32
+# bytes; unguarded where the C library has none: not Linux), then these entries. The
+# plan interpreter enters and leaves it from compiled code (runtime.vm: the table's
+# header holds `region_address()`), `OneThread` from Python.
+REGION_COUNT, REGION_SAVED, REGION_SETTER, REGION_WAIT, REGION_POST = 4, 5, 6, 7, 8
+REGION_SIZE = 9
+_REGION: list[Any] = []  # [the array and its ctypes calls (wait, post, setter)] or [None]
+_REGION_LOCK = threading.Lock()
+
+
+def _region() -> Any:
+    """The region (array, wait, post, set) once made, or None where BLAS has no setter."""
+    if _REGION:
+        return _REGION[0]
+    with _REGION_LOCK:
+        if not _REGION:
+            setter = _set_threads_local()
+            made = None
+            if setter is not None:
+                region = np.zeros(REGION_SIZE, np.int64)
+                region[REGION_SETTER] = threads_local_address()
+                calls = semaphore_calls()
+                wait = post = None
+                if calls is not None:
+                    calls["sem_init"](region.ctypes.data, 0, 1)
+                    region[REGION_WAIT], region[REGION_POST] = calls["sem_wait"], calls["sem_post"]
+                    call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+                    wait, post = call(calls["sem_wait"]), call(calls["sem_post"])
+                made = (region, wait, post, setter)
+            _REGION.append(made)
+    return _REGION[0]
+
+
+def region_address() -> int:
+    """The region's address (the plan interpreter's tables hold it), or 0 where NumPy's
+    BLAS cannot set its thread count."""
+    made = _region()
+    return 0 if made is None else int(made[0].ctypes.data)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the forking thread: no one is in the region. Put back
+    the count a region held at the fork, and make the semaphore anew (another thread
+    may have held it)."""
+    made = _REGION[0] if _REGION else None
+    if made is None:
+        return
+    region, wait, _, setter = made
+    if region[REGION_COUNT] > 0:
+        setter(int(region[REGION_SAVED]))
+    region[REGION_COUNT] = 0
+    if wait is not None:
+        semaphore_calls()["sem_init"](region.ctypes.data, 0, 1)  # type: ignore[index]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class OneThread:
-    """A context in which BLAS calls run on one thread, restored on exit: two calls into
-    the library (~1 us), where threadpoolctl's limit sets every library's count. The
-    count is the whole process's in NumPy's OpenBLAS 0.3.31 (docs/guarantees.md,
-    "Threads"). Does nothing where the library lacks the call.
+    """A context in which BLAS calls run on one thread: the process's region (above),
+    entered and left with a few calls into the C library (~1-2 us). Does nothing where
+    the library cannot set its count.
 
     >>> with OneThread():
     ...     pass
     """
 
-    __slots__ = ("before",)
+    __slots__ = ()
 
     def __enter__(self) -> None:
-        set_local = _set_threads_local()
-        self.before = set_local(1) if set_local is not None else None
+        made = _region()
+        if made is None:
+            return
+        region, wait, post, setter = made
+        if wait is not None:
+            while wait(region.ctypes.data) != 0:  # EINTR: a signal woke it
+                pass
+        if region[REGION_COUNT] == 0:
+            region[REGION_SAVED] = setter(1)
+        region[REGION_COUNT] += 1
+        if post is not None:
+            post(region.ctypes.data)
 
     def __exit__(self, *exc: object) -> None:
-        if self.before is not None:
-            _set_threads_local()(self.before)
+        made = _region()
+        if made is None:
+            return
+        region, wait, post, setter = made
+        if wait is not None:
+            while wait(region.ctypes.data) != 0:
+                pass
+        region[REGION_COUNT] -= 1
+        if region[REGION_COUNT] == 0:
+            setter(int(region[REGION_SAVED]))
+        if post is not None:
+            post(region.ctypes.data)

@@ -8,12 +8,9 @@ product, whether it is a syrk (`may_be_syrk`)."""
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -114,29 +111,6 @@ def _cycles_typing(typingctx: Any) -> Any:
         return builder.call(counter, [])
 
     return signature, codegen
-
-
-SEMAPHORE_CALLS = ("sem_wait", "sem_trywait", "sem_post")
-
-
-def semaphore_calls() -> dict[str, Any] | None:
-    """The C library's unnamed-semaphore calls (addresses, and sem_init as a ctypes
-    function), or None where products are not cut (runtime.gemm_split: not Linux, or
-    NumPy's OpenBLAS not found)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    from fastgrad.runtime.blas import blas_address
-
-    if blas_address("gemm", np.dtype(np.float32)) is None:
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        found = {n: ctypes.cast(getattr(libc, n), ctypes.c_void_p).value for n in SEMAPHORE_CALLS}
-        init = libc.sem_init
-    except (OSError, AttributeError):
-        return None
-    init.argtypes, init.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint], ctypes.c_int
-    return {**found, "sem_init": init}
 
 
 # Typed as Any: the intrinsics' first argument (the typing context) is Numba's.

@@ -60,15 +60,13 @@ from fastgrad.compiler.machine_code import (
     helper_njit,
     source_tag,
 )
-from fastgrad.runtime.blas import TRANS
+from fastgrad.runtime.blas import SEMAPHORE_CALLS, TRANS, semaphore_calls
 from fastgrad.runtime.blas_calls import (
-    SEMAPHORE_CALLS,
     address_of,
     cycles,
     gemm,
     int64_pointer,
     sem_call,
-    semaphore_calls,
 )
 from fastgrad.runtime.gemm_bands import (
     CUT_THREADS,
@@ -515,13 +513,14 @@ class _Worker:
             self.thread.start()
 
     def _run(self) -> None:
-        from fastgrad.runtime.blas import OneThread
-
+        # No BLAS setting of its own: BLAS's thread count is the process's, and the
+        # worker runs pieces only while a caller's table is in the one-thread region
+        # (runtime.blas; a plan cuts products only where it runs BLAS on one thread).
+        # Holding the region for its whole life kept NumPy on one thread for good.
         state = self.state
         assert state is not None
-        with OneThread():  # this thread's BLAS calls run on it, never on BLAS's threads
-            state[READY] = 1
-            _serve(int(state.ctypes.data))
+        state[READY] = 1
+        _serve(int(state.ctypes.data))
 
     def stop(self) -> None:
         """Stop the worker and wait for it; products are not cut until `address()`."""

@@ -27,7 +27,7 @@ from fastgrad.compiler.codegen.adapter import ADAPTED, FLOATS, adapter_source
 from fastgrad.core.config import config
 from fastgrad.runtime import adapters, loop_table, plan_posts
 from fastgrad.runtime.arena import PAGE, staggered_empty
-from fastgrad.runtime.blas import OneThread, threads_local_address
+from fastgrad.runtime.blas import OneThread, region_address
 from fastgrad.runtime.gemm_bands import DEFAULT_MIN_WORK
 from fastgrad.runtime.loop_row import rows as loop_rows
 from fastgrad.runtime.native_plan import Runner
@@ -493,7 +493,7 @@ def lower(
         len(table.pointer) + 1,  # the last: a scratch entry
         table.floats,
         [segment.record() for segment in segments],
-        threads_local_address() if one_thread else 0,
+        region_address() if one_thread else 0,
         table.native or _table_function(),
     )
     for index, address in table.fixed.items():

@@ -49,8 +49,16 @@ from fastgrad.compiler.machine_code import (
     cached_njit,
 )
 from fastgrad.runtime import vm_rows
-from fastgrad.runtime.blas import ROW_MAJOR
-from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer, may_be_syrk
+from fastgrad.runtime.blas import (
+    REGION_COUNT,
+    REGION_POST,
+    REGION_SAVED,
+    REGION_SETTER,
+    REGION_SIZE,
+    REGION_WAIT,
+    ROW_MAJOR,
+)
+from fastgrad.runtime.blas_calls import by_precision, gemm, int64_pointer, may_be_syrk, sem_call
 from fastgrad.runtime.gemm_split import CUT, JOIN_ROW, POST_ROW
 from fastgrad.runtime.vm_rows import (  # the table's layout (NumPy alone)
     FIXED,
@@ -154,7 +162,7 @@ def _call_cut_typing(typingctx: Any, address: Any, table: Any, p: Any, q: Any) -
 
 
 def _set_threads_typing(typingctx: Any, address: Any, count: Any) -> Any:
-    """Call `int f(int)` at integer `address` (OpenBLAS's per-thread thread count)."""
+    """Call `int f(int)` at integer `address` (OpenBLAS's thread count setter)."""
     signature = types.int64(address, count)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -259,8 +267,9 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
     [first step, step count, ...]. Compiled once, as a C function (`table_function`)."""
     table = carray(pointer, (pointer[6],))
     starts, functions, ptrs, floats = table[0], table[1], table[2], table[3]
-    threads = table[THREADS]
-    before = _set_threads(threads, 1) if threads != 0 else 0  # as blas.OneThread
+    region = table[THREADS]  # blas.region_address(), or 0: BLAS's threads as they are
+    if region != 0:
+        _region(region, 1)
     first = table[at]
     end = first + table[at + 1]
     paired = -1  # a GEMM row run already, beside the one before it (gemm_split.pair)
@@ -327,8 +336,26 @@ def _run_table(pointer: Any, at: int) -> None:  # pragma: no cover - compiled
             _call_table(table[functions + table[p + 1]], pointer, p)
     if posted != 0:  # (runtime.plan_posts puts a JOIN before whatever needs it)
         _call_cut(posted, pointer, posted_at, JOIN_ROW)
-    if threads != 0:
-        _set_threads(threads, before)
+    if region != 0:
+        _region(region, -1)
+
+
+@njit(nogil=True)
+def _region(address: int, step: int) -> None:  # pragma: no cover - compiled
+    """Enter (`step` 1) or leave (-1) the process's one-BLAS-thread region at `address`
+    (runtime.blas, as `OneThread` does): the first in sets one thread and saves the count
+    it replaced, the last out puts it back; under the region's semaphore if it has one."""
+    r = carray(int64_pointer(address), (REGION_SIZE,))
+    if r[REGION_WAIT] != 0:
+        while sem_call(r[REGION_WAIT], address) != 0:  # EINTR: a signal woke it
+            pass
+    if step > 0 and r[REGION_COUNT] == 0:
+        r[REGION_SAVED] = _set_threads(r[REGION_SETTER], 1)
+    r[REGION_COUNT] += step
+    if step < 0 and r[REGION_COUNT] == 0:
+        _set_threads(r[REGION_SETTER], r[REGION_SAVED])
+    if r[REGION_POST] != 0:
+        sem_call(r[REGION_POST], address)
 
 
 @njit(nogil=True)

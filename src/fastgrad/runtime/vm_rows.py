@@ -35,11 +35,11 @@ FIXED, SLICE, CARRY = 0, 1, 2
 ADDRESS, POINTER, INPUT = 0, 1, 2
 LOOP_HEAD, LOOP_IN, LOOP_OUT, LOOP_COPY, LOOP_CARRY = 11, 6, 5, 10, 4
 # The table starts with where its steps' starts, functions, pointers and floats are, the
-# address of OpenBLAS's `openblas_set_num_threads_local` when its matmuls are small enough
-# to run on one thread (0: leave BLAS's threads as they are), the address of the
+# address of the process's one-BLAS-thread region (runtime.blas.region_address) when its
+# matmuls are to run on one thread (0: leave BLAS's threads as they are), the address of the
 # interpreter's loop (`vm.table_function`) and the table's length.
 HEADER = 7
-THREADS = 4  # the header's entry of OpenBLAS's thread setter
+THREADS = 4  # the header's entry of the one-BLAS-thread region's address
 LOOP_FUNCTION = 5  # the header's entry of the loop's address
 # runtime.vm and the modules whose code its loop inlines (blas: constants), by file name.
 _LOOP_SOURCES = (
