@@ -206,12 +206,13 @@ def semaphore_calls() -> dict[str, Any] | None:
 # header holds `region_address()`), `OneThread` from Python.
 REGION_COUNT, REGION_SAVED, REGION_SETTER, REGION_WAIT, REGION_POST = 4, 5, 6, 7, 8
 REGION_SIZE = 9
-_REGION: list[Any] = []  # [the array and its ctypes calls (wait, post, setter)] or [None]
+_REGION: list[Any] = []  # [(array, wait, post, setter, its address)] or [None]
 _REGION_LOCK = threading.Lock()
 
 
 def _region() -> Any:
-    """The region (array, wait, post, set) once made, or None where BLAS has no setter."""
+    """The region (array, wait, post, setter, address) once made, or None where BLAS
+    has no setter (the address kept: NumPy's `.ctypes.data` costs microseconds)."""
     if _REGION:
         return _REGION[0]
     with _REGION_LOCK:
@@ -228,7 +229,7 @@ def _region() -> Any:
                     region[REGION_WAIT], region[REGION_POST] = calls["sem_wait"], calls["sem_post"]
                     call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
                     wait, post = call(calls["sem_wait"]), call(calls["sem_post"])
-                made = (region, wait, post, setter)
+                made = (region, wait, post, setter, int(region.ctypes.data))
             _REGION.append(made)
     return _REGION[0]
 
@@ -237,7 +238,7 @@ def region_address() -> int:
     """The region's address (the plan interpreter's tables hold it), or 0 where NumPy's
     BLAS cannot set its thread count."""
     made = _region()
-    return 0 if made is None else int(made[0].ctypes.data)
+    return 0 if made is None else made[4]
 
 
 def _after_fork_in_child() -> None:
@@ -247,16 +248,36 @@ def _after_fork_in_child() -> None:
     made = _REGION[0] if _REGION else None
     if made is None:
         return
-    region, wait, _, setter = made
+    region, wait, _, setter, address = made
     if region[REGION_COUNT] > 0:
         setter(int(region[REGION_SAVED]))
     region[REGION_COUNT] = 0
     if wait is not None:
-        semaphore_calls()["sem_init"](region.ctypes.data, 0, 1)  # type: ignore[index]
+        semaphore_calls()["sem_init"](address, 0, 1)  # type: ignore[index]
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _step(delta: int) -> None:
+    """Enter (`delta` 1) or leave (-1) the region from Python, as runtime.vm's `_region`
+    does from compiled code: the first in sets one thread and saves the count it
+    replaced, the last out puts it back; under the semaphore if there is one."""
+    made = _region()
+    if made is None:
+        return
+    region, wait, post, setter, address = made
+    if wait is not None:
+        while wait(address) != 0:  # EINTR: a signal woke it
+            pass
+    if delta > 0 and region[REGION_COUNT] == 0:
+        region[REGION_SAVED] = setter(1)
+    region[REGION_COUNT] += delta
+    if delta < 0 and region[REGION_COUNT] == 0:
+        setter(int(region[REGION_SAVED]))
+    if post is not None:
+        post(address)
 
 
 class OneThread:
@@ -271,29 +292,7 @@ class OneThread:
     __slots__ = ()
 
     def __enter__(self) -> None:
-        made = _region()
-        if made is None:
-            return
-        region, wait, post, setter = made
-        if wait is not None:
-            while wait(region.ctypes.data) != 0:  # EINTR: a signal woke it
-                pass
-        if region[REGION_COUNT] == 0:
-            region[REGION_SAVED] = setter(1)
-        region[REGION_COUNT] += 1
-        if post is not None:
-            post(region.ctypes.data)
+        _step(1)
 
     def __exit__(self, *exc: object) -> None:
-        made = _region()
-        if made is None:
-            return
-        region, wait, post, setter = made
-        if wait is not None:
-            while wait(region.ctypes.data) != 0:
-                pass
-        region[REGION_COUNT] -= 1
-        if region[REGION_COUNT] == 0:
-            setter(int(region[REGION_SAVED]))
-        if post is not None:
-            post(region.ctypes.data)
+        _step(-1)
