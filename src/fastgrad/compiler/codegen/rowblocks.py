@@ -18,7 +18,9 @@ runs row after row and writes its outputs in place instead of into the block and
 them out (M4's logsumexp loop 0.90-0.92x float32, 0.90-0.93x float64, same bits); a
 pass whose reductions are all per row runs row after row too, the short axis inside, so
 each row's accumulator stays in a register (then 0.93x and 0.97x; M4's (N, 8, 2) sum over
-its last axis 0.83x float32; one process alternating, min of 40, load 9-12).
+its last axis 0.83x float32; one process alternating, min of 40, load 9-12). Once
+written, adjacent passes are merged and stores no later pass reads dropped
+(codegen.rowpasses).
 Several-pass reductions over the leading axis of a 2-D loop run in blocks of columns the
 same way, the block's columns in the lanes (column_blockable).
 """
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fastgrad.compiler.codegen.columns import fold_in
+from fastgrad.compiler.codegen.rowpasses import Tag, lay_out
 from fastgrad.compiler.codegen.runs import COLUMN_RUN, in_runs
 from fastgrad.compiler.codegen.schedule import KernelState, Schedule
 from fastgrad.compiler.codegen.source import (
@@ -234,18 +237,24 @@ def block_run(state: KernelState, transpose: bool = True) -> KernelSource:
         w(f"s{k}r = {reduction_init(n.op.name, n.out.aval.dtype)}")
     done: set[int] = set()
     in_place: set[int] = set()  # outputs the last pass wrote where they belong
+    tags: dict[int, Tag] = {}  # what lines are, for codegen.rowpasses' layout
+
+    def tagged(line: str, tag: Tag) -> None:
+        tags[len(w.lines)] = tag
+        w(line)
 
     def open_rows() -> None:
-        w("for r in range(nr):")
+        tagged("for r in range(nr):", Tag("head"))
         w.indent()
-        w(f"i{o} = rb + r")  # affine, so LLVM can check the arrays do not overlap
+        tagged(f"i{o} = rb + r", Tag("row"))  # affine: LLVM can check arrays do not overlap
         for n in rows:  # the row values known so far, read back (unused reads vanish)
             if id(n.out) in done:
-                w(f"v{g.index[id(n.out)]} = {slot(f'w{g.index[id(n.out)]}', 'r')}")
+                k = g.index[id(n.out)]
+                tagged(f"v{k} = {slot(f'w{k}', 'r')}", Tag("read", k, n.out.aval.dtype.itemsize))
 
     def keep(n: Node) -> None:
         k = g.index[id(n.out)]
-        w(f"{slot(f'w{k}', 'r')} = v{k}")
+        tagged(f"{slot(f'w{k}', 'r')} = v{k}", Tag("store", k, n.out.aval.dtype.itemsize))
         g.after_value(w, n, "row", outputs, scalar_index)
         done.add(id(n.out))
 
@@ -343,7 +352,8 @@ def block_run(state: KernelState, transpose: bool = True) -> KernelSource:
                 w(line)
         w.dedent()
         for n in row_reducers if by_row else []:
-            w(f"{slot(acc_slot[id(n.out)], 'r')} = racc{g.index[id(n.out)]}")
+            k, size = g.index[id(n.out)], n.out.aval.dtype.itemsize
+            tagged(f"{slot(acc_slot[id(n.out)], 'r')} = racc{k}", Tag("acc", k, size))
         w.dedent()
         if runs:
             for n in runs:
@@ -355,8 +365,11 @@ def block_run(state: KernelState, transpose: bool = True) -> KernelSource:
         if row_reducers:
             open_rows()
             for n in row_reducers:
-                acc = slot(acc_slot[id(n.out)], "r")
-                w(f"v{g.index[id(n.out)]} = {acc if id(n.out) in native else narrow(n, acc)}")
+                acc, k = slot(acc_slot[id(n.out)], "r"), g.index[id(n.out)]
+                tagged(
+                    f"v{k} = {acc if id(n.out) in native else narrow(n, acc)}",
+                    Tag("load", k, n.out.aval.dtype.itemsize, acc),
+                )
                 keep(n)
             w.dedent()
     emit_rows(sched.n_phases + 1)
@@ -366,6 +379,7 @@ def block_run(state: KernelState, transpose: bool = True) -> KernelSource:
     for v, rest in blocked.values():
         if id(v) in g.out_name and id(v) not in in_place:
             copy(v, rest, inward=False)
+    w.lines[start:] = lay_out(w.lines[start:], tags, start)
     if not transpose:  # blocks of rows measured no faster so (M4's (N, 8, 2) slower)
         full_blocks(w, start)
     w.dedent()
