@@ -10,7 +10,9 @@ sources and the buffer arena; kernels compile only when a plan first runs, so no
 `trace_warm` is the trace when the reverse-mode graph is on disk (the forward trace, its
 key, reading it and the re-trace), `cached` what replaces simplify, partition and plan when
 the plan is on disk (its key, a digest of the traced graph; reading it; the Executable
-from it), `warm` the two: what a new process with a filled cache spends.
+from it), `stored` what a new process with a filled cache does instead (the executable
+built from the steps stored with the plan, runtime.stored_plan, the plan itself not
+read: `Traced.compiled`), `warm` the trace and that: what such a process spends.
 Times are CPU seconds of this process, the best of N runs (the machine may be shared).
 `--lines` counts the Python lines each phase runs instead: the same on every machine and
 at any load, so growth faster than T is work, not the memory hierarchy or a neighbour;
@@ -141,9 +143,15 @@ def phases(steps: int, meter: _Seconds | None = None) -> dict[str, float]:
             loaded = plan_cache.load(plan_cache.plan_key(traced.graph) or "", traced.graph)
             assert loaded is not None
             Executable(loaded[0], loaded[1], generated=loaded[2])
+    jitted()._trace(args, {})[0].compiled()  # the executable's steps stored with the plan
+    fresh, _ = jitted()._trace(args, {})
+    loaded_before = plan_cache.COUNTERS.loaded
+    with no_full_collections(), measure("stored"):
+        fresh.compiled()  # (a Traced of its own: built from the stored steps, as warm)
+    assert plan_cache.COUNTERS.loaded > loaded_before, "the stored steps were not read"
     out = dict(measure.out)
     out["total"] = sum(out[k] for k in ("trace", "simplify", "partition", "plan"))
-    out["warm"] = out["trace_warm"] + out["cached"]
+    out["warm"] = out["trace_warm"] + out["stored"]
     out["nodes"] = len(traced.graph.nodes)
     out["simplified"] = len(graph.nodes)
     out["steps"] = len(steps_)
@@ -153,7 +161,7 @@ def phases(steps: int, meter: _Seconds | None = None) -> dict[str, float]:
 def lines(lengths: list[int]) -> str:
     """Python lines each phase runs at each length, the ratios per step of length, and the
     functions whose lines grow fastest between the last two lengths."""
-    cols = ["trace", "simplify", "partition", "plan", "trace_warm", "cached"]
+    cols = ["trace", "simplify", "partition", "plan", "trace_warm", "cached", "stored"]
     runs = []
     for steps in lengths:
         meter = _Lines()
@@ -184,13 +192,14 @@ def best_of(repeat: int, steps: int) -> dict[str, float]:
 
 
 def table(lengths: list[int], repeat: int = 3) -> str:
-    cols = ["trace", "simplify", "partition", "plan", "total", "trace_warm", "cached", "warm"]
+    cols = ["trace", "simplify", "partition", "plan", "total"]
+    cols += ["trace_warm", "cached", "stored", "warm"]
     lines = [f"{'T':>5} {'nodes':>6} " + " ".join(f"{c:>9}" for c in cols) + "  ratios"]
     previous = None
     for steps in lengths:
         row = best_of(repeat, steps)
         row["total"] = sum(row[c] for c in cols[:4])
-        row["warm"] = row["trace_warm"] + row["cached"]
+        row["warm"] = row["trace_warm"] + row["stored"]
         ratio = ""
         if previous:
             ratio = " ".join(f"{row[k] / previous[k]:5.2f}x" for k in ("total", "warm"))

@@ -1,7 +1,7 @@
 """The first call in a new process whose cache holds every kernel (and, with the plan
 cache on, every plan), phase by phase, with the plan cache off and on side by side.
 
-    python tools/warm_start.py [--repeat N] [--sync] [--quick] [WORKLOAD[:SIZE] ...]
+    python tools/warm_start.py [--repeat N] [--sync] [--dtype D] [--quick] [WORKLOAD[:SIZE] ...]
         # default: W1 W2 W3 W4 rnn:200, each in fresh processes
 
 Each row is the best of N fresh processes (the machine may be shared): importing fastgrad,
@@ -138,7 +138,7 @@ workload = workloads.find({key!r})
 system = systems.Fastgrad()
 system.setup(2)
 size = {size!r} or workload.default_size
-args = system.inputs(workload, size, np.dtype("float32"))
+args = system.inputs(workload, size, np.dtype({dtype!r}))
 jitted = time.perf_counter()
 fn = system.build(workload)  # jit(f) loads the compiler and runtime layers
 jitted = time.perf_counter() - jitted
@@ -180,8 +180,11 @@ print(json.dumps(out))
 """
 
 
+DTYPE = ["float32"]  # the inputs' dtype (`--dtype`)
+
+
 def child(key: str, size: int | None, env: dict[str, str]) -> dict[str, float]:
-    code = CHILD.format(root=str(ROOT), key=key, size=size)
+    code = CHILD.format(root=str(ROOT), key=key, size=size, dtype=DTYPE[0])
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
@@ -205,7 +208,10 @@ def measure(key: str, size: int | None, repeat: int, mode: str) -> list[str]:
         best = {k: min(r[k] for r in results) for k in phases}
         best["first"] = min(r["first"] for r in results)
         best["steady"] = min(r["steady"] for r in results)
-        label = f"{key}{':' + str(size) if size else ''} plans {'on' if flag == '1' else 'off'}"
+        dtype = "" if DTYPE[0] == "float32" else " f64" if DTYPE[0] == "float64" else DTYPE[0]
+        label = (
+            f"{key}{':' + str(size) if size else ''}{dtype} plans {'on' if flag == '1' else 'off'}"
+        )
         lines.append(
             f"{label:<22}"
             + "".join(
@@ -223,6 +229,8 @@ def main(argv: list[str]) -> None:
     mode = "background"
     if argv[:1] == ["--sync"]:  # the first run loads the kernels (and Numba) before it runs
         mode, argv = "sync", argv[1:]
+    if argv[:1] == ["--dtype"]:
+        DTYPE[0], argv = argv[1], argv[2:]
     quick = argv[:1] == ["--quick"]
     argv = argv[1:] if quick else argv
     print(

@@ -161,6 +161,9 @@ class Load:
     def of(cls, source: Any, shape: Any, key: tuple[Any, ...]) -> Load:
         """The job loading `source` for `shape` (`key`: native_code's `_key` of them), made
         and handed over when first asked."""
+        job = _LOADS.get(key)  # (no lock once made: an unrolled loop's steps share a few)
+        if job is not None:
+            return job
         with _LOADS_LOCK:
             job = _LOADS.get(key)
             new = job is None
