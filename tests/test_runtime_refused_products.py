@@ -14,6 +14,7 @@ import pytest
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.runtime import gemm_probe, thread_budget
+from test_blas_region import two_threads  # noqa: F401 - a fixture
 from test_runtime_vm import _jitted, sync  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.skipif(not thread_budget.may_cut(), reason="products are not cut here")
@@ -85,4 +86,32 @@ def test_refused_products_keep_the_step_runners_bits(dtype: Any) -> None:
     expected = [steps(x, w) for _ in range(2)][-1]
     got = [interpreted(x, w) for _ in range(2)][-1]
     for e, g in zip([expected[0], *expected[1]], [got[0], *got[1]], strict=True):
+        assert np.array_equal(np.asarray(e), np.asarray(g))
+
+
+@pytest.mark.usefixtures("sync", "answer", "two_threads")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_scan_body_running_blas_on_one_thread_keeps_the_step_runners_bits(
+    dtype: Any,
+) -> None:
+    """A scan's body whose products the cut takes runs BLAS on one thread in the
+    interpreter's body tables; the step runner's Python loop called the body's plan
+    outside the one-thread region (on BLAS's threads: other float32 bits, the carry's
+    too). Its Gram matrix of the carry, refused by the cut, runs whole in both."""
+    rng = np.random.default_rng(4)
+    h0 = rng.standard_normal((96, 256)).astype(dtype)
+    xs = rng.standard_normal((3, 96, 256)).astype(dtype)
+    w = (rng.standard_normal((256, 2048)) * 0.05).astype(dtype)
+    v = (rng.standard_normal((2048, 256)) * 0.05).astype(dtype)
+
+    def f(h0: Any, xs: Any, w: Any, v: Any) -> Any:
+        def body(h: Any, x: Any) -> Any:
+            return fnp.tanh(((h @ w) * 0.01) @ v + x), h.T @ h
+
+        return fg.scan(body, h0, xs)
+
+    expected = [_jitted(f, "steps")(h0, xs, w, v) for _ in range(2)][-1]
+    interpreted = _jitted(f, "vm")
+    got = [interpreted(h0, xs, w, v) for _ in range(3)][-1]
+    for e, g in zip(expected, got, strict=True):
         assert np.array_equal(np.asarray(e), np.asarray(g))

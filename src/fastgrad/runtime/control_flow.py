@@ -139,6 +139,13 @@ class LoopStep:
         # Its bodies run with BLAS on one thread set around the loop (by this step, or by
         # the loop it is nested in, which then has small products too).
         self.one_thread = self.small_matmuls
+        # A body whose plan runs BLAS on one thread (its products cut: shares_cores) runs
+        # so in the step runner too, as its tables do in the interpreter: the Python loop
+        # calls the bodies' plans without their own region (Executable.run), and its
+        # products then ran on BLAS's threads (other bits in float32).
+        self.in_region = self.small_matmuls or any(
+            getattr(b, "one_blas_thread", False) for b in self.bodies
+        )
         if self.small_matmuls:
             for step in _nested_loops(self.bodies):
                 step.small_matmuls = False
@@ -168,7 +175,7 @@ class LoopStep:
             self.first = False
             if isinstance(self.call, ScanCall):
                 wait_if_loading_pays(self.call.length, self.bodies)
-        with one_blas_thread() if self.small_matmuls else nullcontext():
+        with one_blas_thread() if self.in_region else nullcontext():
             outs = self._run([env[i] for i in self.ins])
         for k, slot in self.outs:
             env[slot] = outs[k]
