@@ -134,8 +134,8 @@ def _used(tag: Tag, lines: list[Line]) -> bool:
 
 
 def _without_dead_stores(items: list[Line]) -> list[Line]:
-    """The stores of row values no line after their pass names (but the value's own reads
-    back), those reads, and passes left with nothing to do, dropped."""
+    """The stores of row values no line after their pass names, by value or by place (but
+    the value's own reads back), those reads, and passes left with nothing to do, dropped."""
     spans = _passes(items)
     dead: set[int] = set()
     for p, (_, tag) in enumerate(items):
@@ -144,7 +144,9 @@ def _without_dead_stores(items: list[Line]) -> list[Line]:
         end = next((e for h, e in spans if h < p < e), None)
         if end is None:
             continue
-        name = re.compile(rf"\bv{tag.k}\b")
+        # Its value or its place in the block (w{k}) named by any later line but its own
+        # reads back keeps it: a line reading the block untagged is never left dangling.
+        name = re.compile(rf"\b[vw]{tag.k}\b")
         if not any(
             name.search(line)
             for line, t in items[end:]
