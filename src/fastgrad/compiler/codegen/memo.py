@@ -14,9 +14,9 @@ generation depends on, so two loops of one key get the same source text
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,10 @@ from fastgrad.core.ir import Var
 CAPACITY = 1024
 # The KernelSource fields holding the loop's values, which a reuse re-binds.
 _BOUND = ("inputs", "scalars", "outputs", "index_checks")
-
-_kept: dict[tuple[Any, ...], tuple[KernelSource, tuple[tuple[int, ...], ...]]] = {}
-_lock = threading.Lock()
+# By key: the other fields of the source generated first, and where its bound fields'
+# values are among that loop's values (in the order the key numbers them).
+_kept: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[tuple[int, ...], ...]]] = {}
+_lock = threading.Lock()  # (held to add: a dict's get is atomic)
 
 
 def generated(
@@ -45,34 +46,31 @@ def generated(
     generated for a loop of the same structure, bound to `loop`'s values."""
     key, values = structure(loop, parallel, vector_math, constants)
     try:
-        with _lock:
-            kept = _kept.get(key)
+        kept = _kept.get(key)
     except TypeError:  # a param of a type that does not hash: generated each time
         return generate(loop, parallel, vector_math, constants)
     if kept is not None:
-        source, positions = kept
+        fields, positions = kept
         bound = {f: [values[k] for k in at] for f, at in zip(_BOUND, positions, strict=True)}
-        return replace(
-            source,
-            ops=list(source.ops),
-            recomputed=list(source.recomputed),
-            imports=set(source.imports),
-            **bound,
-        )
+        return KernelSource(**_copied(fields), **bound)
     source = generate(loop, parallel, vector_math, constants)
     number = {id(v): k for k, v in enumerate(values)}
     try:
         positions = tuple(tuple(number[id(v)] for v in getattr(source, f)) for f in _BOUND)
     except KeyError:  # a value not of the loop's own: not kept (none known)
         return source
-    template = replace(source, **{f: [] for f in _BOUND})
-    template = replace(template, ops=list(source.ops), recomputed=list(source.recomputed))
-    template.imports = set(source.imports)
+    fields = {f.name: getattr(source, f.name) for f in dataclasses.fields(source)}
+    fields = _copied({f: value for f, value in fields.items() if f not in _BOUND})
     with _lock:
         if len(_kept) >= CAPACITY:
             del _kept[next(iter(_kept))]
-        _kept[key] = (template, positions)
+        _kept[key] = (fields, positions)
     return source
+
+
+def _copied(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with containers of their own: a source's are no other source's."""
+    return {f: type(v)(v) if type(v) in (list, set) else v for f, v in fields.items()}
 
 
 def clear() -> None:
@@ -94,35 +92,26 @@ def structure(
     parts: list[Any] = [parallel, vector_math, loop.shape, loop.reduce_axes]
 
     def numbered(v: Var) -> int:
-        k = number.get(id(v))
-        if k is None:
-            k = number[id(v)] = len(values)
-            values.append(v)
-            aval = v.aval
-            parts.append(
-                (aval.shape, aval.dtype, aval.weak, level.get(id(v)), _constant(v, constants))
-            )
+        k = number[id(v)] = len(values)
+        values.append(v)
+        aval, constant = v.aval, constants.get(id(v))
+        if constant is not None:  # (what the generator reads of a constant)
+            constant = (constant.dtype, constant.shape, constant.size == 1 and constant.tobytes())
+        parts.append((aval.shape, aval.dtype, aval.weak, level.get(id(v)), constant))
         return k
 
-    parts.append(tuple(numbered(v) for v in loop.inputs))
+    seen = number.get
+    parts.append(tuple([seen(id(v)) if id(v) in number else numbered(v) for v in loop.inputs]))
     for n in loop.nodes:
-        parts.append(
-            (n.op, _exact(n.params), tuple(numbered(v) for v in n.inputs), numbered(n.out))
-        )
-    parts.append(tuple(numbered(v) for v in loop.outputs))
+        operands = tuple([seen(id(v)) if id(v) in number else numbered(v) for v in n.inputs])
+        out = seen(id(n.out))
+        params = _exact(n.params) if n.params else ()
+        parts.append((n.op, params, operands, numbered(n.out) if out is None else out))
+    parts.append(tuple([seen(id(v)) if id(v) in number else numbered(v) for v in loop.outputs]))
     # Levels of values the loop does not hold would be read where the generator asks
     # whether any value is of a level (Loop.has_row_values): count them in.
     parts.append(len(level) - sum(id(v) in level for v in values))
     return tuple(parts), values
-
-
-def _constant(v: Var, constants: dict[int, np.ndarray]) -> Any:
-    """What the key says of `v` as a constant: None if it is not one; its dtype and shape,
-    and its bytes if it has one element (what the generator reads of a constant)."""
-    value = constants.get(id(v))
-    if value is None:
-        return None
-    return (value.dtype, value.shape, value.tobytes() if value.size == 1 else None)
 
 
 def _exact(value: Any) -> Any:
