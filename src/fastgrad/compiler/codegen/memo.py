@@ -61,6 +61,8 @@ def generated(
         return source
     fields = {f.name: getattr(source, f.name) for f in dataclasses.fields(source)}
     fields = _copied({f: value for f, value in fields.items() if f not in _BOUND})
+    if any(isinstance(x, Var) for v in fields.values() if type(v) in (list, set) for x in v):
+        return source  # values where no re-binding puts the next loop's: not kept
     with _lock:
         if len(_kept) >= CAPACITY:
             del _kept[next(iter(_kept))]
