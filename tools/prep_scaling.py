@@ -35,6 +35,7 @@ import numpy as np
 import fastgrad as fg
 import fastgrad.numpy as fnp
 from fastgrad.compiler import plan_cache
+from fastgrad.compiler.codegen import memo
 from fastgrad.compiler.fusion import partition
 from fastgrad.compiler.passes import simplify
 from fastgrad.core.collector import no_full_collections
@@ -121,6 +122,7 @@ def phases(steps: int, meter: _Seconds | None = None) -> dict[str, float]:
     args = arguments(steps)
     measure = meter or _Seconds()
     config.update("plan_cache", False)  # all of preparation, as in a new process
+    memo.clear()  # (no loop source generated yet, either)
     try:
         with measure("trace"):
             traced, _ = jitted()._trace(args, {})

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from fastgrad.compiler.codegen.loops import KernelSource, generate
+from fastgrad.compiler.codegen.loops import KernelSource
 from fastgrad.compiler.codegen.math_names import VECTOR_MATH
+from fastgrad.compiler.codegen.memo import generated
 from fastgrad.compiler.codegen.rowblocks import SHORT_ROW
 from fastgrad.compiler.fusion import Call, Loop, Step, partition
 from fastgrad.compiler.passes import simplify
@@ -235,7 +236,8 @@ class Executable:
     def _generate(self, index: int, loop: Loop, parallel: bool) -> KernelSource:
         source = self.generated.get((index, parallel))
         if source is None:
-            source = generate(loop, parallel, VECTOR_MATH, self.constants)
+            # (once per structure: an unrolled loop's steps share theirs, codegen.memo)
+            source = generated(loop, parallel, VECTOR_MATH, self.constants)
             self.generated[index, parallel] = source
         return source
 
