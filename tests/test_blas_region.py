@@ -113,17 +113,12 @@ def test_the_worker_leaves_numpy_its_threads(two_threads: None) -> None:
     """Once the cut's worker serves, NumPy's products still run on BLAS's threads."""
     if blas.semaphore_calls() is None:
         pytest.skip("products are not cut here")
-    from fastgrad.runtime import adapters
+    from test_runtime_gemm_split import _serving, _wait_ready
 
-    gemm_split.state_address()
-    adapters.product_worker(False)
+    _serving()
     s = gemm_split.state()
     assert s is not None
-    for _ in range(2000):
-        if s[gemm_split.READY]:
-            break
-        threading.Event().wait(0.01)
-    assert s[gemm_split.READY]
+    _wait_ready(s)
     assert _count() == 2
 
 

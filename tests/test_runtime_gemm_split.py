@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -63,7 +64,9 @@ def _serving() -> None:
 
 
 def _wait_ready(s: np.ndarray) -> None:
-    for _ in range(2000):  # the worker compiles (or loads) its loop first
+    # The worker compiles (or loads) its loop first: over 20 s on a machine loaded ~15.
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
         if s[gemm_split.READY]:
             return
         threading.Event().wait(0.01)
