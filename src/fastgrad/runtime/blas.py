@@ -78,6 +78,7 @@ def _routine(name: str, dtype: np.dtype) -> Any:
     return function
 
 
+@cache  # lowering asks it twice a product (ctypes' cast ~3 us: ~6 ms of a 999-product plan)
 def blas_address(name: str, dtype: np.dtype) -> int | None:
     """The address of `cblas_?<name>` for `dtype` (gemm and syrk; gemv and dot, which
     `np.matmul` calls for products with a dimension of 1, runtime.vm_vectors): the plan

@@ -6,19 +6,13 @@ and a plan's views themselves (`view`), which a plan's build also makes of stand
 
 from __future__ import annotations
 
-import functools
 import itertools
 from typing import Any
 
 import numpy as np
 
 from fastgrad.ops.shape import _as_slices as as_slices
-from fastgrad.runtime.blas import NO_TRANS, ROW_MAJOR, TRANS
-from fastgrad.runtime.blas import blas_address as _blas_address
-
-# A routine's address, once per routine and dtype: lowering asks it for each product
-# (ctypes' cast ~3 us a time, twice a product: ~6 ms of the T=200 RNN's 999).
-blas_address = functools.cache(_blas_address)
+from fastgrad.runtime.blas import NO_TRANS, ROW_MAJOR, TRANS, blas_address
 
 COL_MAJOR = 102
 
